@@ -1,0 +1,43 @@
+# The two commands that set up everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+RUN_DB ?= sluice-demo.db
+
+.PHONY: run test lint typecheck unit bench clean
+
+$(BIN)/sluice-run-stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(BIN)/sluice-test-stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[all,dev]'
+	touch $@
+
+$(BIN)/sluice-bench-stamp: $(BIN)/sluice-test-stamp
+	$(BIN)/pip install --quiet -e '.[all,dev,bench]'
+	touch $@
+
+run: $(BIN)/sluice-run-stamp
+	rm -f $(RUN_DB) $(RUN_DB)-wal $(RUN_DB)-shm
+	$(BIN)/sluice demo --db $(RUN_DB)
+
+lint: $(BIN)/sluice-test-stamp
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(BIN)/sluice-test-stamp
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest
+
+bench: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,65 @@
+"""sluice: a persistent, transactional, content-aware message and job queue.
+
+import sluice
+db = sluice.connect("sqlite:///sluice.db")
+q = db.create_queue("orders", exist_ok=True)
+q.put({"customer": "Smith"})
+m = q.get(wait=1.0)
+m.ack()
+"""
+
+from sluice.catalog import QueueSpec
+from sluice.connect import connect
+from sluice.engine.database import Database
+from sluice.engine.queue import Queue
+from sluice.engine.transaction import Transaction
+from sluice.errors import (
+    ConfigurationError,
+    InvalidBody,
+    LeaseLost,
+    MessageError,
+    MessageStateError,
+    NotASluiceDatabase,
+    PayloadTooLarge,
+    QueueError,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+    SchemaTooNew,
+    SluiceError,
+    StorageError,
+    TransactionClosed,
+    TransactionError,
+    UnfinishedTransaction,
+)
+from sluice.message import Message, MessageState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigurationError",
+    "Database",
+    "InvalidBody",
+    "LeaseLost",
+    "Message",
+    "MessageError",
+    "MessageState",
+    "MessageStateError",
+    "NotASluiceDatabase",
+    "PayloadTooLarge",
+    "Queue",
+    "QueueError",
+    "QueueExists",
+    "QueueInUse",
+    "QueueNotFound",
+    "QueueSpec",
+    "SchemaTooNew",
+    "SluiceError",
+    "StorageError",
+    "Transaction",
+    "TransactionClosed",
+    "TransactionError",
+    "UnfinishedTransaction",
+    "__version__",
+    "connect",
+]

@@ -1,0 +1,1 @@
+"""Storage backends: the small queue-level protocol and its SQLite and in-memory forms."""

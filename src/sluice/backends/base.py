@@ -1,0 +1,176 @@
+"""The storage seam: the queue-level operations every backend provides, and what they promise.
+
+The engine (transactions, waiting, recovery policy) talks only to this
+protocol. Each method is one atomic unit of work in the database: it either
+happens completely or not at all, and a driver error surfaces as a
+``StorageError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from sluice.catalog import QueueSpec
+
+__all__ = [
+    "MESSAGE_COLUMNS",
+    "Backend",
+    "CommitPlan",
+    "Envelope",
+    "Row",
+    "SessionInfo",
+]
+
+MESSAGE_COLUMNS = (
+    "id",
+    "state",
+    "priority",
+    "p_session",
+    "p_tx",
+    "p_num",
+    "body",
+    "content_type",
+    "properties",
+    "correlation_id",
+    "reply_to",
+    "enqueued_at",
+    "available_at",
+    "expires_at",
+    "attempts",
+    "error",
+    "origin_queue",
+)
+"""The order of the columns in every message row a backend returns."""
+
+Row = tuple[Any, ...]
+
+
+class Envelope(NamedTuple):
+    """A message on its way into a queue, already encoded (a tuple: it is bound as parameters)."""
+
+    queue: str
+    num: int
+    priority: int
+    body: str | bytes
+    content_type: str
+    properties: str | None
+    correlation_id: str | None
+    reply_to: str | None
+    enqueued_at: float
+    available_at: float
+    expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A registered session: one process's connection to the queues, kept alive by heartbeat."""
+
+    id: int
+    host: str
+    pid: int
+    heartbeat_at: float
+    lease: float
+
+
+@dataclass(slots=True)
+class CommitPlan:
+    """Everything a commit must do, so a backend can do it as one database transaction.
+
+    ``pending`` is the number of pending rows and ``held`` the rows the
+    transaction claimed and still holds: finding fewer means the session was
+    rolled back by recovery, and the commit must fail with ``LeaseLost``
+    without changing anything.
+    """
+
+    session: int
+    tx: int
+    enqueues: Sequence[Envelope] = ()
+    pending: int = 0
+    held: Sequence[int] = ()
+    rejects: dict[int, str] = field(default_factory=dict)
+    durable: bool = True
+
+
+class Backend(Protocol):
+    """Queue storage. Methods are atomic; none is called with a lock of the caller's held."""
+
+    dialect: str
+    shared_across_processes: bool
+    """True when other processes may change the data, so waiters must also poll ``change_token``."""
+
+    def close(self) -> None:
+        """Release the connection(s). Idempotent."""
+
+    # --- sessions and recovery -------------------------------------------------------
+    def open_session(self, host: str, pid: int, lease: float) -> int:
+        """Register a session and return its id; ids are never reused."""
+
+    def heartbeat(self, session: int) -> bool:
+        """Extend the session's lease; False if the session was already rolled back."""
+
+    def close_session(self, session: int) -> None:
+        """Roll back whatever the session still holds, then forget it. Idempotent."""
+
+    def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
+        """Roll back every session ``is_dead`` condemns, and expire overdue messages.
+
+        Runs in one database transaction, so each dead session is rolled back
+        exactly once however many nodes try at the same time. Returns the ids.
+        """
+
+    # --- catalog ---------------------------------------------------------------------
+    def create_queue(self, spec: QueueSpec) -> None:
+        """Add a queue; QueueExists if the name is taken."""
+
+    def alter_queue(self, spec: QueueSpec) -> None:
+        """Replace a queue's settings; QueueNotFound if missing."""
+
+    def drop_queue(self, name: str) -> None:
+        """Remove a queue and all its messages; QueueInUse if another queue names it."""
+
+    def get_queue(self, name: str) -> QueueSpec | None:
+        """A queue's settings, or None."""
+
+    def list_queues(self) -> list[QueueSpec]:
+        """All queues, by name."""
+
+    # --- messages --------------------------------------------------------------------
+    def append(
+        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
+    ) -> None:
+        """Store messages: visible at once (``ready``) or pending for their transaction.
+
+        QueueNotFound (and nothing stored) if any target queue does not exist.
+        """
+
+    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+        """Claim up to ``limit`` available messages, highest priority first, FIFO within one.
+
+        ``own`` includes the transaction's own pending enqueues.
+        """
+
+    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+        """Give back held messages to their original place.
+
+        Each counts an attempt; a message out of attempts goes to its error queue.
+        """
+
+    def commit(self, plan: CommitPlan) -> None:
+        """Publish the transaction's enqueues and settle what it holds, all at once."""
+
+    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+        """Undo the transaction: drop its pending enqueues, release what it holds. Idempotent."""
+
+    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
+        """Messages of a queue in delivery order, without claiming them."""
+
+    def stats(self, queue: str) -> dict[str, int]:
+        """Message counts by state name, with ``delayed`` apart from ``ready``."""
+
+    def next_due(self, queue: str) -> float | None:
+        """When the earliest delayed message of the queue becomes available."""
+
+    def change_token(self) -> int:
+        """A number that changes when another connection commits a change."""

@@ -1,0 +1,411 @@
+"""The SQLite backend: queues in one database file, shared by threads and processes.
+
+One connection per backend behind a lock; every unit of work is one
+``BEGIN IMMEDIATE`` transaction, so processes sharing the file serialise on
+SQLite's write lock (WAL lets readers carry on) and wait up to ``busy_timeout``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from sluice import sql
+from sluice.backends.base import (
+    MESSAGE_COLUMNS,
+    CommitPlan,
+    Envelope,
+    Row,
+    SessionInfo,
+)
+from sluice.catalog import QueueSpec
+from sluice.errors import (
+    ConfigurationError,
+    LeaseLost,
+    NotASluiceDatabase,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+    SchemaTooNew,
+    StorageError,
+)
+
+__all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
+
+APPLICATION_ID = 0x736C6963  # "slic": marks a file as a sluice database
+_HEADER = b"SQLite format 3\x00"
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+
+@dataclass(frozen=True, slots=True)
+class SQLiteSettings:
+    """How the SQLite file is opened.
+
+    ``synchronous`` is SQLite's durability level for persistent queues (FULL:
+    fsync at every commit). ``busy_timeout`` is how long a write waits for
+    another process's lock before failing.
+    """
+
+    synchronous: Synchronous = "FULL"
+    busy_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ConfigurationError(
+                f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {self.synchronous!r}"
+            )
+        if self.busy_timeout < 0:
+            raise ConfigurationError("busy_timeout must not be negative")
+
+
+_STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
+
+
+def _load_queries() -> dict[str, str]:
+    columns = ", ".join(MESSAGE_COLUMNS)
+    return {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
+
+
+class SQLiteBackend:
+    """Queue storage in a SQLite database file (see the module docstring)."""
+
+    dialect = "sqlite"
+    shared_across_processes = True
+
+    def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
+        self.path = path
+        self.settings = settings or SQLiteSettings()
+        self._q = _load_queries()
+        self._lock = threading.RLock()
+        self._conn = self._open()
+        self._closed = False
+
+    # --- opening ---------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.settings.busy_timeout,
+        )
+
+    def _open(self) -> sqlite3.Connection:
+        _check_header(self.path)
+        try:
+            conn = self._connect()
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
+            _migrate(conn, self.path)
+        except sqlite3.DatabaseError as exc:
+            raise NotASluiceDatabase(
+                f"{self.path} cannot be opened as a sluice database ({exc})"
+            ) from exc
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    # --- the unit of work ------------------------------------------------------------
+    @contextmanager
+    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction; driver errors become StorageError."""
+        with self._lock:
+            conn = self._conn
+            relax = not durable and self.settings.synchronous != "OFF"
+            try:
+                if relax:
+                    conn.execute("PRAGMA synchronous=OFF")
+                conn.execute("BEGIN IMMEDIATE")
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _translate(exc, self.path) from exc
+                raise
+            finally:
+                if relax:
+                    conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+
+    # --- sessions and recovery -------------------------------------------------------
+    def open_session(self, host: str, pid: int, lease: float) -> int:
+        with self._write() as conn:
+            cur = conn.execute(
+                self._q["open_session"],
+                {"host": host, "pid": pid, "now": time.time(), "lease": lease},
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+    def heartbeat(self, session: int) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(self._q["heartbeat"], {"session": session, "now": time.time()})
+            return cur.rowcount == 1
+
+    def close_session(self, session: int) -> None:
+        with self._write() as conn:
+            conn.execute(self._q["close_session"], {"session": session})
+            self._roll_back_orphans(conn)
+
+    def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
+        with self._write() as conn:
+            sessions = [SessionInfo(*r) for r in conn.execute(self._q["list_sessions"])]
+            dead = [s.id for s in sessions if is_dead(s)]
+            for session in dead:
+                conn.execute(self._q["close_session"], {"session": session})
+            self._roll_back_orphans(conn)
+            conn.execute(self._q["expire"], {"now": time.time()})
+            return dead
+
+    def _roll_back_orphans(self, conn: sqlite3.Connection) -> None:
+        # Whatever a session no longer registered holds is rolled back here, so a
+        # session recovered while it still worked cannot leave claims behind.
+        for name in (
+            "dead_sessions_pending",
+            "dead_sessions_own_claims",
+            "dead_sessions_dead_letter",
+            "dead_sessions_release",
+        ):
+            conn.execute(self._q[name])
+
+    # --- catalog ---------------------------------------------------------------------
+    def create_queue(self, spec: QueueSpec) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(self._q["insert_queue"], _spec_params(spec) | {"now": time.time()})
+        except StorageError as exc:
+            if isinstance(exc.__cause__, sqlite3.IntegrityError):
+                raise QueueExists(f"queue {spec.name!r} exists already") from exc.__cause__
+            raise
+
+    def alter_queue(self, spec: QueueSpec) -> None:
+        with self._write() as conn:
+            if conn.execute(self._q["update_queue"], _spec_params(spec)).rowcount == 0:
+                raise QueueNotFound(f"queue {spec.name!r} does not exist")
+
+    def drop_queue(self, name: str) -> None:
+        with self._write() as conn:
+            users = [r[0] for r in conn.execute(self._q["queues_referencing"], {"name": name})]
+            if users:
+                raise QueueInUse(
+                    f"queue {name!r} is the error queue of {', '.join(map(repr, users))}; "
+                    "alter those queues first"
+                )
+            conn.execute(self._q["delete_queue_messages"], {"name": name})
+            if conn.execute(self._q["delete_queue"], {"name": name}).rowcount == 0:
+                raise QueueNotFound(f"queue {name!r} does not exist")
+
+    def get_queue(self, name: str) -> QueueSpec | None:
+        with self._read() as conn:
+            row = conn.execute(self._q["get_queue"], {"name": name}).fetchone()
+        return QueueSpec(*row) if row else None
+
+    def list_queues(self) -> list[QueueSpec]:
+        with self._read() as conn:
+            return [QueueSpec(*r) for r in conn.execute(self._q["list_queues"])]
+
+    # --- messages --------------------------------------------------------------------
+    def append(
+        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
+    ) -> None:
+        with self._write(durable=durable) as conn:
+            self._insert(conn, session, tx, envelopes, state=1 if ready else 0)
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        session: int,
+        tx: int,
+        envelopes: Sequence[Envelope],
+        state: int,
+    ) -> None:
+        fixed = (state, session, tx)
+        cur = conn.executemany(self._q["insert_message"], [(*fixed, *e) for e in envelopes])
+        if cur.rowcount != len(envelopes):
+            known = {r[0] for r in conn.execute("SELECT name FROM queues")}
+            missing = sorted({e.queue for e in envelopes} - known)
+            raise QueueNotFound(f"queue {', '.join(map(repr, missing))} does not exist")
+
+    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
+        with self._write() as conn:
+            rows = conn.execute(self._q["claim_with_own" if own else "claim"], params).fetchall()
+        # RETURNING gives no order: restore delivery order (priority, then place).
+        rows.sort(key=lambda r: (-r[2], r[0]))
+        return rows
+
+    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+        params = {"session": session, "tx": tx, "ids": _ids(refs)}
+        with self._write() as conn:
+            conn.execute(self._q["dead_letter"], params)
+            conn.execute(self._q["release"], params)
+
+    def commit(self, plan: CommitPlan) -> None:
+        key = {"session": plan.session, "tx": plan.tx}
+        with self._write(durable=plan.durable) as conn:
+            if plan.held:
+                settled = 0
+                for ref, reason in plan.rejects.items():
+                    params = key | {"id": ref, "reason": reason}
+                    settled += conn.execute(self._q["reject"], params).rowcount
+                params = key | {"ids": _ids(plan.held)}
+                settled += conn.execute(self._q["delete_claimed"], params).rowcount
+                if settled != len(plan.held):
+                    raise _lease_lost(plan)
+            if plan.pending:
+                if conn.execute(self._q["publish_pending"], key).rowcount != plan.pending:
+                    raise _lease_lost(plan)
+                conn.execute(self._q["delete_pending"], key)
+            if plan.enqueues:
+                self._insert(conn, plan.session, plan.tx, plan.enqueues, state=1)
+
+    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+        key = {"session": session, "tx": tx, "ids": _ids(held)}
+        with self._write() as conn:
+            conn.execute(self._q["delete_pending"], key)
+            if held:
+                for name in ("delete_own_claimed", "dead_letter", "release"):
+                    conn.execute(self._q[name], key)
+
+    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
+        params = {
+            "queue": queue,
+            "state": state,
+            "limit": limit,
+            "session": session,
+            "tx": tx,
+            "now": time.time(),
+        }
+        with self._read() as conn:
+            return conn.execute(self._q["browse"], params).fetchall()
+
+    def stats(self, queue: str) -> dict[str, int]:
+        counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
+        with self._write() as conn:
+            conn.execute(self._q["expire"], {"now": time.time()})
+            for state, delayed, n in conn.execute(
+                self._q["stats"], {"queue": queue, "now": time.time()}
+            ):
+                name = "delayed" if state == 1 and delayed else _STATE_NAMES[state]
+                counts[name] += n
+        return counts
+
+    def next_due(self, queue: str) -> float | None:
+        with self._read() as conn:
+            row = conn.execute(self._q["next_due"], {"queue": queue, "now": time.time()}).fetchone()
+        return None if row is None else row[0]
+
+    def change_token(self) -> int:
+        with self._read() as conn:
+            value: int = conn.execute("PRAGMA data_version").fetchone()[0]
+            return value
+
+
+def _ids(refs: Sequence[int]) -> str:
+    # Bound as one JSON array and expanded by json_each: one statement for any count.
+    return "[" + ",".join(map(str, refs)) + "]"
+
+
+def _spec_params(spec: QueueSpec) -> dict[str, object]:
+    return {
+        "name": spec.name,
+        "max_attempts": spec.max_attempts,
+        "error_queue": spec.error_queue,
+        "durability": spec.durability,
+        "max_size": spec.max_size,
+    }
+
+
+def _lease_lost(plan: CommitPlan) -> LeaseLost:
+    return LeaseLost(
+        f"transaction {plan.session}/{plan.tx} was rolled back because its session's lease "
+        "expired (the process stalled or lost the database); nothing of it was committed"
+    )
+
+
+def _translate(exc: sqlite3.Error, path: str) -> StorageError:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StorageError(
+            f"{path} stayed locked by another connection past busy_timeout ({text}); "
+            "retry, or raise busy_timeout"
+        )
+    return StorageError(f"SQLite failed on {path}: {text}")
+
+
+def _check_header(path: str) -> None:
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"{path} cannot be read: {exc}") from exc
+    if head and head != _HEADER:
+        raise NotASluiceDatabase(f"{path} is not a SQLite database, so not a sluice one")
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the file to the current schema, refusing foreign files and newer schemas."""
+    steps = sql.migrations("sqlite")
+    latest = steps[-1][0]
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                raise NotASluiceDatabase(
+                    f"{path} is a SQLite database of another application; "
+                    "sluice will not write into it"
+                )
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            version = 0
+        if version > latest:
+            raise SchemaTooNew(
+                f"{path} has schema version {version}, newer than this sluice knows ({latest}); "
+                "upgrade sluice to open it"
+            )
+        for number, script in steps:
+            if number > version:
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a script into statements (sqlite3.execute runs one at a time)."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            yield buffer.strip()
+            buffer = ""
+    if buffer.strip():
+        yield buffer.strip()

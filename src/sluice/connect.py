@@ -1,0 +1,112 @@
+"""``sluice.connect``: from a URL to a Database on the right backend."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from sluice.backends.base import Backend
+from sluice.backends.memory import MemoryBackend
+from sluice.backends.sqlite import SQLiteBackend, SQLiteSettings, Synchronous
+from sluice.catalog import DEFAULT_MAX_SIZE
+from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, Database
+from sluice.errors import ConfigurationError
+
+__all__ = ["connect"]
+
+_FLOAT_OPTIONS = ("lease", "poll_interval", "busy_timeout")
+
+
+def connect(
+    url: str,
+    *,
+    synchronous: Synchronous | None = None,
+    busy_timeout: float | None = None,
+    lease: float | None = None,
+    poll_interval: float | None = None,
+    max_message_size: int = DEFAULT_MAX_SIZE,
+) -> Database:
+    """Open the queues at ``url``.
+
+    - ``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` or a plain path:
+      a SQLite file (created if missing), shared safely by threads and processes.
+    - ``memory://``: queues in this process's memory, gone on close.
+
+    Options may also be given in the URL's query (``?synchronous=NORMAL``);
+    keyword arguments win. ``synchronous`` (FULL by default) is SQLite's
+    durability level, ``lease`` the seconds after which a silent session is
+    rolled back by others.
+    """
+    scheme, path, query = _split(url)
+    options: dict[str, Any] = {k.lower(): v for k, v in query.items()}
+    for key, value in (
+        ("synchronous", synchronous),
+        ("busy_timeout", busy_timeout),
+        ("lease", lease),
+        ("poll_interval", poll_interval),
+    ):
+        if value is not None:
+            options[key] = value
+    unknown = set(options) - {"synchronous", *_FLOAT_OPTIONS}
+    if unknown:
+        raise ConfigurationError(f"unknown option(s) {', '.join(sorted(unknown))} in {url!r}")
+    for key in _FLOAT_OPTIONS:
+        if key in options:
+            options[key] = _number(key, options[key])
+    backend: Backend
+    if scheme == "memory":
+        backend = MemoryBackend()
+    elif scheme == "sqlite":
+        settings = SQLiteSettings(
+            synchronous=str(options.get("synchronous", "FULL")).upper(),  # type: ignore[arg-type]
+            busy_timeout=options.get("busy_timeout", 30.0),
+        )
+        backend = SQLiteBackend(path, settings)
+    elif scheme in ("postgresql", "postgres"):
+        raise ConfigurationError(
+            "the PostgreSQL backend is not part of this sluice version yet; "
+            "use sqlite:///path.db or memory://"
+        )
+    else:
+        raise ConfigurationError(
+            f"unsupported URL scheme {scheme!r} in {url!r}; use sqlite:///path.db or memory://"
+        )
+    try:
+        return Database(
+            backend,
+            lease=options.get("lease", DEFAULT_LEASE),
+            poll_interval=options.get("poll_interval", DEFAULT_POLL_INTERVAL),
+            max_message_size=max_message_size,
+        )
+    except BaseException:
+        backend.close()
+        raise
+
+
+def _split(url: str) -> tuple[str, str, dict[str, str]]:
+    if not isinstance(url, str) or not url:
+        raise ConfigurationError(f"a database URL is a non-empty str, not {url!r}")
+    if "://" not in url:
+        return "sqlite", url, {}
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if parts.scheme == "sqlite":
+        if parts.netloc:
+            raise ConfigurationError(
+                f"{url!r}: a SQLite URL has three slashes before a relative path "
+                "(sqlite:///queues.db) and four before an absolute one (sqlite:////var/q.db)"
+            )
+        path = unquote(parts.path[1:])
+        if not path:
+            raise ConfigurationError(f"{url!r} names no file; use sqlite:///queues.db")
+        return "sqlite", path, query
+    return parts.scheme, parts.path, query
+
+
+def _number(key: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"option {key} must be a number of seconds, not {value!r}"
+        ) from None

@@ -1,0 +1,1 @@
+"""The queue engine: sessions and leases, transactions, waiting for work."""

@@ -1,0 +1,206 @@
+"""The Database: one session on a backend, its catalog of queues and its transactions."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from dataclasses import replace
+from types import TracebackType
+from typing import Any
+
+from sluice.backends.base import Backend
+from sluice.catalog import DEFAULT_MAX_SIZE, Durability, QueueSpec, check_queue_name
+from sluice.engine import lease as leases
+from sluice.engine.queue import Queue
+from sluice.engine.transaction import Transaction
+from sluice.engine.wakeups import Wakeups
+from sluice.errors import ConfigurationError, QueueNotFound, SluiceError
+
+__all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "Database"]
+
+log = logging.getLogger("sluice")
+
+DEFAULT_LEASE = 30.0
+"""Seconds a session may go without heartbeat before others roll it back."""
+DEFAULT_POLL_INTERVAL = 0.05
+"""Seconds between change checks while waiting for work written by other processes."""
+_SPEC_TTL = 1.0  # queue settings altered by another process are seen within this time
+
+_UNSET: Any = object()
+
+
+class Database:
+    """A connection to sluice queues. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        lease: float = DEFAULT_LEASE,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_message_size: int = DEFAULT_MAX_SIZE,
+    ) -> None:
+        if lease <= 0 or poll_interval <= 0:
+            raise ConfigurationError("lease and poll_interval must be positive numbers of seconds")
+        self.backend = backend
+        self.lease = lease
+        self.max_message_size = max_message_size
+        self._wakeups = Wakeups(backend, poll_interval)
+        self._specs: dict[str, tuple[QueueSpec, float]] = {}
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
+        self._closed = False
+        self.recover()
+        self._keeper = leases.LeaseKeeper(self._tick, lease)
+        self._keeper.start()
+
+    @property
+    def session(self) -> int:
+        """This connection's session id (the S of message ids)."""
+        return self._session
+
+    def _next_transaction(self) -> tuple[int, int]:
+        with self._lock:
+            if self._closed:
+                raise SluiceError("the database connection is closed; call sluice.connect again")
+            return self._session, next(self._numbers)
+
+    # --- transactions ----------------------------------------------------------------
+    def begin(self) -> Transaction:
+        """Start a queue transaction; end it with commit() or abort()."""
+        return Transaction(self)
+
+    def transaction(self) -> Transaction:
+        """A transaction for ``with``: commits on exit, aborts on an exception."""
+        return Transaction(self)
+
+    # --- catalog ---------------------------------------------------------------------
+    def create_queue(
+        self,
+        name: str,
+        *,
+        max_attempts: int | None = None,
+        error_queue: str | None = None,
+        durability: Durability = "persistent",
+        max_size: int | None = None,
+        exist_ok: bool = False,
+    ) -> Queue:
+        """Create a queue (and its error queue, if that does not exist yet)."""
+        spec = QueueSpec(
+            name,
+            max_attempts=max_attempts,
+            error_queue=error_queue,
+            durability=durability,
+            max_size=max_size or self.max_message_size,
+        )
+        if error_queue is not None and self.backend.get_queue(error_queue) is None:
+            self.create_queue(error_queue, durability=durability, exist_ok=True)
+        existing = self.backend.get_queue(name) if exist_ok else None
+        if existing is None:
+            self.backend.create_queue(spec)
+        return Queue(self, name)
+
+    def queue(self, name: str) -> Queue:
+        """A handle on an existing queue; QueueNotFound if there is none."""
+        self._spec(name)
+        return Queue(self, name)
+
+    def queues(self) -> list[QueueSpec]:
+        """The settings of every queue, by name."""
+        return self.backend.list_queues()
+
+    def alter_queue(
+        self,
+        name: str,
+        *,
+        max_attempts: int | None = _UNSET,
+        error_queue: str | None = _UNSET,
+        durability: Durability = _UNSET,
+        max_size: int = _UNSET,
+    ) -> QueueSpec:
+        """Change a queue's settings; arguments left out keep their value."""
+        current = self._spec(name, fresh=True)
+        changes: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("max_attempts", max_attempts),
+                ("error_queue", error_queue),
+                ("durability", durability),
+                ("max_size", max_size),
+            )
+            if value is not _UNSET
+        }
+        spec = replace(current, **changes)
+        if spec.error_queue is not None and self.backend.get_queue(spec.error_queue) is None:
+            self.create_queue(spec.error_queue, durability=spec.durability, exist_ok=True)
+        self.backend.alter_queue(spec)
+        self._specs.pop(name, None)
+        return spec
+
+    def drop_queue(self, name: str) -> None:
+        """Remove a queue and every message in it."""
+        check_queue_name(name)
+        self.backend.drop_queue(name)
+        self._specs.pop(name, None)
+
+    def _spec(self, name: str, *, fresh: bool = False) -> QueueSpec:
+        cached = self._specs.get(name)
+        now = time.monotonic()
+        if cached is not None and not fresh and cached[1] > now:
+            return cached[0]
+        spec = self.backend.get_queue(check_queue_name(name))
+        if spec is None:
+            self._specs.pop(name, None)
+            raise QueueNotFound(
+                f"queue {name!r} does not exist; create it with db.create_queue({name!r})"
+            )
+        self._specs[name] = (spec, now + _SPEC_TTL)
+        return spec
+
+    # --- sessions --------------------------------------------------------------------
+    def recover(self) -> list[int]:
+        """Roll back sessions whose owners died; returns their ids. Runs by itself too."""
+        dead = self.backend.recover(lambda s: leases.is_dead(s, me=self._session))
+        if dead:
+            log.info("sluice rolled back dead sessions %s", dead)
+            self._wakeups.notify()
+        return dead
+
+    def _tick(self) -> None:
+        if not self.backend.heartbeat(self._session):
+            # We were taken for dead (stalled past the lease): our open
+            # transactions were rolled back and will fail at commit. Carry on
+            # under a new session for new work.
+            with self._lock:
+                self._session = self.backend.open_session(
+                    leases.host_key(), os.getpid(), self.lease
+                )
+            log.warning("sluice session lease was lost; continuing as session %s", self._session)
+        self.recover()
+
+    def close(self) -> None:
+        """End the session: whatever it still holds is rolled back. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._keeper.stop()
+        try:
+            self.backend.close_session(self._session)
+        finally:
+            self.backend.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,83 @@
+"""Leases: a session stays alive by heartbeat; whoever notices a dead one rolls it back.
+
+A session is dead when its heartbeat is older than its lease, or, on this very
+host, when its process no longer exists (so a kill -9 is recovered at once,
+without waiting for the lease to run out).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+
+from sluice.backends.base import SessionInfo
+
+__all__ = ["LeaseKeeper", "host_key", "is_dead"]
+
+log = logging.getLogger("sluice.lease")
+
+
+@cache
+def host_key() -> str:
+    """Names this host and pid namespace, so pids are only compared where they mean the same."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = "-"
+    try:
+        pidns = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        pidns = "-"
+    return f"{socket.gethostname()}|{boot}|{pidns}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_dead(session: SessionInfo, *, me: int, now: float | None = None) -> bool:
+    """Whether a session other than ``me`` can be rolled back."""
+    if session.id == me:
+        return False
+    if session.heartbeat_at + session.lease < (now if now is not None else time.time()):
+        return True
+    return session.host == host_key() and not _pid_alive(session.pid)
+
+
+class LeaseKeeper:
+    """A daemon thread that heartbeats every third of the lease and runs recovery."""
+
+    def __init__(self, tick: Callable[[], None], lease: float) -> None:
+        self._tick = tick
+        self._interval = lease / 3
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-lease", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._tick()
+            except Exception:
+                # A busy or briefly unavailable database must not kill the heartbeat;
+                # the next tick retries, well within the lease.
+                log.exception("sluice heartbeat failed; retrying in %.1fs", self._interval)

@@ -1,0 +1,85 @@
+"""A handle on one queue: autocommit put and get, browse and stats."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.catalog import QueueSpec
+from sluice.engine.transaction import BrowseState, Transaction, browse
+from sluice.message import Body, Message
+
+if TYPE_CHECKING:
+    from sluice.engine.database import Database
+
+__all__ = ["Queue"]
+
+
+class Queue:
+    """Operations on one queue, each its own transaction."""
+
+    def __init__(self, db: Database, name: str) -> None:
+        self._db = db
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name}>"
+
+    @property
+    def spec(self) -> QueueSpec:
+        """The queue's current settings."""
+        return self._db._spec(self.name, fresh=True)
+
+    def put(
+        self,
+        body: Body,
+        *,
+        priority: int | None = None,
+        properties: dict[str, Any] | None = None,
+        delay: float = 0.0,
+        ttl: float | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> str:
+        """Enqueue one message and commit; returns its id once it is durable."""
+        tx = Transaction(self._db, implicit=True)
+        message_id = tx.enqueue(
+            self.name,
+            body,
+            priority=priority,
+            properties=properties,
+            delay=delay,
+            ttl=ttl,
+            content_type=content_type,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
+        )
+        tx.commit()
+        return message_id
+
+    def get(self, *, wait: float = 0.0) -> Message | None:
+        """Take the next message, or None if none arrives within ``wait`` seconds.
+
+        Settle it with ``ack()``, ``release()`` or ``reject(reason)``; until then
+        nobody else sees it, and if this process dies it returns to its place.
+        """
+        tx = Transaction(self._db, implicit=True)
+        messages = tx.dequeue(self.name, limit=1, wait=wait)
+        if not messages:
+            tx.commit()
+            return None
+        return messages[0]
+
+    def browse(self, limit: int = 100, *, state: BrowseState = "ready") -> list[Message]:
+        """Messages in delivery order without taking them (``state`` picks which)."""
+        self._db._spec(self.name)
+        return browse(self._db, self.name, limit=limit, state=state, tx=None)
+
+    def stats(self) -> dict[str, int]:
+        """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed."""
+        self._db._spec(self.name)
+        return self._db.backend.stats(self.name)
+
+    def __len__(self) -> int:
+        """Messages ready now."""
+        return self.stats()["ready"]

@@ -1,0 +1,331 @@
+"""Queue transactions: any number of enqueues and dequeues on any queues, all or nothing.
+
+Enqueues are kept in the transaction until commit (nobody else can see them
+anyway) and written with the commit in one database transaction. They reach
+the database earlier only when the transaction itself reads a queue it wrote
+to, because its own enqueues are visible to it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from enum import Enum
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from sluice.backends.base import CommitPlan, Envelope, Row
+from sluice.errors import (
+    ConfigurationError,
+    LeaseLost,
+    MessageError,
+    MessageStateError,
+    TransactionClosed,
+)
+from sluice.message import Body, Message, MessageState, decode_body, encode_body, timestamp
+
+if TYPE_CHECKING:
+    from sluice.engine.database import Database
+
+__all__ = ["BrowseState", "Transaction", "TxState"]
+
+BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed"]
+_BROWSE_STATES = ("ready", "delayed", "claimed", "expired", "failed")
+
+
+class TxState(Enum):
+    ACTIVE = "active"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Transaction:
+    """A queue transaction; use as a context manager (commit on exit, abort on exception).
+
+    A transaction is meant for one thread at a time. Its id is ``S/T``: the
+    session and the transaction's number within it.
+    """
+
+    def __init__(self, db: Database, *, implicit: bool = False) -> None:
+        self._db = db
+        self.session, self.number = db._next_transaction()
+        self.implicit = implicit
+        """True for the one-message transaction behind ``Queue.get``/``put``."""
+        self.state = TxState.ACTIVE
+        self._count = 0
+        self._buffer: list[Envelope] = []
+        self._buffered_queues: set[str] = set()
+        self._pending = 0
+        self._pending_queues: set[str] = set()
+        self._held: dict[int, Message] = {}
+        self._rejects: dict[int, str] = {}
+        self._touched = False
+        self._durable = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.session}/{self.number}"
+
+    @property
+    def closed(self) -> bool:
+        return self.state is not TxState.ACTIVE
+
+    def __repr__(self) -> str:
+        return f"<Transaction {self.id} {self.state.value}>"
+
+    # --- enqueue ---------------------------------------------------------------------
+    def enqueue(
+        self,
+        queue: str,
+        body: Body,
+        *,
+        priority: int | None = None,
+        properties: dict[str, Any] | None = None,
+        delay: float = 0.0,
+        ttl: float | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> str:
+        """Add a message to ``queue`` when this transaction commits; returns its id."""
+        self._check_active()
+        spec = self._db._spec(queue)
+        stored, content_type = encode_body(body, content_type, spec.max_size)
+        now = time.time()
+        self._count += 1
+        self._buffer.append(
+            Envelope(
+                queue,
+                self._count,
+                _priority(priority),
+                stored,
+                content_type,
+                _properties(properties),
+                _optional_text("correlation_id", correlation_id),
+                _optional_text("reply_to", reply_to),
+                now,
+                now + _seconds("delay", delay, allow_zero=True),
+                None if ttl is None else now + _seconds("ttl", ttl, allow_zero=False),
+            )
+        )
+        self._buffered_queues.add(queue)
+        self._durable = self._durable or spec.durability == "persistent"
+        return f"{self.session}/{self.number}/{self._count}"
+
+    def _flush(self) -> None:
+        """Write buffered enqueues as pending, so this transaction's reads see them."""
+        if self._buffer:
+            self._db.backend.append(
+                self.session, self.number, self._buffer, ready=False, durable=False
+            )
+            self._touched = True
+            self._pending += len(self._buffer)
+            self._pending_queues |= self._buffered_queues
+            self._buffer = []
+            self._buffered_queues = set()
+
+    # --- dequeue ---------------------------------------------------------------------
+    def dequeue(self, queue: str, *, limit: int = 1, wait: float = 0.0) -> list[Message]:
+        """Take up to ``limit`` messages, waiting up to ``wait`` seconds for the first.
+
+        They are done when this transaction commits and return to their
+        original place if it aborts.
+        """
+        self._check_active()
+        spec = self._db._spec(queue)
+        if not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
+        wait = _seconds("wait", wait, allow_zero=True)
+        if queue in self._buffered_queues:
+            self._flush()
+        own = queue in self._pending_queues
+        backend, wakeups = self._db.backend, self._db._wakeups
+        deadline = time.monotonic() + wait
+        while True:
+            token = wakeups.token() if wait else (0, 0)
+            rows = backend.claim(self.session, self.number, queue, limit, own=own)
+            remaining = deadline - time.monotonic()
+            if rows or remaining <= 0:
+                break
+            due = backend.next_due(queue)
+            if due is not None:
+                remaining = min(remaining, max(due - time.time(), 0.0))
+            wakeups.wait(token, remaining)
+        if rows:
+            self._touched = True
+            self._durable = self._durable or spec.durability == "persistent"
+        messages = [self._message(queue, row) for row in rows]
+        for m in messages:
+            self._held[m.ref] = m
+            if m.producer == (self.session, self.number):
+                self._pending -= 1
+        return messages
+
+    def _message(self, queue: str, row: Row) -> Message:
+        return to_message(queue, row, self)
+
+    def release(self, message: Message) -> None:
+        """Give a taken message back now, to its original place (counts an attempt)."""
+        self._check_held(message)
+        self._db.backend.release(self.session, self.number, [message.ref])
+        del self._held[message.ref]
+        self._rejects.pop(message.ref, None)
+        if message.producer == (self.session, self.number):
+            self._pending += 1
+        self._db._wakeups.notify()
+
+    def reject(self, message: Message, reason: str) -> None:
+        """Send a taken message to its queue's error queue with ``reason`` when this commits."""
+        self._check_held(message)
+        if not isinstance(reason, str) or not reason:
+            raise MessageError("reject needs a reason: a non-empty str")
+        self._rejects[message.ref] = reason
+
+    def browse(
+        self, queue: str, *, limit: int = 100, state: BrowseState = "ready"
+    ) -> list[Message]:
+        """Look at a queue as this transaction sees it, without taking anything."""
+        self._check_active()
+        self._db._spec(queue)
+        if queue in self._buffered_queues:
+            self._flush()
+        return browse(self._db, queue, limit=limit, state=state, tx=self)
+
+    # --- ending ----------------------------------------------------------------------
+    def commit(self) -> None:
+        """Make every enqueue and dequeue of this transaction happen, at once and durably."""
+        self._check_active()
+        if self._buffer or self._touched:
+            plan = CommitPlan(
+                session=self.session,
+                tx=self.number,
+                enqueues=self._buffer,
+                pending=self._pending,
+                held=list(self._held),
+                rejects=self._rejects,
+                durable=self._durable,
+            )
+            try:
+                self._db.backend.commit(plan)
+            except LeaseLost:
+                self.state = TxState.ABORTED
+                raise
+        self.state = TxState.COMMITTED
+        if self._buffer or self._pending or self._rejects:
+            self._db._wakeups.notify()
+
+    def abort(self) -> None:
+        """Undo everything: enqueues vanish, taken messages return to their places."""
+        if self.state is TxState.ABORTED:
+            return
+        self._check_active()
+        if self._touched:
+            self._db.backend.abort(self.session, self.number, list(self._held))
+        self.state = TxState.ABORTED
+        if self._held:
+            self._db._wakeups.notify()
+
+    def __enter__(self) -> Transaction:
+        self._check_active()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.commit()
+        elif self.state is TxState.ACTIVE:
+            self.abort()
+
+    # --- checks ----------------------------------------------------------------------
+    def _check_active(self) -> None:
+        if self.state is not TxState.ACTIVE:
+            raise TransactionClosed(
+                f"transaction {self.id} is {self.state.value}; begin a new one with db.begin()"
+            )
+
+    def _check_held(self, message: Message) -> None:
+        self._check_active()
+        if message.holder is not self or message.ref not in self._held:
+            raise MessageStateError(
+                f"message {message.id} is not held by transaction {self.id}; "
+                "only messages this transaction dequeued and still holds can be settled by it"
+            )
+
+
+def to_message(queue: str, row: Row, holder: Transaction | None) -> Message:
+    """A Message from a backend row (columns in MESSAGE_COLUMNS order)."""
+    (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
+     correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
+     error, origin_queue) = row  # fmt: skip
+    return Message(
+        id=f"{p_session}/{p_tx}/{p_num}",
+        queue=queue,
+        body=decode_body(body, content_type),
+        content_type=content_type,
+        priority=priority,
+        properties=json.loads(properties) if properties else {},
+        correlation_id=correlation_id,
+        reply_to=reply_to,
+        enqueued_at=timestamp(enqueued_at),  # type: ignore[arg-type]
+        available_at=timestamp(available_at),  # type: ignore[arg-type]
+        expires_at=timestamp(expires_at),
+        attempts=attempts,
+        state=MessageState(state),
+        error=error,
+        origin_queue=origin_queue,
+        ref=ref,
+        holder=holder,
+    )
+
+
+def browse(
+    db: Database, queue: str, *, limit: int, state: str, tx: Transaction | None
+) -> list[Message]:
+    """Messages of a queue in delivery order, as ``tx`` (or anyone) sees them."""
+    if state not in _BROWSE_STATES:
+        raise ConfigurationError(f"state must be one of {', '.join(_BROWSE_STATES)}, not {state!r}")
+    if not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
+    session, number = (tx.session, tx.number) if tx else (0, 0)
+    rows = db.backend.browse(queue, state, limit, session, number)
+    return [to_message(queue, row, None) for row in rows]
+
+
+def _priority(priority: int | None) -> int:
+    if priority is None:
+        return 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise MessageError(f"priority must be an integer, not {priority!r}")
+    if not -(2**63) <= priority < 2**63:
+        raise MessageError(f"priority {priority} is out of the 64-bit range")
+    return priority
+
+
+def _properties(properties: dict[str, Any] | None) -> str | None:
+    if not properties:
+        return None
+    if not isinstance(properties, dict) or not all(isinstance(k, str) for k in properties):
+        raise MessageError("properties must be a dict with str keys")
+    try:
+        return json.dumps(properties, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise MessageError(f"properties must hold JSON values only ({exc})") from exc
+
+
+def _optional_text(name: str, value: str | None) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise MessageError(f"{name} must be a str or None, not {type(value).__name__}")
+    return value
+
+
+def _seconds(name: str, value: float, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be a finite number of seconds, not {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigurationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, not {value}")
+    return float(value)

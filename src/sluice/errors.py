@@ -1,0 +1,119 @@
+"""The exceptions sluice raises: one root, a small tree, and a message that says what to do.
+
+Each exception's docstring is its default message. Driver errors (``sqlite3.Error``,
+later ``psycopg.Error``) are translated once, at the backend boundary, with
+``raise ... from exc`` so the cause stays visible.
+
+::
+
+    SluiceError
+    ├── ConfigurationError          bad URL, option or setting
+    ├── StorageError                the database failed or cannot be used
+    │   ├── NotASluiceDatabase      the file exists but is not a sluice database
+    │   └── SchemaTooNew            the database was written by a newer sluice
+    ├── QueueError
+    │   ├── QueueNotFound
+    │   ├── QueueExists
+    │   └── QueueInUse              dropping a queue that others still reference
+    ├── MessageError
+    │   ├── InvalidBody             a body that cannot be stored
+    │   ├── PayloadTooLarge
+    │   └── MessageStateError       ack twice, release a message not held, ...
+    └── TransactionError
+        ├── TransactionClosed       using a committed or aborted transaction
+        ├── LeaseLost               the owner was taken for dead and rolled back
+        └── UnfinishedTransaction   the transaction cannot end as asked
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "InvalidBody",
+    "LeaseLost",
+    "MessageError",
+    "MessageStateError",
+    "NotASluiceDatabase",
+    "PayloadTooLarge",
+    "QueueError",
+    "QueueExists",
+    "QueueInUse",
+    "QueueNotFound",
+    "SchemaTooNew",
+    "SluiceError",
+    "StorageError",
+    "TransactionClosed",
+    "TransactionError",
+    "UnfinishedTransaction",
+]
+
+
+class SluiceError(Exception):
+    """A sluice operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(SluiceError):
+    """A URL, option or setting is not valid; check the value against the documentation."""
+
+
+class StorageError(SluiceError):
+    """The database could not carry out the operation; nothing was changed."""
+
+
+class NotASluiceDatabase(StorageError):
+    """The file is not a sluice database; point sluice at a new file or an existing sluice one."""
+
+
+class SchemaTooNew(StorageError):
+    """The database was written by a newer sluice; upgrade sluice before opening it."""
+
+
+class QueueError(SluiceError):
+    """A queue operation failed."""
+
+
+class QueueNotFound(QueueError):
+    """The queue does not exist; create it with db.create_queue(name) first."""
+
+
+class QueueExists(QueueError):
+    """A queue of that name exists already; use db.queue(name) or pick another name."""
+
+
+class QueueInUse(QueueError):
+    """The queue is still referenced; remove the reference before dropping it."""
+
+
+class MessageError(SluiceError):
+    """A message could not be enqueued or settled."""
+
+
+class InvalidBody(MessageError):
+    """The body cannot be stored; pass a JSON value, str or bytes."""
+
+
+class PayloadTooLarge(MessageError):
+    """The body is larger than the queue allows; send a reference to the data instead."""
+
+
+class MessageStateError(MessageError):
+    """The message is not in a state that allows this; it may be settled already."""
+
+
+class TransactionError(SluiceError):
+    """A queue transaction could not be carried out."""
+
+
+class TransactionClosed(TransactionError):
+    """The transaction has ended; begin a new one with db.begin() or db.transaction()."""
+
+
+class LeaseLost(TransactionError):
+    """The transaction's session lost its lease and was rolled back; redo the work in a new one."""
+
+
+class UnfinishedTransaction(TransactionError):
+    """The transaction cannot end in the way asked; see the message for what remains to do."""

@@ -1,0 +1,177 @@
+"""Messages as consumers see them, and how bodies are encoded for storage."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from sluice.errors import InvalidBody, MessageStateError, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from sluice.engine.transaction import Transaction
+
+__all__ = [
+    "JSON",
+    "OCTETS",
+    "TEXT",
+    "Body",
+    "Message",
+    "MessageState",
+    "decode_body",
+    "encode_body",
+]
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+OCTETS = "application/octet-stream"
+
+Body: TypeAlias = Any
+"""A JSON value (dict, list, str, int, float, bool, None), a str of text, or bytes."""
+
+
+class MessageState(IntEnum):
+    """Where a message is in its life; stored as the integer."""
+
+    PENDING = 0
+    """Enqueued by a transaction that has not committed: seen only by that transaction."""
+    READY = 1
+    """Committed and waiting (possibly delayed until ``available_at``)."""
+    CLAIMED = 2
+    """Dequeued by a transaction that has not ended."""
+    EXPIRED = 3
+    """Past its time to live before anyone took it; kept for inspection."""
+    FAILED = 4
+    """Rejected or out of attempts with no error queue to go to; kept for inspection."""
+
+
+def _is_json(content_type: str) -> bool:
+    base = content_type.split(";", 1)[0].strip().lower()
+    return base == "application/json" or base.endswith("+json")
+
+
+def encode_body(body: Body, content_type: str | None, max_size: int) -> tuple[str | bytes, str]:
+    """Encode a body for storage and pick its content type.
+
+    bytes are stored as given, str as UTF-8 text, anything else as compact JSON.
+    Raises InvalidBody or PayloadTooLarge; nothing has been stored then.
+    """
+    stored: str | bytes
+    if isinstance(body, bytes | bytearray | memoryview):
+        stored = bytes(body)
+        content_type = content_type or OCTETS
+        size = len(stored)
+    elif isinstance(body, str) and not (content_type and _is_json(content_type)):
+        stored = body
+        content_type = content_type or TEXT
+        size = _utf8_size(body, max_size)
+    else:
+        try:
+            stored = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise InvalidBody(
+                f"the body is not a JSON value ({exc}); pass JSON-compatible data, str or bytes"
+            ) from exc
+        content_type = content_type or JSON
+        size = _utf8_size(stored, max_size)
+    if size > max_size:
+        raise PayloadTooLarge(
+            f"the body is {size} bytes, over this queue's limit of {max_size} bytes; "
+            "send a reference to the data, or raise the queue's max_size"
+        )
+    return stored, content_type
+
+
+def _utf8_size(text: str, max_size: int) -> int:
+    # A character takes 1 to 4 bytes: only measure exactly when the bound is unclear.
+    if len(text) * 4 <= max_size:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidBody(f"the text is not valid Unicode ({exc.reason})") from exc
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidBody(f"the text is not valid Unicode ({exc.reason})") from exc
+
+
+def decode_body(stored: str | bytes | None, content_type: str) -> Body:
+    """The inverse of encode_body."""
+    if _is_json(content_type):
+        return json.loads(stored) if stored is not None else None
+    return stored
+
+
+def timestamp(seconds: float | None) -> datetime | None:
+    """A stored epoch time as an aware UTC datetime."""
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message as read from a queue.
+
+    ``id`` is ``S/T/M``: the producer session, its transaction and the message's
+    number within it. A message obtained by ``Queue.get`` is settled with
+    ``ack``, ``release`` or ``reject``; one obtained in an explicit transaction is
+    settled by that transaction's commit or abort.
+    """
+
+    id: str
+    queue: str
+    body: Body
+    content_type: str
+    priority: int
+    properties: dict[str, Any]
+    correlation_id: str | None
+    reply_to: str | None
+    enqueued_at: datetime
+    available_at: datetime
+    expires_at: datetime | None
+    attempts: int
+    state: MessageState
+    error: str | None = None
+    origin_queue: str | None = None
+    ref: int = field(default=0, repr=False, compare=False)
+    """The storage row; internal, valid while the message is held."""
+    holder: Transaction | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def producer(self) -> tuple[int, int]:
+        """The (session, transaction) that enqueued this message."""
+        session, tx, _ = self.id.split("/")
+        return int(session), int(tx)
+
+    def ack(self) -> None:
+        """Acknowledge a message taken with ``Queue.get``: it is done and removed."""
+        self._own_transaction().commit()
+
+    def release(self) -> None:
+        """Give a message taken with ``Queue.get`` back to its original place."""
+        tx = self._own_transaction()
+        tx.release(self)
+        tx.commit()
+
+    def reject(self, reason: str) -> None:
+        """Send a message taken with ``Queue.get`` to the error queue with a reason."""
+        tx = self._own_transaction()
+        tx.reject(self, reason)
+        tx.commit()
+
+    def _own_transaction(self) -> Transaction:
+        tx = self.holder
+        if tx is None:
+            raise MessageStateError(
+                f"message {self.id} was browsed, not taken; only a taken message can be settled"
+            )
+        if not tx.implicit:
+            raise MessageStateError(
+                f"message {self.id} belongs to transaction {tx.id}; "
+                "it is settled by that transaction's commit or abort"
+            )
+        if tx.closed:
+            raise MessageStateError(f"message {self.id} has already been settled")
+        return tx

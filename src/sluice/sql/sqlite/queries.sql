@@ -1,0 +1,178 @@
+-- Named queries of the SQLite backend. A section starts with "-- name: <query>".
+-- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed.
+-- Columns read back for a message are always those of `message_columns` in sluice.backends.sqlite.
+
+-- name: open_session
+INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease)
+VALUES (:host, :pid, :now, :now, :lease);
+
+-- name: heartbeat
+UPDATE sessions SET heartbeat_at = :now WHERE id = :session;
+
+-- name: close_session
+DELETE FROM sessions WHERE id = :session;
+
+-- name: list_sessions
+SELECT id, host, pid, heartbeat_at, lease FROM sessions;
+
+-- name: insert_queue
+INSERT INTO queues (name, max_attempts, error_queue, durability, max_size, created_at)
+VALUES (:name, :max_attempts, :error_queue, :durability, :max_size, :now);
+
+-- name: update_queue
+UPDATE queues
+SET max_attempts = :max_attempts, error_queue = :error_queue,
+    durability = :durability, max_size = :max_size
+WHERE name = :name;
+
+-- name: get_queue
+SELECT name, max_attempts, error_queue, durability, max_size FROM queues WHERE name = :name;
+
+-- name: list_queues
+SELECT name, max_attempts, error_queue, durability, max_size FROM queues ORDER BY name;
+
+-- name: queues_referencing
+SELECT name FROM queues WHERE error_queue = :name AND name <> :name ORDER BY name;
+
+-- name: delete_queue_messages
+DELETE FROM messages WHERE queue_id = (SELECT id FROM queues WHERE name = :name);
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = :name;
+
+-- name: insert_message
+-- Positional: ?1 state, ?2 session, ?3 tx, then the fields of an Envelope in order.
+INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
+                      properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+SELECT id, ?1, ?6, ?2, ?3, ?5, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+FROM queues WHERE name = ?4;
+
+-- name: publish_pending
+-- Re-inserting (rather than flipping the state in place) gives the messages ids
+-- in commit order, so a reader that follows ids never skips a late commit.
+INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
+                      properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+SELECT queue_id, 1, priority, p_session, p_tx, p_num, body, content_type,
+       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at
+FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx ORDER BY id;
+
+-- name: delete_pending
+DELETE FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx;
+
+-- name: claim
+UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
+WHERE id IN (
+    SELECT id FROM messages
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+      AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now)
+    ORDER BY priority DESC, id
+    LIMIT :limit)
+RETURNING {message_columns};
+
+-- name: claim_with_own
+-- A transaction sees its own uncommitted enqueues; they keep state 0 until commit.
+UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
+WHERE id IN (
+    SELECT id FROM messages
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+      AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
+      AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now)
+    ORDER BY priority DESC, id
+    LIMIT :limit)
+RETURNING {message_columns};
+
+-- name: delete_claimed
+DELETE FROM messages
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 2 AND c_session = :session AND c_tx = :tx;
+
+-- name: reject
+-- Rejected messages leave for the error queue, or stay as failed where the queue has none.
+UPDATE messages
+SET queue_id = coalesce(eq.id, messages.queue_id),
+    state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
+    c_session = NULL, c_tx = NULL, error = :reason, origin_queue = q.name
+FROM queues AS q LEFT JOIN queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
+WHERE messages.id = :id AND messages.state = 2
+  AND messages.c_session = :session AND messages.c_tx = :tx AND q.id = messages.queue_id;
+
+-- name: dead_letter
+-- Messages given back for the last allowed time leave for the error queue.
+UPDATE messages
+SET queue_id = coalesce(eq.id, messages.queue_id),
+    state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
+    attempts = messages.attempts + 1,
+    c_session = NULL, c_tx = NULL, origin_queue = q.name,
+    error = 'reached max_attempts (' || q.max_attempts || ')'
+FROM queues AS q LEFT JOIN queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
+WHERE messages.id IN (SELECT value FROM json_each(:ids)) AND messages.state = 2
+  AND messages.c_session = :session AND messages.c_tx = :tx
+  AND NOT (messages.p_session = :session AND messages.p_tx = :tx)
+  AND q.id = messages.queue_id
+  AND q.max_attempts IS NOT NULL AND messages.attempts + 1 >= q.max_attempts;
+
+-- name: release
+-- Back to the original place (the id is kept); a transaction's own enqueue goes back to pending.
+UPDATE messages
+SET state = CASE WHEN p_session = :session AND p_tx = :tx THEN 0 ELSE 1 END,
+    attempts = attempts + CASE WHEN p_session = :session AND p_tx = :tx THEN 0 ELSE 1 END,
+    c_session = NULL, c_tx = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 2 AND c_session = :session AND c_tx = :tx;
+
+-- name: delete_own_claimed
+-- On abort, the transaction's own enqueues that it also claimed vanish with it.
+DELETE FROM messages
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 2 AND c_session = :session AND c_tx = :tx
+  AND p_session = :session AND p_tx = :tx;
+
+-- name: dead_sessions_pending
+DELETE FROM messages
+WHERE state = 0 AND p_session NOT IN (SELECT id FROM sessions);
+
+-- name: dead_sessions_own_claims
+DELETE FROM messages
+WHERE queue_id IN (SELECT id FROM queues) AND state = 2 AND c_session = p_session AND c_tx = p_tx
+  AND c_session NOT IN (SELECT id FROM sessions);
+
+-- name: dead_sessions_dead_letter
+UPDATE messages
+SET queue_id = coalesce(eq.id, messages.queue_id),
+    state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
+    attempts = messages.attempts + 1,
+    c_session = NULL, c_tx = NULL, origin_queue = q.name,
+    error = 'reached max_attempts (' || q.max_attempts || ')'
+FROM queues AS q LEFT JOIN queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
+WHERE messages.queue_id IN (SELECT id FROM queues) AND state = 2 AND messages.c_session NOT IN (SELECT id FROM sessions)
+  AND q.id = messages.queue_id
+  AND q.max_attempts IS NOT NULL AND messages.attempts + 1 >= q.max_attempts;
+
+-- name: dead_sessions_release
+-- Claimed rows are found through the queue index (queue_id, state), hence the IN.
+UPDATE messages SET state = 1, attempts = attempts + 1, c_session = NULL, c_tx = NULL
+WHERE queue_id IN (SELECT id FROM queues) AND state = 2 AND c_session NOT IN (SELECT id FROM sessions);
+
+-- name: expire
+UPDATE messages SET state = 3
+WHERE state = 1 AND expires_at IS NOT NULL AND expires_at <= :now;
+
+-- name: browse
+SELECT {message_columns} FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND (
+        (:state = 'ready' AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
+            AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now))
+     OR (:state = 'delayed' AND state = 1 AND available_at > :now)
+     OR (:state = 'claimed' AND state = 2)
+     OR (:state = 'expired' AND state = 3)
+     OR (:state = 'failed' AND state = 4))
+ORDER BY priority DESC, id
+LIMIT :limit;
+
+-- name: stats
+SELECT state, available_at > :now AS delayed, count(*) FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+GROUP BY 1, 2;
+
+-- name: next_due
+SELECT min(available_at) FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND state = 1 AND available_at > :now;
