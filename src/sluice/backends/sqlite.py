@@ -99,6 +99,8 @@ class SQLiteBackend:
         _check_header(self.path)
         try:
             conn = self._connect()
+            # Check before anything writes: a foreign file must be left byte for byte as it was.
+            _check_owner(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
             _migrate(conn, self.path)
@@ -365,27 +367,34 @@ def _check_header(path: str) -> None:
         raise NotASluiceDatabase(f"{path} is not a SQLite database, so not a sluice one")
 
 
+def _check_owner(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse another application's database and a schema newer than this code."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id != APPLICATION_ID:
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise NotASluiceDatabase(
+                f"{path} is a SQLite database of another application; sluice will not write into it"
+            )
+        return
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    latest = sql.migrations("sqlite")[-1][0]
+    if version > latest:
+        raise SchemaTooNew(
+            f"{path} has schema version {version}, newer than this sluice knows ({latest}); "
+            "upgrade sluice to open it"
+        )
+
+
 def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Bring the file to the current schema, refusing foreign files and newer schemas."""
-    steps = sql.migrations("sqlite")
-    latest = steps[-1][0]
+    """Bring the file to the current schema; concurrent openers serialise on the write lock."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if app_id != APPLICATION_ID:
-            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                raise NotASluiceDatabase(
-                    f"{path} is a SQLite database of another application; "
-                    "sluice will not write into it"
-                )
+        # Checked again under the lock: another process may have migrated meanwhile.
+        _check_owner(conn, path)
+        if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            version = 0
-        if version > latest:
-            raise SchemaTooNew(
-                f"{path} has schema version {version}, newer than this sluice knows ({latest}); "
-                "upgrade sluice to open it"
-            )
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        steps = sql.migrations("sqlite")
         for number, script in steps:
             if number > version:
                 for statement in _statements(script):

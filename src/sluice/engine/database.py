@@ -95,7 +95,7 @@ class Database:
             max_attempts=max_attempts,
             error_queue=error_queue,
             durability=durability,
-            max_size=max_size or self.max_message_size,
+            max_size=self.max_message_size if max_size is None else max_size,
         )
         if error_queue is not None and self.backend.get_queue(error_queue) is None:
             self.create_queue(error_queue, durability=durability, exist_ok=True)

@@ -1,0 +1,125 @@
+"""The SQLite file: opening foreign or newer files, persistence, sharing between connections."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import sluice
+from sluice.backends.sqlite import APPLICATION_ID
+
+
+def test_text_file_is_not_a_sluice_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("just some text, definitely not SQLite\n" * 10)
+    before = path.read_bytes()
+    with pytest.raises(sluice.NotASluiceDatabase, match="not a SQLite database"):
+        sluice.connect(f"sqlite:///{path}")
+    assert path.read_bytes() == before
+
+
+def test_other_applications_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO customers (name) VALUES ('Smith')")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(sluice.NotASluiceDatabase, match="another application"):
+        sluice.connect(f"sqlite:///{path}")
+    assert path.read_bytes() == before
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    sluice.connect(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 999")
+    conn.close()
+    with pytest.raises(sluice.SchemaTooNew, match="schema version 999"):
+        sluice.connect(f"sqlite:///{path}")
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 999
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    conn.close()
+
+
+def test_empty_sqlite_file_becomes_a_sluice_database(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with sluice.connect(str(path)) as db:
+        db.create_queue("a").put(1)
+
+
+def test_messages_and_queues_survive_reopening(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with sluice.connect(url) as db:
+        q = db.create_queue("a", max_attempts=4)
+        q.put({"n": 1}, priority=2)
+        q.put({"n": 2})
+    with sluice.connect(url) as db:
+        assert db.queue("a").spec.max_attempts == 4
+        assert [m.body for m in db.queue("a").browse()] == [{"n": 1}, {"n": 2}]
+
+
+def test_closing_rolls_back_what_the_session_holds(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with sluice.connect(url) as db:
+        db.create_queue("a").put("x")
+        tx = db.begin()
+        tx.dequeue("a")
+        tx.enqueue("a", "uncommitted")
+        tx.browse("a")
+    with sluice.connect(url) as db:
+        (m,) = db.queue("a").browse()
+        assert (m.body, m.attempts) == ("x", 1)
+        assert db.queue("a").stats()["pending"] == 0
+
+
+def test_two_connections_share_a_file_and_wake_each_other(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}?poll_interval=0.01"
+    with sluice.connect(url) as producer, sluice.connect(url) as consumer:
+        producer.create_queue("a")
+        got: list[object] = []
+        ready = threading.Event()
+
+        def consume() -> None:
+            ready.set()
+            m = consumer.queue("a").get(wait=10)
+            assert m is not None
+            got.append(m.body)
+            m.ack()
+
+        t = threading.Thread(target=consume)
+        t.start()
+        ready.wait()
+        started = time.monotonic()
+        producer.queue("a").put("hello")
+        t.join(10)
+        assert got == ["hello"]
+        assert time.monotonic() - started < 2
+
+
+def test_synchronous_setting_is_applied(tmp_path: Path) -> None:
+    with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}?synchronous=normal") as db:
+        conn = db.backend._conn  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as db:
+        conn = db.backend._conn  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_transient_queue_commits_without_fsync_and_restores_level(tmp_path: Path) -> None:
+    with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as db:
+        q = db.create_queue("t", durability="transient")
+        q.put("x")
+        conn = db.backend._conn  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        m = q.get()
+        assert m is not None
+        m.ack()

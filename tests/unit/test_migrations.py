@@ -1,0 +1,51 @@
+"""Numbered migrations from zero give exactly the packaged schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import sluice
+from sluice import sql
+
+
+def _objects(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    rows = conn.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
+    )
+    return [(t, n, " ".join(s.split())) for t, n, s in rows]
+
+
+def test_migrations_from_zero_equal_schema(tmp_path: Path) -> None:
+    with sluice.connect(f"sqlite:///{tmp_path / 'migrated.db'}"):
+        pass
+    migrated = sqlite3.connect(tmp_path / "migrated.db")
+    fresh = sqlite3.connect(":memory:")
+    fresh.executescript(sql.schema("sqlite"))
+    assert _objects(migrated) == _objects(fresh)
+    assert migrated.execute("PRAGMA user_version").fetchone()[0] == sql.migrations("sqlite")[-1][0]
+    migrated.close()
+    fresh.close()
+
+
+def test_migrations_are_numbered_without_gaps() -> None:
+    numbers = [n for n, _ in sql.migrations("sqlite")]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+def test_every_named_query_is_valid_sql() -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(sql.schema("sqlite"))
+    from sluice.backends.sqlite import _load_queries
+
+    for name, text in _load_queries().items():
+        conn.execute("EXPLAIN " + text, _dummy_params(text)).fetchall()
+        assert name
+
+
+def _dummy_params(text: str) -> dict[str, object] | tuple[object, ...]:
+    import re
+
+    if "?1" in text:
+        return (0,) * 14
+    return dict.fromkeys(re.findall(r":(\w+)", text), "[]")
