@@ -184,3 +184,15 @@ def test_transaction_ids_name_session_and_number(db: sluice.Database, q: sluice.
     assert mid == f"{tx.id}/1"
     assert tx.id.startswith(f"{db.session}/")
     tx.commit()
+
+
+def test_with_block_leaves_an_explicitly_ended_transaction_alone(
+    db: sluice.Database, q: sluice.Queue
+) -> None:
+    with db.transaction() as tx:
+        tx.enqueue("orders", "dropped")
+        tx.abort()
+    with db.transaction() as tx2:
+        tx2.enqueue("orders", "kept")
+        tx2.commit()
+    assert bodies(q.browse()) == ["kept"]

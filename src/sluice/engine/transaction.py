@@ -236,9 +236,12 @@ class Transaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # A transaction the block already ended explicitly is left as it is.
+        if self.state is not TxState.ACTIVE:
+            return
         if exc_type is None:
             self.commit()
-        elif self.state is TxState.ACTIVE:
+        else:
             self.abort()
 
     # --- checks ----------------------------------------------------------------------
