@@ -35,7 +35,7 @@ def test_four_processes_two_threads_each_drain_exactly_once(tmp_path: Path) -> N
         assert db.queue("in").stats() == dict.fromkeys(
             ("ready", "delayed", "pending", "claimed", "expired", "failed"), 0
         )
-        receipts = []
+        receipts: list[dict[str, int]] = []
         while batch := db.queue("done").browse(limit=5000, state="ready"):
             with db.transaction() as tx:
                 taken = tx.dequeue("done", limit=5000)

@@ -98,7 +98,8 @@ def test_stalled_owner_loses_its_lease_and_cannot_commit(tmp_path: Path) -> None
                 taken.ack()
         finally:
             os.kill(child.pid, signal.SIGCONT)
-        assert child.stdin is not None and child.stdout is not None
+        assert child.stdin is not None
+        assert child.stdout is not None
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "lease-lost"
