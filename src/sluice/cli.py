@@ -1,0 +1,196 @@
+"""The ``sluice`` command: a thin shell over the library.
+
+The database URL comes from ``--db`` or the ``SLUICE_URL`` environment variable
+(default ``sqlite:///sluice.db``). ``--json`` prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import sluice
+from sluice import demo
+from sluice.message import Message
+
+__all__ = ["main"]
+
+DEFAULT_URL = "sqlite:///sluice.db"
+
+
+def _message_dict(m: Message) -> dict[str, Any]:
+    body = m.body if not isinstance(m.body, bytes) else m.body.hex()
+    return {
+        "id": m.id,
+        "queue": m.queue,
+        "priority": m.priority,
+        "state": m.state.name.lower(),
+        "attempts": m.attempts,
+        "content_type": m.content_type,
+        "enqueued_at": m.enqueued_at.isoformat(),
+        "properties": m.properties,
+        "error": m.error,
+        "body": body,
+    }
+
+
+def _out(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, default=str) if args.json else text)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    url = args.db if "://" in args.db else f"sqlite:///{args.db}"
+    return demo.main([url, "--json"] if args.json else [url])
+
+
+def cmd_queues(args: argparse.Namespace, db: sluice.Database) -> int:
+    specs = db.queues()
+    text = "\n".join(
+        f"{s.name}\tmax_attempts={s.max_attempts}\terror_queue={s.error_queue}\t{s.durability}"
+        for s in specs
+    )
+    _out(args, [asdict(s) for s in specs], text or "(no queues)")
+    return 0
+
+
+def cmd_create(args: argparse.Namespace, db: sluice.Database) -> int:
+    db.create_queue(
+        args.queue,
+        max_attempts=args.max_attempts,
+        error_queue=args.error_queue,
+        durability="transient" if args.transient else "persistent",
+        max_size=args.max_size,
+        exist_ok=args.exist_ok,
+    )
+    _out(args, {"created": args.queue}, f"created {args.queue}")
+    return 0
+
+
+def cmd_drop(args: argparse.Namespace, db: sluice.Database) -> int:
+    db.drop_queue(args.queue)
+    _out(args, {"dropped": args.queue}, f"dropped {args.queue}")
+    return 0
+
+
+def cmd_put(args: argparse.Namespace, db: sluice.Database) -> int:
+    body: Any = args.body
+    if args.json_body:
+        try:
+            body = json.loads(args.body)
+        except json.JSONDecodeError as exc:
+            raise sluice.InvalidBody(f"--json-body: the body is not valid JSON ({exc})") from exc
+    mid = db.queue(args.queue).put(body, priority=args.priority, delay=args.delay, ttl=args.ttl)
+    _out(args, {"id": mid}, mid)
+    return 0
+
+
+def cmd_get(args: argparse.Namespace, db: sluice.Database) -> int:
+    m = db.queue(args.queue).get(wait=args.wait)
+    if m is None:
+        _out(args, None, "(no message)")
+        return 3
+    if args.release:
+        m.release()
+    else:
+        m.ack()
+    _out(args, _message_dict(m), json.dumps(_message_dict(m)["body"], default=str))
+    return 0
+
+
+def cmd_browse(args: argparse.Namespace, db: sluice.Database) -> int:
+    msgs = db.queue(args.queue).browse(args.limit, state=args.state)
+    rows = [_message_dict(m) for m in msgs]
+    text = "\n".join(f"{r['id']}\tp={r['priority']}\t{json.dumps(r['body'])}" for r in rows)
+    _out(args, rows, text or "(empty)")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, db: sluice.Database) -> int:
+    stats = db.queue(args.queue).stats()
+    _out(args, stats, "  ".join(f"{k}={v}" for k, v in stats.items()))
+    return 0
+
+
+def cmd_recover(args: argparse.Namespace, db: sluice.Database) -> int:
+    dead = db.recover()
+    _out(args, {"rolled_back_sessions": dead}, f"rolled back sessions: {dead or 'none'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sluice", description="sluice message queues")
+    parser.add_argument("--version", action="version", version=f"sluice {sluice.__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        default=os.environ.get("SLUICE_URL", DEFAULT_URL),
+        help="database URL or SQLite path (env SLUICE_URL; default %(default)s)",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("demo", cmd_demo, "run the transactional producer/consumer demo on a fresh database")
+    p.set_defaults(needs_db=False, db_default="sluice-demo.db")
+    add("queues", cmd_queues, "list queues and their settings")
+    p = add("create", cmd_create, "create a queue")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("--max-attempts", type=int, help="deliveries before the error queue")
+    p.add_argument("--error-queue", help="where failed messages go (created if missing)")
+    p.add_argument("--transient", action="store_true", help="no fsync at commit")
+    p.add_argument("--max-size", type=int, help="largest body in bytes (default 1 MiB)")
+    p.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
+    p = add("drop", cmd_drop, "drop a queue and its messages")
+    p.add_argument("queue", help="queue name")
+    p = add("put", cmd_put, "enqueue one message")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("body", help="message body (text, or JSON with --json-body)")
+    p.add_argument("--json-body", action="store_true", help="parse the body as JSON")
+    p.add_argument("--priority", type=int, help="higher first (default 0)")
+    p.add_argument("--delay", type=float, default=0.0, help="seconds until visible")
+    p.add_argument("--ttl", type=float, help="seconds until it expires")
+    p = add("get", cmd_get, "take one message and acknowledge it (exit 3 if none)")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("--wait", type=float, default=0.0, help="seconds to wait for one")
+    p.add_argument("--release", action="store_true", help="give it back instead of acking")
+    p = add("browse", cmd_browse, "show messages without taking them")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("--limit", type=int, default=20, help="at most this many")
+    p.add_argument(
+        "--state",
+        default="ready",
+        choices=["ready", "delayed", "claimed", "expired", "failed"],
+        help="which messages",
+    )
+    p = add("stats", cmd_stats, "count a queue's messages by state")
+    p.add_argument("queue", help="queue name")
+    add("recover", cmd_recover, "roll back sessions whose owners died")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            if args.db == os.environ.get("SLUICE_URL", DEFAULT_URL):
+                args.db = args.db_default
+            return int(args.func(args))
+        with sluice.connect(args.db) as db:
+            return int(args.func(args, db))
+    except sluice.SluiceError as exc:
+        print(f"sluice: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The real ``sluice`` command, run as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sluice.cli import build_parser
+
+
+def sluice(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sluice.cli", *args, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_every_command_has_help() -> None:
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert set(commands) >= {"demo", "queues", "create", "drop", "put", "get", "browse", "stats"}
+    for name, sub in commands.items():
+        assert sub.description, f"{name} has no help text"
+        for action in sub._actions:
+            if action.dest not in ("help",):
+                assert action.help, f"{name} {action.dest} has no help text"
+
+
+def test_queue_lifecycle_from_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    assert sluice("create", "orders", "--max-attempts", "3", db=db).returncode == 0
+    put = sluice("put", "orders", '{"customer": "Smith"}', "--json-body", "--priority", "2", db=db)
+    assert put.returncode == 0, put.stderr
+    message_id = put.stdout.strip()
+    browse = sluice("browse", "orders", "--json", db=db)
+    (listed,) = json.loads(browse.stdout)
+    assert (listed["id"], listed["body"], listed["priority"]) == (
+        message_id,
+        {"customer": "Smith"},
+        2,
+    )
+    stats = json.loads(sluice("stats", "orders", "--json", db=db).stdout)
+    assert stats["ready"] == 1
+    got = sluice("get", "orders", "--json", db=db)
+    assert json.loads(got.stdout)["body"] == {"customer": "Smith"}
+    assert sluice("get", "orders", db=db).returncode == 3
+    queues = json.loads(sluice("queues", "--json", db=db).stdout)
+    assert [q["name"] for q in queues] == ["orders"]
+    assert sluice("drop", "orders", db=db).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("get", "nope"), "queue 'nope' does not exist"),
+        (("put", "nope", "{bad", "--json-body"), "not valid JSON"),
+        (("create", "bad name"), "invalid queue name"),
+    ],
+)
+def test_errors_are_clear_and_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    result = sluice(*args, db=tmp_path / "q.db")
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_passes_all_its_checks(tmp_path: Path) -> None:
+    result = sluice("demo", "--json", db=tmp_path / "demo.db")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert report["delivered"] == report["committed"] > 0
+    assert report["killed_consumer_held"] > 0
+    again = sluice("demo", db=tmp_path / "demo.db")
+    assert again.returncode == 2
+    assert "needs a fresh database" in again.stderr
