@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -24,7 +25,8 @@ def sluice(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
 
 def test_every_command_has_help() -> None:
     parser = build_parser()
-    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands: dict[str, argparse.ArgumentParser] = action.choices
     assert set(commands) >= {"demo", "queues", "create", "drop", "put", "get", "browse", "stats"}
     for name, sub in commands.items():
         assert sub.description, f"{name} has no help text"
