@@ -30,9 +30,9 @@ def test_every_command_has_help() -> None:
     assert set(commands) >= {"demo", "queues", "create", "drop", "put", "get", "browse", "stats"}
     for name, sub in commands.items():
         assert sub.description, f"{name} has no help text"
-        for action in sub._actions:
-            if action.dest not in ("help",):
-                assert action.help, f"{name} {action.dest} has no help text"
+        for option in sub._options:
+            if option.dest not in ("help",):
+                assert option.help, f"{name} {option.dest} has no help text"
 
 
 def test_queue_lifecycle_from_the_command_line(tmp_path: Path) -> None:
