@@ -30,7 +30,7 @@ def test_every_command_has_help() -> None:
     assert set(commands) >= {"demo", "queues", "create", "drop", "put", "get", "browse", "stats"}
     for name, sub in commands.items():
         assert sub.description, f"{name} has no help text"
-        for option in sub._options:
+        for option in sub._actions:
             if option.dest not in ("help",):
                 assert option.help, f"{name} {option.dest} has no help text"
 
