@@ -1,0 +1,77 @@
+"""The raw baseline: a bare SQLite table, one index and three statements, no queue features.
+
+It is what sluice's SQLite backend is measured against: the cost of the cycle with nothing but
+the statements a queue cannot do without.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from functools import cache
+from pathlib import Path
+
+from bench.harness import chunks, encode, make_bodies, observe
+
+DRIVE = (
+    "bare table `q(id INTEGER PRIMARY KEY, body BLOB, state INTEGER)` + index on `state`;"
+    " INSERT; claim = `UPDATE q SET state=1 WHERE id IN (SELECT id FROM q WHERE state=0"
+    " ORDER BY id LIMIT ?) RETURNING id, body`; ack = `DELETE FROM q WHERE id IN (...)`;"
+    " sqlite3 in autocommit with explicit BEGIN IMMEDIATE/COMMIT; 3 transactions per cycle"
+    " at batch 1, 3 per 100 cycles at batch 100."
+)
+
+_SCHEMA = (
+    "CREATE TABLE q (id INTEGER PRIMARY KEY, body BLOB NOT NULL, state INTEGER NOT NULL)",
+    # An index on state alone also orders by id: SQLite appends the rowid to every index key.
+    "CREATE INDEX q_state ON q (state)",
+)
+_INSERT = "INSERT INTO q (body, state) VALUES (?, 0)"
+_CLAIM = (
+    "UPDATE q SET state = 1 WHERE id IN "
+    "(SELECT id FROM q WHERE state = 0 ORDER BY id LIMIT ?) RETURNING id, body"
+)
+
+
+@cache
+def _ack_sql(count: int) -> str:
+    return f"DELETE FROM q WHERE id IN ({','.join('?' * count)})"
+
+
+def run(path: Path, n: int, batch: int, synchronous: str) -> float:
+    """Enqueue n messages, then claim and acknowledge them all; return the seconds taken."""
+    bodies = make_bodies(n)
+    # isolation_level=None: the sqlite3 module must not open transactions behind our back.
+    conn = sqlite3.connect(path / "raw.db", isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        for ddl in _SCHEMA:
+            conn.execute(ddl)
+        got = 0
+
+        start = time.perf_counter()
+        for group in chunks(bodies, batch):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_INSERT, [(encode(b).encode(),) for b in group])
+            conn.execute("COMMIT")
+        while True:
+            conn.execute("BEGIN IMMEDIATE")
+            rows = conn.execute(_CLAIM, (batch,)).fetchall()
+            conn.execute("COMMIT")
+            if not rows:
+                break
+            ids = [row[0] for row in rows]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_ack_sql(len(ids)), ids)
+            conn.execute("COMMIT")
+            got += len(ids)
+        elapsed = time.perf_counter() - start
+
+        left = conn.execute("SELECT count(*) FROM q").fetchone()[0]
+        if got != n or left:
+            raise RuntimeError(f"raw: claimed {got} of {n} messages, {left} rows left")
+        observe(conn)
+        return elapsed
+    finally:
+        conn.close()
