@@ -22,6 +22,7 @@ __all__ = [
     "MessageState",
     "decode_body",
     "encode_body",
+    "encode_json",
 ]
 
 JSON = "application/json"
@@ -47,7 +48,18 @@ class MessageState(IntEnum):
     """Rejected or out of attempts with no error queue to go to; kept for inspection."""
 
 
+# One encoder for all: json.dumps with options would build a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def encode_json(value: Any) -> str:
+    """Compact JSON text; ValueError or TypeError for what JSON cannot hold."""
+    return _ENCODER.encode(value)
+
+
 def _is_json(content_type: str) -> bool:
+    if content_type == JSON:
+        return True
     base = content_type.split(";", 1)[0].strip().lower()
     return base == "application/json" or base.endswith("+json")
 
@@ -69,7 +81,7 @@ def encode_body(body: Body, content_type: str | None, max_size: int) -> tuple[st
         size = _utf8_size(body, max_size)
     else:
         try:
-            stored = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            stored = _ENCODER.encode(body)
         except (TypeError, ValueError) as exc:
             raise InvalidBody(
                 f"the body is not a JSON value ({exc}); pass JSON-compatible data, str or bytes"
@@ -105,11 +117,6 @@ def decode_body(stored: str | bytes | None, content_type: str) -> Body:
     return stored
 
 
-def timestamp(seconds: float | None) -> datetime | None:
-    """A stored epoch time as an aware UTC datetime."""
-    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
-
-
 @dataclass(frozen=True, slots=True)
 class Message:
     """A message as read from a queue.
@@ -128,9 +135,12 @@ class Message:
     properties: dict[str, Any]
     correlation_id: str | None
     reply_to: str | None
-    enqueued_at: datetime
-    available_at: datetime
-    expires_at: datetime | None
+    enqueued: float
+    """When it was enqueued, in seconds since the epoch (``enqueued_at`` as a datetime)."""
+    available: float
+    """When it is or was due, in seconds since the epoch."""
+    expires: float | None
+    """When it expires, in seconds since the epoch; None if never."""
     attempts: int
     state: MessageState
     error: str | None = None
@@ -138,6 +148,21 @@ class Message:
     ref: int = field(default=0, repr=False, compare=False)
     """The storage row; internal, valid while the message is held."""
     holder: Transaction | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def enqueued_at(self) -> datetime:
+        """When it was enqueued (UTC)."""
+        return datetime.fromtimestamp(self.enqueued, tz=UTC)
+
+    @property
+    def available_at(self) -> datetime:
+        """When it is or was due (UTC); later than ``enqueued_at`` for a delayed message."""
+        return datetime.fromtimestamp(self.available, tz=UTC)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When it expires (UTC), or None."""
+        return None if self.expires is None else datetime.fromtimestamp(self.expires, tz=UTC)
 
     @property
     def producer(self) -> tuple[int, int]:

@@ -285,3 +285,19 @@ def test_stats_count_by_state(db: sluice.Database, q: sluice.Queue) -> None:
     assert held is not None
     held.ack()
     assert len(q) == 1
+
+
+def test_put_many_enqueues_in_one_transaction_in_order(q: sluice.Queue) -> None:
+    ids = q.put_many([{"n": n} for n in range(5)], priority=2, properties={"batch": True})
+    assert len(set(ids)) == 5
+    assert len({i.rsplit("/", 1)[0] for i in ids}) == 1  # one producer transaction
+    got = q.browse()
+    assert [m.body["n"] for m in got] == [0, 1, 2, 3, 4]
+    assert [m.id for m in got] == ids
+    assert all(m.priority == 2 and m.properties == {"batch": True} for m in got)
+
+
+def test_put_many_refuses_the_whole_batch_if_one_body_is_bad(q: sluice.Queue) -> None:
+    with pytest.raises(sluice.InvalidBody):
+        q.put_many([1, 2, {3}])
+    assert q.browse() == []

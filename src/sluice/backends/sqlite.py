@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sluice import sql
 from sluice.backends.base import (
@@ -120,12 +120,9 @@ class SQLiteBackend:
     @contextmanager
     def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction; driver errors become StorageError."""
-        with self._lock:
+        with self._lock, self._durability(durable):
             conn = self._conn
-            relax = not durable and self.settings.synchronous != "OFF"
             try:
-                if relax:
-                    conn.execute("PRAGMA synchronous=OFF")
                 conn.execute("BEGIN IMMEDIATE")
                 yield conn
                 conn.execute("COMMIT")
@@ -135,9 +132,49 @@ class SQLiteBackend:
                 if isinstance(exc, sqlite3.Error):
                     raise _translate(exc, self.path) from exc
                 raise
-            finally:
-                if relax:
-                    conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
+
+    def _single(
+        self, statement: str, params: Any, *, durable: bool = True
+    ) -> tuple[list[Row], int]:
+        """Run one statement as its own transaction: (rows, rowcount).
+
+        Saves the BEGIN and COMMIT round trips on the hot paths. A write that
+        starts as a read may meet SQLITE_BUSY without waiting (another
+        connection wrote in between); being one atomic statement it changed
+        nothing then, and is retried inside BEGIN IMMEDIATE, which waits its turn.
+        """
+        with self._lock, self._durability(durable):
+            conn = self._conn
+            try:
+                try:
+                    cur = conn.execute(statement, params)
+                    return cur.fetchall(), cur.rowcount
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc):
+                        raise
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    cur = conn.execute(statement, params)
+                    rows = cur.fetchall()
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                return rows, cur.rowcount
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+
+    @contextmanager
+    def _durability(self, durable: bool) -> Iterator[None]:
+        """Commits touching only transient queues skip the fsync (synchronous=OFF)."""
+        if durable or self.settings.synchronous == "OFF":
+            yield
+            return
+        self._conn.execute("PRAGMA synchronous=OFF")
+        try:
+            yield
+        finally:
+            self._conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -239,17 +276,17 @@ class SQLiteBackend:
         envelopes: Sequence[Envelope],
         state: int,
     ) -> None:
-        fixed = (state, session, tx)
-        cur = conn.executemany(self._q["insert_message"], [(*fixed, *e) for e in envelopes])
-        if cur.rowcount != len(envelopes):
-            known = {r[0] for r in conn.execute("SELECT name FROM queues")}
-            missing = sorted({e.queue for e in envelopes} - known)
-            raise QueueNotFound(f"queue {', '.join(map(repr, missing))} does not exist")
+        # Queue ids are looked up once per transaction, not once per row.
+        names = {e.queue for e in envelopes}
+        ids = dict(conn.execute(self._q["queue_ids"]).fetchall())
+        if not names <= ids.keys():
+            raise _queue_not_found(sorted(names - ids.keys()))
+        rows = [(state, session, tx, ids[e.queue], *e[1:]) for e in envelopes]
+        conn.executemany(self._q["insert_message_values"], rows)
 
     def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        with self._write() as conn:
-            rows = conn.execute(self._q["claim_with_own" if own else "claim"], params).fetchall()
+        rows, _ = self._single(self._q["claim_with_own" if own else "claim"], params)
         # RETURNING gives no order: restore delivery order (priority, then place).
         rows.sort(key=lambda r: (-r[2], r[0]))
         return rows
@@ -262,14 +299,29 @@ class SQLiteBackend:
 
     def commit(self, plan: CommitPlan) -> None:
         key = {"session": plan.session, "tx": plan.tx}
+        if plan.held and not (plan.rejects or plan.pending or plan.enqueues):
+            # The common acknowledgement: one statement. Recovery releases all of a
+            # session's claims at once, so it matches all held rows or none.
+            params = key | {"ids": _ids(plan.held)}
+            _, settled = self._single(self._q["delete_claimed"], params, durable=plan.durable)
+            if settled != len(plan.held):
+                raise _lease_lost(plan)
+            return
+        if len(plan.enqueues) == 1 and not (plan.held or plan.pending):
+            (envelope,) = plan.enqueues
+            row = (1, plan.session, plan.tx, *envelope)
+            _, inserted = self._single(self._q["insert_message"], row, durable=plan.durable)
+            if inserted != 1:
+                raise _queue_not_found([envelope.queue])
+            return
         with self._write(durable=plan.durable) as conn:
             if plan.held:
                 settled = 0
                 for ref, reason in plan.rejects.items():
-                    params = key | {"id": ref, "reason": reason}
-                    settled += conn.execute(self._q["reject"], params).rowcount
-                params = key | {"ids": _ids(plan.held)}
-                settled += conn.execute(self._q["delete_claimed"], params).rowcount
+                    reject = key | {"id": ref, "reason": reason}
+                    settled += conn.execute(self._q["reject"], reject).rowcount
+                held = key | {"ids": _ids(plan.held)}
+                settled += conn.execute(self._q["delete_claimed"], held).rowcount
                 if settled != len(plan.held):
                     raise _lease_lost(plan)
             if plan.pending:
@@ -334,6 +386,17 @@ def _spec_params(spec: QueueSpec) -> dict[str, object]:
         "durability": spec.durability,
         "max_size": spec.max_size,
     }
+
+
+def _queue_not_found(names: Sequence[str]) -> QueueNotFound:
+    return QueueNotFound(f"queue {', '.join(map(repr, names))} does not exist")
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in (
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+    )
 
 
 def _lease_lost(plan: CommitPlan) -> LeaseLost:

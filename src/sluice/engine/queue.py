@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sluice.catalog import QueueSpec
@@ -56,6 +57,30 @@ class Queue:
         )
         tx.commit()
         return message_id
+
+    def put_many(
+        self,
+        bodies: Iterable[Body],
+        *,
+        priority: int | None = None,
+        properties: dict[str, Any] | None = None,
+        delay: float = 0.0,
+        ttl: float | None = None,
+        content_type: str | None = None,
+    ) -> list[str]:
+        """Enqueue several messages in one transaction; returns their ids."""
+        tx = Transaction(self._db, implicit=True)
+        ids = tx.enqueue_many(
+            self.name,
+            bodies,
+            priority=priority,
+            properties=properties,
+            delay=delay,
+            ttl=ttl,
+            content_type=content_type,
+        )
+        tx.commit()
+        return ids
 
     def get(self, *, wait: float = 0.0) -> Message | None:
         """Take the next message, or None if none arrives within ``wait`` seconds.

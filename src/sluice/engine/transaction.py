@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable
 from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +24,7 @@ from sluice.errors import (
     MessageStateError,
     TransactionClosed,
 )
-from sluice.message import Body, Message, MessageState, decode_body, encode_body, timestamp
+from sluice.message import Body, Message, MessageState, decode_body, encode_body, encode_json
 
 if TYPE_CHECKING:
     from sluice.engine.database import Database
@@ -89,29 +90,72 @@ class Transaction:
         reply_to: str | None = None,
     ) -> str:
         """Add a message to ``queue`` when this transaction commits; returns its id."""
+        (message_id,) = self.enqueue_many(
+            queue,
+            [body],
+            priority=priority,
+            properties=properties,
+            delay=delay,
+            ttl=ttl,
+            content_type=content_type,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
+        )
+        return message_id
+
+    def enqueue_many(
+        self,
+        queue: str,
+        bodies: Iterable[Body],
+        *,
+        priority: int | None = None,
+        properties: dict[str, Any] | None = None,
+        delay: float = 0.0,
+        ttl: float | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> list[str]:
+        """Add several messages with the same options; returns their ids in order.
+
+        The options are checked once, so this is the fast way to enqueue a batch.
+        If any body is refused, none of them is added.
+        """
         self._check_active()
         spec = self._db._spec(queue)
-        stored, content_type = encode_body(body, content_type, spec.max_size)
         now = time.time()
-        self._count += 1
-        self._buffer.append(
+        options = (
+            _priority(priority),
+            _properties(properties),
+            _optional_text("correlation_id", correlation_id),
+            _optional_text("reply_to", reply_to),
+            now,
+            now if delay == 0 else now + _seconds("delay", delay, allow_zero=True),
+            None if ttl is None else now + _seconds("ttl", ttl, allow_zero=False),
+        )
+        prio, props, correlation, reply, enqueued, available, expires = options
+        first = self._count + 1
+        added = [
             Envelope(
                 queue,
-                self._count,
-                _priority(priority),
-                stored,
-                content_type,
-                _properties(properties),
-                _optional_text("correlation_id", correlation_id),
-                _optional_text("reply_to", reply_to),
-                now,
-                now + _seconds("delay", delay, allow_zero=True),
-                None if ttl is None else now + _seconds("ttl", ttl, allow_zero=False),
+                first + n,
+                prio,
+                *encode_body(body, content_type, spec.max_size),
+                props,
+                correlation,
+                reply,
+                enqueued,
+                available,
+                expires,
             )
-        )
+            for n, body in enumerate(bodies)
+        ]
+        self._count += len(added)
+        self._buffer.extend(added)
         self._buffered_queues.add(queue)
         self._durable = self._durable or spec.durability == "persistent"
-        return f"{self.session}/{self.number}/{self._count}"
+        prefix = f"{self.session}/{self.number}/"
+        return [f"{prefix}{n}" for n in range(first, self._count + 1)]
 
     def _flush(self) -> None:
         """Write buffered enqueues as pending, so this transaction's reads see them."""
@@ -155,15 +199,14 @@ class Transaction:
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
-        messages = [self._message(queue, row) for row in rows]
-        for m in messages:
+        messages = []
+        for row in rows:
+            m = to_message(queue, row, self)
+            messages.append(m)
             self._held[m.ref] = m
-            if m.producer == (self.session, self.number):
+            if row[3] == self.session and row[4] == self.number:  # its own enqueue
                 self._pending -= 1
         return messages
-
-    def _message(self, queue: str, row: Row) -> Message:
-        return to_message(queue, row, self)
 
     def release(self, message: Message) -> None:
         """Give a taken message back now, to its original place (counts an attempt)."""
@@ -274,16 +317,19 @@ def to_message(queue: str, row: Row, holder: Transaction | None) -> Message:
         properties=json.loads(properties) if properties else {},
         correlation_id=correlation_id,
         reply_to=reply_to,
-        enqueued_at=timestamp(enqueued_at),  # type: ignore[arg-type]
-        available_at=timestamp(available_at),  # type: ignore[arg-type]
-        expires_at=timestamp(expires_at),
+        enqueued=enqueued_at,
+        available=available_at,
+        expires=expires_at,
         attempts=attempts,
-        state=MessageState(state),
+        state=_STATES[state],
         error=error,
         origin_queue=origin_queue,
         ref=ref,
         holder=holder,
     )
+
+
+_STATES = tuple(MessageState)
 
 
 def browse(
@@ -315,7 +361,7 @@ def _properties(properties: dict[str, Any] | None) -> str | None:
     if not isinstance(properties, dict) or not all(isinstance(k, str) for k in properties):
         raise MessageError("properties must be a dict with str keys")
     try:
-        return json.dumps(properties, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return encode_json(properties)
     except (TypeError, ValueError) as exc:
         raise MessageError(f"properties must hold JSON values only ({exc})") from exc
 

@@ -47,6 +47,15 @@ INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, c
 SELECT id, ?1, ?6, ?2, ?3, ?5, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
 FROM queues WHERE name = ?4;
 
+-- name: queue_ids
+SELECT name, id FROM queues;
+
+-- name: insert_message_values
+-- As insert_message, with ?4 the queue id instead of its name.
+INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
+                      properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14);
+
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids
 -- in commit order, so a reader that follows ids never skips a late commit.
