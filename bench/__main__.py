@@ -43,7 +43,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         f"{DEFAULT_N[100]:,} at batch 100)",
     )
     parser.add_argument(
-        "--only", metavar="NAME", choices=list(CONTENDERS), help="run one contender only"
+        "--only",
+        metavar="NAME",
+        action="append",
+        choices=list(CONTENDERS),
+        help="run only this contender (repeatable)",
     )
     parser.add_argument("--out", type=Path, help="report path (default: bench/results/...)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per cell (median)")
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
-    names = [args.only] if args.only else list(CONTENDERS)
+    names = args.only or list(CONTENDERS)
     n_for_batch = {b: args.n or default for b, default in DEFAULT_N.items()}
     facts = machine_facts(tmp_root)
 

@@ -69,7 +69,10 @@ _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed
 
 def _load_queries() -> dict[str, str]:
     columns = ", ".join(MESSAGE_COLUMNS)
-    return {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
+    queries = {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
+    for name in ("claim", "claim_with_own"):
+        queries[f"{name}_one"] = queries[name].replace("WHERE id IN (", "WHERE id = (", 1)
+    return queries
 
 
 class SQLiteBackend:
@@ -143,9 +146,12 @@ class SQLiteBackend:
         connection wrote in between); being one atomic statement it changed
         nothing then, and is retried inside BEGIN IMMEDIATE, which waits its turn.
         """
-        with self._lock, self._durability(durable):
+        with self._lock:
             conn = self._conn
+            relax = not durable and self.settings.synchronous != "OFF"
             try:
+                if relax:
+                    conn.execute("PRAGMA synchronous=OFF")
                 try:
                     cur = conn.execute(statement, params)
                     return cur.fetchall(), cur.rowcount
@@ -163,6 +169,9 @@ class SQLiteBackend:
                 return rows, cur.rowcount
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
+            finally:
+                if relax:
+                    conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
 
     @contextmanager
     def _durability(self, durable: bool) -> Iterator[None]:
@@ -286,7 +295,9 @@ class SQLiteBackend:
 
     def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        rows, _ = self._single(self._q["claim_with_own" if own else "claim"], params)
+        # One message: a scalar subquery is cheaper than materialising an id list.
+        name = ("claim_with_own" if own else "claim") + ("_one" if limit == 1 else "")
+        rows, _ = self._single(self._q[name], params)
         # RETURNING gives no order: restore delivery order (priority, then place).
         rows.sort(key=lambda r: (-r[2], r[0]))
         return rows

@@ -48,11 +48,28 @@ class Transaction:
     session and the transaction's number within it.
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_buffer",
+        "_buffered_queues",
+        "_count",
+        "_db",
+        "_durable",
+        "_held",
+        "_pending",
+        "_pending_queues",
+        "_rejects",
+        "_touched",
+        "implicit",
+        "number",
+        "session",
+        "state",
+    )
+
     def __init__(self, db: Database, *, implicit: bool = False) -> None:
         self._db = db
         self.session, self.number = db._next_transaction()
-        self.implicit = implicit
-        """True for the one-message transaction behind ``Queue.get``/``put``."""
+        self.implicit = implicit  # the one-message transaction behind Queue.get/put
         self.state = TxState.ACTIVE
         self._count = 0
         self._buffer: list[Envelope] = []
