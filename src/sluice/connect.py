@@ -14,7 +14,7 @@ from sluice.errors import ConfigurationError
 
 __all__ = ["connect"]
 
-_FLOAT_OPTIONS = ("lease", "poll_interval", "busy_timeout")
+_FLOAT_OPTIONS = ("lease", "poll_interval", "busy_timeout", "cache_mib")
 
 
 def connect(
@@ -24,6 +24,7 @@ def connect(
     busy_timeout: float | None = None,
     lease: float | None = None,
     poll_interval: float | None = None,
+    cache_mib: int | None = None,
     max_message_size: int = DEFAULT_MAX_SIZE,
 ) -> Database:
     """Open the queues at ``url``.
@@ -35,7 +36,7 @@ def connect(
     Options may also be given in the URL's query (``?synchronous=NORMAL``);
     keyword arguments win. ``synchronous`` (FULL by default) is SQLite's
     durability level, ``lease`` the seconds after which a silent session is
-    rolled back by others.
+    rolled back by others, ``cache_mib`` SQLite's page cache (64 MiB).
     """
     scheme, path, query = _split(url)
     options: dict[str, Any] = {k.lower(): v for k, v in query.items()}
@@ -44,6 +45,7 @@ def connect(
         ("busy_timeout", busy_timeout),
         ("lease", lease),
         ("poll_interval", poll_interval),
+        ("cache_mib", cache_mib),
     ):
         if value is not None:
             options[key] = value
@@ -60,6 +62,7 @@ def connect(
         settings = SQLiteSettings(
             synchronous=str(options.get("synchronous", "FULL")).upper(),  # type: ignore[arg-type]
             busy_timeout=options.get("busy_timeout", 30.0),
+            cache_mib=int(options.get("cache_mib", 64)),
         )
         backend = SQLiteBackend(path, settings)
     elif scheme in ("postgresql", "postgres"):

@@ -123,3 +123,11 @@ def test_transient_queue_commits_without_fsync_and_restores_level(tmp_path: Path
         m = q.get()
         assert m is not None
         m.ack()
+
+
+def test_cache_size_setting(tmp_path: Path) -> None:
+    with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}", cache_mib=8) as db:
+        conn = db.backend._conn  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -8 * 1024
+    with pytest.raises(sluice.ConfigurationError, match="cache_mib"):
+        sluice.connect(f"sqlite:///{tmp_path / 'q.db'}?cache_mib=0")

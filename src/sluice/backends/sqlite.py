@@ -49,11 +49,14 @@ class SQLiteSettings:
 
     ``synchronous`` is SQLite's durability level for persistent queues (FULL:
     fsync at every commit). ``busy_timeout`` is how long a write waits for
-    another process's lock before failing.
+    another process's lock before failing. ``cache_mib`` caps the page cache of
+    the connection: a queue's backlog is read back soon after it was written
+    (FIFO), so a cache smaller than the backlog turns claims into disk reads.
     """
 
     synchronous: Synchronous = "FULL"
     busy_timeout: float = 30.0
+    cache_mib: int = 64
 
     def __post_init__(self) -> None:
         if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -62,6 +65,10 @@ class SQLiteSettings:
             )
         if self.busy_timeout < 0:
             raise ConfigurationError("busy_timeout must not be negative")
+        if not isinstance(self.cache_mib, int) or self.cache_mib < 1:
+            raise ConfigurationError(
+                f"cache_mib must be a positive integer, not {self.cache_mib!r}"
+            )
 
 
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
@@ -106,6 +113,7 @@ class SQLiteBackend:
             _check_owner(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
+            conn.execute(f"PRAGMA cache_size=-{self.settings.cache_mib * 1024}")
             _migrate(conn, self.path)
         except sqlite3.DatabaseError as exc:
             raise NotASluiceDatabase(
