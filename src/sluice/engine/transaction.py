@@ -24,7 +24,7 @@ from sluice.errors import (
     MessageStateError,
     TransactionClosed,
 )
-from sluice.message import Body, Message, MessageState, decode_body, encode_body, encode_json
+from sluice.message import JSON, Body, Message, MessageState, decode_body, encode_body, encode_json
 
 if TYPE_CHECKING:
     from sluice.engine.database import Database
@@ -325,24 +325,25 @@ def to_message(queue: str, row: Row, holder: Transaction | None) -> Message:
     (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
      correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
      error, origin_queue) = row  # fmt: skip
+    # Positional, in Message's field order: this runs for every message dequeued.
     return Message(
-        id=f"{p_session}/{p_tx}/{p_num}",
-        queue=queue,
-        body=decode_body(body, content_type),
-        content_type=content_type,
-        priority=priority,
-        properties=json.loads(properties) if properties else {},
-        correlation_id=correlation_id,
-        reply_to=reply_to,
-        enqueued=enqueued_at,
-        available=available_at,
-        expires=expires_at,
-        attempts=attempts,
-        state=_STATES[state],
-        error=error,
-        origin_queue=origin_queue,
-        ref=ref,
-        holder=holder,
+        f"{p_session}/{p_tx}/{p_num}",
+        queue,
+        json.loads(body) if content_type == JSON else decode_body(body, content_type),
+        content_type,
+        priority,
+        json.loads(properties) if properties else {},
+        correlation_id,
+        reply_to,
+        enqueued_at,
+        available_at,
+        expires_at,
+        attempts,
+        _STATES[state],
+        error,
+        origin_queue,
+        ref,
+        holder,
     )
 
 
