@@ -78,7 +78,8 @@ def _load_queries() -> dict[str, str]:
     columns = ", ".join(MESSAGE_COLUMNS)
     queries = {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
     for name in ("claim", "claim_with_own"):
-        queries[f"{name}_one"] = queries[name].replace("WHERE id IN (", "WHERE id = (", 1)
+        # One message: a scalar subquery is cheaper than materialising an id list.
+        queries[f"{name}_one"] = queries.pop(name).replace("WHERE id IN (", "WHERE id = (", 1)
     return queries
 
 
@@ -303,12 +304,18 @@ class SQLiteBackend:
 
     def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        # One message: a scalar subquery is cheaper than materialising an id list.
-        name = ("claim_with_own" if own else "claim") + ("_one" if limit == 1 else "")
-        rows, _ = self._single(self._q[name], params)
-        # RETURNING gives no order: restore delivery order (priority, then place).
-        rows.sort(key=lambda r: (-r[2], r[0]))
-        return rows
+        if limit == 1:
+            # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
+            rows, _ = self._single(self._q["claim_with_own_one" if own else "claim_one"], params)
+            return rows
+        with self._write() as conn:
+            select = self._q["select_claimable_with_own" if own else "select_claimable"]
+            rows = conn.execute(select, params).fetchall()
+            if rows:
+                params["ids"] = _ids([row[0] for row in rows])
+                conn.execute(self._q["mark_claimed"], params)
+        # Rows come back as they were selected; the state column says what they are now.
+        return [(r[0], 2, *r[2:]) for r in rows]
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
         params = {"session": session, "tx": tx, "ids": _ids(refs)}
