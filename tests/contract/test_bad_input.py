@@ -111,3 +111,16 @@ def test_reject_needs_a_reason(db: sluice.Database, q: sluice.Queue) -> None:
             tx.reject(m, "")
         tx.release(m)
     assert len(q) == 1
+
+
+def test_using_a_closed_database_says_so(backend_url: str) -> None:
+    db = sluice.connect(backend_url)
+    q = db.create_queue("a")
+    db.close()
+    db.close()  # idempotent
+    with pytest.raises(sluice.SluiceError, match="closed"):
+        q.put(1)
+    with pytest.raises(sluice.SluiceError, match="closed"):
+        q.browse()
+    with pytest.raises(sluice.SluiceError, match="closed"):
+        db.begin()

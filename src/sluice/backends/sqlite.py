@@ -110,16 +110,22 @@ class SQLiteBackend:
         _check_header(self.path)
         try:
             conn = self._connect()
+        except sqlite3.Error as exc:
+            raise StorageError(f"{self.path} cannot be opened: {exc}") from exc
+        try:
             # Check before anything writes: a foreign file must be left byte for byte as it was.
             _check_owner(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
             conn.execute(f"PRAGMA cache_size=-{self.settings.cache_mib * 1024}")
             _migrate(conn, self.path)
-        except sqlite3.DatabaseError as exc:
-            raise NotASluiceDatabase(
-                f"{self.path} cannot be opened as a sluice database ({exc})"
-            ) from exc
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise NotASluiceDatabase(
+                    f"{self.path} cannot be opened as a sluice database ({exc})"
+                ) from exc
+            raise
         return conn
 
     def close(self) -> None:
@@ -434,6 +440,8 @@ def _lease_lost(plan: CommitPlan) -> LeaseLost:
 
 def _translate(exc: sqlite3.Error, path: str) -> StorageError:
     text = str(exc)
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
+        return StorageError("the database connection is closed; call sluice.connect again")
     if "locked" in text or "busy" in text:
         return StorageError(
             f"{path} stayed locked by another connection past busy_timeout ({text}); "
