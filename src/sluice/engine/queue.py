@@ -43,10 +43,8 @@ class Queue:
         reply_to: str | None = None,
     ) -> str:
         """Enqueue one message and commit; returns its id once it is durable."""
-        tx = Transaction(self._db, implicit=True)
-        message_id = tx.enqueue(
-            self.name,
-            body,
+        (message_id,) = self.put_many(
+            [body],
             priority=priority,
             properties=properties,
             delay=delay,
@@ -55,7 +53,6 @@ class Queue:
             correlation_id=correlation_id,
             reply_to=reply_to,
         )
-        tx.commit()
         return message_id
 
     def put_many(
@@ -67,8 +64,10 @@ class Queue:
         delay: float = 0.0,
         ttl: float | None = None,
         content_type: str | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
     ) -> list[str]:
-        """Enqueue several messages in one transaction; returns their ids."""
+        """Enqueue several messages with the same options in one transaction; returns their ids."""
         tx = Transaction(self._db, implicit=True)
         ids = tx.enqueue_many(
             self.name,
@@ -78,6 +77,8 @@ class Queue:
             delay=delay,
             ttl=ttl,
             content_type=content_type,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
         )
         tx.commit()
         return ids
