@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import json.encoder
+import json.scanner
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
@@ -20,6 +23,7 @@ __all__ = [
     "Message",
     "MessageState",
     "decode_body",
+    "decode_json",
     "encode_body",
     "encode_json",
 ]
@@ -47,13 +51,49 @@ class MessageState(IntEnum):
     """Rejected or out of attempts with no error queue to go to; kept for inspection."""
 
 
-# One encoder for all: json.dumps with options would build a new one per call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def _unserializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The C encoder and scanner behind json.dumps/json.loads, called directly: for the
+# small bodies a queue carries, the Python wrappers around them cost more than the
+# work itself. No cycle markers (they would be state shared between threads): a
+# circular structure ends in RecursionError instead, which encode_body reports.
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_ENCODE: Callable[[Any, int], Iterable[str]]
+if _C_ENCODER is not None:
+    _ENCODE = _C_ENCODER(
+        None, _unserializable, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+else:  # no C accelerator (not CPython): the json module's own, slower path
+    _PY_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    _ENCODE = lambda value, _level: _PY_ENCODER.iterencode(value)  # noqa: E731
+# typeshed types the argument as the scanner's context; it is the decoder that provides it.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
 
 
 def encode_json(value: Any) -> str:
     """Compact JSON text; ValueError or TypeError for what JSON cannot hold."""
-    return _ENCODER.encode(value)
+    if isinstance(value, str):
+        return json.encoder.encode_basestring(value)
+    try:
+        return "".join(_ENCODE(value, 0))
+    except RecursionError as exc:
+        raise ValueError("the value is nested too deeply or refers to itself") from exc
+
+
+def decode_json(text: str | bytes) -> Any:
+    """json.loads, starting with the C scanner; anything unusual goes the long way."""
+    if isinstance(text, str):
+        try:
+            value, end = _SCAN(text, 0)
+        except StopIteration:
+            return json.loads(text)
+        if end == len(text):
+            return value
+    return json.loads(text)
 
 
 def _is_json(content_type: str) -> bool:
@@ -80,7 +120,7 @@ def encode_body(body: Body, content_type: str | None, max_size: int) -> tuple[st
         size = _utf8_size(body, max_size)
     else:
         try:
-            stored = _ENCODER.encode(body)
+            stored = encode_json(body)
         except (TypeError, ValueError) as exc:
             raise InvalidBody(
                 f"the body is not a JSON value ({exc}); pass JSON-compatible data, str or bytes"
@@ -112,7 +152,7 @@ def _utf8_size(text: str, max_size: int) -> int:
 def decode_body(stored: str | bytes | None, content_type: str) -> Body:
     """The inverse of encode_body."""
     if _is_json(content_type):
-        return json.loads(stored) if stored is not None else None
+        return decode_json(stored) if stored is not None else None
     return stored
 
 

@@ -8,7 +8,6 @@ to, because its own enqueues are visible to it.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterable
@@ -24,7 +23,16 @@ from sluice.errors import (
     MessageStateError,
     TransactionClosed,
 )
-from sluice.message import JSON, Body, Message, MessageState, decode_body, encode_body, encode_json
+from sluice.message import (
+    JSON,
+    Body,
+    Message,
+    MessageState,
+    decode_body,
+    decode_json,
+    encode_body,
+    encode_json,
+)
 
 if TYPE_CHECKING:
     from sluice.engine.database import Database
@@ -329,10 +337,10 @@ def to_message(queue: str, row: Row, holder: Transaction | None) -> Message:
     return Message(
         f"{p_session}/{p_tx}/{p_num}",
         queue,
-        json.loads(body) if content_type == JSON else decode_body(body, content_type),
+        decode_json(body) if content_type == JSON else decode_body(body, content_type),
         content_type,
         priority,
-        json.loads(properties) if properties else {},
+        decode_json(properties) if properties else {},
         correlation_id,
         reply_to,
         enqueued_at,
