@@ -334,8 +334,11 @@ class SQLiteBackend:
         if plan.held and not (plan.rejects or plan.pending or plan.enqueues):
             # The common acknowledgement: one statement. Recovery releases all of a
             # session's claims at once, so it matches all held rows or none.
-            params = key | {"ids": _ids(plan.held)}
-            _, settled = self._single(self._q["delete_claimed"], params, durable=plan.durable)
+            if len(plan.held) == 1:
+                name, params = "delete_claimed_one", key | {"id": plan.held[0]}
+            else:
+                name, params = "delete_claimed", key | {"ids": _ids(plan.held)}
+            _, settled = self._single(self._q[name], params, durable=plan.durable)
             if settled != len(plan.held):
                 raise _lease_lost(plan)
             return

@@ -64,10 +64,11 @@ class Database:
         return self._session
 
     def _next_transaction(self) -> tuple[int, int]:
-        with self._lock:
-            if self._closed:
-                raise SluiceError("the database connection is closed; call sluice.connect again")
-            return self._session, next(self._numbers)
+        # No lock: it runs for every put and get, and next() on a count and reading
+        # two attributes are atomic under the GIL; close() only ever sets _closed.
+        if self._closed:
+            raise SluiceError("the database connection is closed; call sluice.connect again")
+        return self._session, next(self._numbers)
 
     # --- transactions ----------------------------------------------------------------
     def begin(self) -> Transaction:

@@ -115,6 +115,10 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 DELETE FROM messages
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 2 AND c_session = :session AND c_tx = :tx;
 
+-- name: delete_claimed_one
+DELETE FROM messages
+WHERE id = :id AND state = 2 AND c_session = :session AND c_tx = :tx;
+
 -- name: reject
 -- Rejected messages leave for the error queue, or stay as failed where the queue has none.
 UPDATE messages
