@@ -94,7 +94,14 @@ class CommitPlan:
 
 
 class Backend(Protocol):
-    """Queue storage. Methods are atomic; none is called with a lock of the caller's held."""
+    """Queue storage. Methods are atomic; none is called with a lock of the caller's held.
+
+    Durability: ``commit`` (of a ``durable`` plan), ``append`` of ready
+    messages and the catalog changes survive a power cut once they return.
+    ``claim``, ``release``, ``abort``, ``heartbeat`` and ``recover`` need only
+    survive a process crash: a power cut that undoes them also ends the
+    sessions involved, and recovery then reaches the same state.
+    """
 
     dialect: str
     shared_across_processes: bool

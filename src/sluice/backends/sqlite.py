@@ -93,6 +93,7 @@ class SQLiteBackend:
         self.path = path
         self.settings = settings or SQLiteSettings()
         self._q = _load_queries()
+        self._syncs_at_commit = self.settings.synchronous in ("FULL", "EXTRA")
         self._lock = threading.RLock()
         self._conn = self._open()
         self._closed = False
@@ -163,10 +164,10 @@ class SQLiteBackend:
         """
         with self._lock:
             conn = self._conn
-            relax = not durable and self.settings.synchronous != "OFF"
+            relax = not durable and self._syncs_at_commit
             try:
                 if relax:
-                    conn.execute("PRAGMA synchronous=OFF")
+                    conn.execute("PRAGMA synchronous=NORMAL")
                 try:
                     cur = conn.execute(statement, params)
                     return cur.fetchall(), cur.rowcount
@@ -190,11 +191,16 @@ class SQLiteBackend:
 
     @contextmanager
     def _durability(self, durable: bool) -> Iterator[None]:
-        """Commits touching only transient queues skip the fsync (synchronous=OFF)."""
-        if durable or self.settings.synchronous == "OFF":
+        """A commit that need not survive power loss skips the fsync.
+
+        That is NORMAL in WAL mode, never OFF: the commit may run a checkpoint,
+        and a checkpoint without its syncs could lose earlier, durable commits.
+        Later fsyncs cover these commits too, since the WAL is written in order.
+        """
+        if durable or not self._syncs_at_commit:
             yield
             return
-        self._conn.execute("PRAGMA synchronous=OFF")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
         try:
             yield
         finally:
@@ -219,7 +225,8 @@ class SQLiteBackend:
             return cur.lastrowid
 
     def heartbeat(self, session: int) -> bool:
-        with self._write() as conn:
+        # Not durable: a heartbeat lost to a power cut matters to nobody.
+        with self._write(durable=False) as conn:
             cur = conn.execute(self._q["heartbeat"], {"session": session, "now": time.time()})
             return cur.rowcount == 1
 
@@ -229,7 +236,8 @@ class SQLiteBackend:
             self._roll_back_orphans(conn)
 
     def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
-        with self._write() as conn:
+        # Not durable: undone by a power cut, it is simply done again after it.
+        with self._write(durable=False) as conn:
             sessions = [SessionInfo(*r) for r in conn.execute(self._q["list_sessions"])]
             dead = [s.id for s in sessions if is_dead(s)]
             for session in dead:
@@ -309,12 +317,17 @@ class SQLiteBackend:
         conn.executemany(self._q["insert_message_values"], rows)
 
     def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+        # Claims commit without fsync. A claim is not state worth a disk flush: a
+        # power cut that undid it also killed its session, whose claims recovery
+        # would give back anyway; and the next durable commit's fsync covers it.
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
         if limit == 1:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
-            rows, _ = self._single(self._q["claim_with_own_one" if own else "claim_one"], params)
+            rows, _ = self._single(
+                self._q["claim_with_own_one" if own else "claim_one"], params, durable=False
+            )
             return rows
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             select = self._q["select_claimable_with_own" if own else "select_claimable"]
             rows = conn.execute(select, params).fetchall()
             if rows:
@@ -325,12 +338,12 @@ class SQLiteBackend:
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
         params = {"session": session, "tx": tx, "ids": _ids(refs)}
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             conn.execute(self._q["dead_letter"], params)
             conn.execute(self._q["release"], params)
 
     def commit(self, plan: CommitPlan) -> None:
-        key = {"session": plan.session, "tx": plan.tx}
+        key: dict[str, object] = {"session": plan.session, "tx": plan.tx}
         if plan.held and not (plan.rejects or plan.pending or plan.enqueues):
             # The common acknowledgement: one statement. Recovery releases all of a
             # session's claims at once, so it matches all held rows or none.
@@ -368,7 +381,7 @@ class SQLiteBackend:
 
     def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
         key = {"session": session, "tx": tx, "ids": _ids(held)}
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             conn.execute(self._q["delete_pending"], key)
             if held:
                 for name in ("delete_own_claimed", "dead_letter", "release"):
