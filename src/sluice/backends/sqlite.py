@@ -75,7 +75,11 @@ _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed
 
 
 def _load_queries() -> dict[str, str]:
-    columns = ", ".join(MESSAGE_COLUMNS)
+    # The schema stores application/json as NULL; rows read back carry it spelled out.
+    columns = ", ".join(
+        "coalesce(content_type, 'application/json') AS content_type" if c == "content_type" else c
+        for c in MESSAGE_COLUMNS
+    )
     queries = {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
     for name in ("claim", "claim_with_own"):
         # One message: a scalar subquery is cheaper than materialising an id list.

@@ -44,7 +44,7 @@ DELETE FROM queues WHERE name = :name;
 -- Positional: ?1 state, ?2 session, ?3 tx, then the fields of an Envelope in order.
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-SELECT id, ?1, ?6, ?2, ?3, ?5, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+SELECT id, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14
 FROM queues WHERE name = ?4;
 
 -- name: queue_ids
@@ -54,7 +54,7 @@ SELECT name, id FROM queues;
 -- As insert_message, with ?4 the queue id instead of its name.
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14);
+VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14);
 
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids

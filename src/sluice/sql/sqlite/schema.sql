@@ -31,7 +31,7 @@ CREATE TABLE messages (
     c_session      INTEGER,
     c_tx           INTEGER,
     body           BLOB,
-    content_type   TEXT    NOT NULL,
+    content_type   TEXT,            -- NULL: application/json, the common case (17 bytes a row)
     properties     TEXT,
     correlation_id TEXT,
     reply_to       TEXT,
