@@ -131,3 +131,27 @@ def test_cache_size_setting(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA cache_size").fetchone()[0] == -8 * 1024
     with pytest.raises(sluice.ConfigurationError, match="cache_mib"):
         sluice.connect(f"sqlite:///{tmp_path / 'q.db'}?cache_mib=0")
+
+
+def test_a_lock_held_past_busy_timeout_is_a_clear_error_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "q.db"
+    with sluice.connect(f"sqlite:///{path}", busy_timeout=0.05) as db:
+        q = db.create_queue("a")
+        q.put("before")
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process's writer, holding the lock
+        try:
+            with pytest.raises(sluice.StorageError, match="locked"):
+                q.put("blocked")
+            with pytest.raises(sluice.StorageError, match="locked"):
+                q.get()
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert [m.body for m in q.browse()] == ["before"]
+        m = q.get()
+        assert m is not None
+        m.ack()
+        assert q.stats()["ready"] == 0
