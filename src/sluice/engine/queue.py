@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
 from sluice.catalog import QueueSpec
-from sluice.engine.transaction import BrowseState, Transaction, browse
+from sluice.engine.transaction import BrowseState, EnqueueOptions, Transaction, browse
 from sluice.message import Body, Message
 
 if TYPE_CHECKING:
@@ -30,56 +30,19 @@ class Queue:
         """The queue's current settings."""
         return self._db._spec(self.name, fresh=True)
 
-    def put(
-        self,
-        body: Body,
-        *,
-        priority: int | None = None,
-        properties: dict[str, Any] | None = None,
-        delay: float = 0.0,
-        ttl: float | None = None,
-        content_type: str | None = None,
-        correlation_id: str | None = None,
-        reply_to: str | None = None,
-    ) -> str:
-        """Enqueue one message and commit; returns its id once it is durable."""
-        (message_id,) = self.put_many(
-            [body],
-            priority=priority,
-            properties=properties,
-            delay=delay,
-            ttl=ttl,
-            content_type=content_type,
-            correlation_id=correlation_id,
-            reply_to=reply_to,
-        )
+    def put(self, body: Body, **options: Unpack[EnqueueOptions]) -> str:
+        """Enqueue one message and commit; returns its id once it is durable.
+
+        Options as for ``Transaction.enqueue_many``: priority, properties, delay,
+        ttl, content_type, correlation_id, reply_to.
+        """
+        (message_id,) = self.put_many([body], **options)
         return message_id
 
-    def put_many(
-        self,
-        bodies: Iterable[Body],
-        *,
-        priority: int | None = None,
-        properties: dict[str, Any] | None = None,
-        delay: float = 0.0,
-        ttl: float | None = None,
-        content_type: str | None = None,
-        correlation_id: str | None = None,
-        reply_to: str | None = None,
-    ) -> list[str]:
+    def put_many(self, bodies: Iterable[Body], **options: Unpack[EnqueueOptions]) -> list[str]:
         """Enqueue several messages with the same options in one transaction; returns their ids."""
         tx = Transaction(self._db, implicit=True)
-        ids = tx.enqueue_many(
-            self.name,
-            bodies,
-            priority=priority,
-            properties=properties,
-            delay=delay,
-            ttl=ttl,
-            content_type=content_type,
-            correlation_id=correlation_id,
-            reply_to=reply_to,
-        )
+        ids = tx.enqueue_many(self.name, bodies, **options)
         tx.commit()
         return ids
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 
 from sluice.backends.base import CommitPlan, Envelope, Row
 from sluice.errors import (
@@ -37,10 +37,22 @@ from sluice.message import (
 if TYPE_CHECKING:
     from sluice.engine.database import Database
 
-__all__ = ["BrowseState", "Transaction", "TxState"]
+__all__ = ["BrowseState", "EnqueueOptions", "Transaction", "TxState"]
 
 BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed"]
 _BROWSE_STATES = ("ready", "delayed", "claimed", "expired", "failed")
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of an enqueue; see ``Transaction.enqueue_many``."""
+
+    priority: int | None
+    properties: dict[str, Any] | None
+    delay: float
+    ttl: float | None
+    content_type: str | None
+    correlation_id: str | None
+    reply_to: str | None
 
 
 class TxState(Enum):
@@ -101,31 +113,12 @@ class Transaction:
         return f"<Transaction {self.id} {self.state.value}>"
 
     # --- enqueue ---------------------------------------------------------------------
-    def enqueue(
-        self,
-        queue: str,
-        body: Body,
-        *,
-        priority: int | None = None,
-        properties: dict[str, Any] | None = None,
-        delay: float = 0.0,
-        ttl: float | None = None,
-        content_type: str | None = None,
-        correlation_id: str | None = None,
-        reply_to: str | None = None,
-    ) -> str:
-        """Add a message to ``queue`` when this transaction commits; returns its id."""
-        (message_id,) = self.enqueue_many(
-            queue,
-            [body],
-            priority=priority,
-            properties=properties,
-            delay=delay,
-            ttl=ttl,
-            content_type=content_type,
-            correlation_id=correlation_id,
-            reply_to=reply_to,
-        )
+    def enqueue(self, queue: str, body: Body, **options: Unpack[EnqueueOptions]) -> str:
+        """Add a message to ``queue`` when this transaction commits; returns its id.
+
+        Options as for ``enqueue_many``.
+        """
+        (message_id,) = self.enqueue_many(queue, [body], **options)
         return message_id
 
     def enqueue_many(
@@ -143,8 +136,12 @@ class Transaction:
     ) -> list[str]:
         """Add several messages with the same options; returns their ids in order.
 
-        The options are checked once, so this is the fast way to enqueue a batch.
-        If any body is refused, none of them is added.
+        ``priority``: higher first (default 0); ``properties``: a dict of JSON
+        values; ``delay``: seconds until visible; ``ttl``: seconds until it
+        expires; ``content_type``: recorded with the body (chosen from its type
+        when None); ``correlation_id`` and ``reply_to``: free text for replies.
+        The options are checked once, so this is the fast way to enqueue a
+        batch. If any body is refused, none of them is added.
         """
         self._check_active()
         spec = self._db._spec(queue)
