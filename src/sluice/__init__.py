@@ -30,7 +30,6 @@ from sluice.errors import (
     StorageError,
     TransactionClosed,
     TransactionError,
-    UnfinishedTransaction,
 )
 from sluice.message import Message, MessageState
 
@@ -59,7 +58,6 @@ __all__ = [
     "Transaction",
     "TransactionClosed",
     "TransactionError",
-    "UnfinishedTransaction",
     "__version__",
     "connect",
 ]

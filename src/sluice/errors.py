@@ -21,8 +21,7 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   └── MessageStateError       ack twice, release a message not held, ...
     └── TransactionError
         ├── TransactionClosed       using a committed or aborted transaction
-        ├── LeaseLost               the owner was taken for dead and rolled back
-        └── UnfinishedTransaction   the transaction cannot end as asked
+        └── LeaseLost               the owner was taken for dead and rolled back
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ __all__ = [
     "StorageError",
     "TransactionClosed",
     "TransactionError",
-    "UnfinishedTransaction",
 ]
 
 
@@ -113,7 +111,3 @@ class TransactionClosed(TransactionError):
 
 class LeaseLost(TransactionError):
     """The transaction's session lost its lease and was rolled back; redo the work in a new one."""
-
-
-class UnfinishedTransaction(TransactionError):
-    """The transaction cannot end in the way asked; see the message for what remains to do."""
