@@ -78,3 +78,21 @@ def test_invalid_queue_settings_are_refused(db: sluice.Database, kwargs: dict[st
 def test_invalid_queue_names_are_refused(db: sluice.Database, name: str) -> None:
     with pytest.raises(sluice.ConfigurationError, match="invalid queue name"):
         db.create_queue(name)
+
+
+def test_drop_refuses_a_queue_with_messages_in_open_transactions(db: sluice.Database) -> None:
+    q = db.create_queue("a")
+    q.put("x")
+    tx = db.begin()
+    tx.dequeue("a")
+    with pytest.raises(sluice.QueueInUse, match="held or enqueued by open transactions"):
+        db.drop_queue("a")
+    tx.abort()
+    tx2 = db.begin()
+    tx2.enqueue("a", "y")
+    tx2.browse("a")  # written as pending
+    with pytest.raises(sluice.QueueInUse):
+        db.drop_queue("a")
+    tx2.abort()
+    db.drop_queue("a")
+    assert db.queues() == []

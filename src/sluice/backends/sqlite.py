@@ -284,6 +284,12 @@ class SQLiteBackend:
                     f"queue {name!r} is the error queue of {', '.join(map(repr, users))}; "
                     "alter those queues first"
                 )
+            busy = conn.execute(self._q["queue_in_flight"], {"name": name}).fetchone()[0]
+            if busy:
+                raise QueueInUse(
+                    f"queue {name!r} has {busy} message(s) held or enqueued by open "
+                    "transactions; drop it once they have ended"
+                )
             conn.execute(self._q["delete_queue_messages"], {"name": name})
             if conn.execute(self._q["delete_queue"], {"name": name}).rowcount == 0:
                 raise QueueNotFound(f"queue {name!r} does not exist")
@@ -405,7 +411,7 @@ class SQLiteBackend:
 
     def stats(self, queue: str) -> dict[str, int]:
         counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
-        with self._write() as conn:
+        with self._write(durable=False) as conn:  # expiring is redone if a power cut undoes it
             conn.execute(self._q["expire"], {"now": time.time()})
             for state, delayed, n in conn.execute(
                 self._q["stats"], {"queue": queue, "now": time.time()}

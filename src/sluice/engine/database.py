@@ -17,7 +17,7 @@ from sluice.engine import lease as leases
 from sluice.engine.queue import Queue
 from sluice.engine.transaction import Transaction
 from sluice.engine.wakeups import Wakeups
-from sluice.errors import ConfigurationError, QueueNotFound, SluiceError
+from sluice.errors import ConfigurationError, QueueExists, QueueNotFound, SluiceError
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "Database"]
 
@@ -100,9 +100,11 @@ class Database:
         )
         if error_queue is not None and self.backend.get_queue(error_queue) is None:
             self.create_queue(error_queue, durability=durability, exist_ok=True)
-        existing = self.backend.get_queue(name) if exist_ok else None
-        if existing is None:
+        try:
             self.backend.create_queue(spec)
+        except QueueExists:
+            if not exist_ok:
+                raise
         return Queue(self, name)
 
     def queue(self, name: str) -> Queue:
@@ -143,8 +145,13 @@ class Database:
         return spec
 
     def drop_queue(self, name: str) -> None:
-        """Remove a queue and every message in it."""
+        """Remove a queue and every message in it.
+
+        Refused (QueueInUse) while it is another queue's error queue or open
+        transactions hold or enqueue its messages; dead sessions are rolled back first.
+        """
         check_queue_name(name)
+        self.recover()
         self.backend.drop_queue(name)
         self._specs.pop(name, None)
 

@@ -34,6 +34,10 @@ SELECT name, max_attempts, error_queue, durability, max_size FROM queues ORDER B
 -- name: queues_referencing
 SELECT name FROM queues WHERE error_queue = :name AND name <> :name ORDER BY name;
 
+-- name: queue_in_flight
+SELECT count(*) FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :name) AND state IN (0, 2);
+
 -- name: delete_queue_messages
 DELETE FROM messages WHERE queue_id = (SELECT id FROM queues WHERE name = :name);
 
