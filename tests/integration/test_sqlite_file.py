@@ -155,3 +155,28 @@ def test_a_lock_held_past_busy_timeout_is_a_clear_error_and_changes_nothing(
         assert m is not None
         m.ack()
         assert q.stats()["ready"] == 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() in a threaded process
+def test_a_database_refuses_use_in_a_forked_child(tmp_path: Path) -> None:
+    import os
+
+    with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as db:
+        q = db.create_queue("a")
+        pid = os.fork()
+        if pid == 0:  # the child: every use must refuse, touching nothing
+            code = 1
+            try:
+                q.put("from the child")
+            except sluice.SluiceError as exc:
+                code = 0 if "before a fork" in str(exc) else 2
+            try:
+                q.browse()
+                code = 3
+            except sluice.SluiceError:
+                pass
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        q.put("from the parent")
+        assert [m.body for m in q.browse()] == ["from the parent"]

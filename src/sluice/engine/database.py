@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -31,6 +32,18 @@ _SPEC_TTL = 1.0  # queue settings altered by another process are seen within thi
 
 _UNSET: Any = object()
 
+# SQLite connections must not be used across fork() (the SQLite docs warn of
+# corruption), so every Database learns when it finds itself in a forked child.
+_open_databases: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    for db in list(_open_databases):
+        db._forked = True
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
 
 class Database:
     """A connection to sluice queues. Thread-safe; close it (or use ``with``) when done."""
@@ -54,6 +67,8 @@ class Database:
         self._numbers = itertools.count(1)
         self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
         self._closed = False
+        self._forked = False
+        _open_databases.add(self)
         self.recover()
         self._keeper = leases.LeaseKeeper(self._tick, lease)
         self._keeper.start()
@@ -66,9 +81,16 @@ class Database:
     def _next_transaction(self) -> tuple[int, int]:
         # No lock: it runs for every put and get, and next() on a count and reading
         # two attributes are atomic under the GIL; close() only ever sets _closed.
-        if self._closed:
-            raise SluiceError("the database connection is closed; call sluice.connect again")
+        if self._closed or self._forked:
+            raise self._unusable()
         return self._session, next(self._numbers)
+
+    def _unusable(self) -> SluiceError:
+        if self._forked:
+            return SluiceError(
+                "this Database was opened before a fork; call sluice.connect in the child process"
+            )
+        return SluiceError("the database connection is closed; call sluice.connect again")
 
     # --- transactions ----------------------------------------------------------------
     def begin(self) -> Transaction:
@@ -156,6 +178,8 @@ class Database:
         self._specs.pop(name, None)
 
     def _spec(self, name: str, *, fresh: bool = False) -> QueueSpec:
+        if self._forked:
+            raise self._unusable()
         cached = self._specs.get(name)
         now = time.monotonic()
         if cached is not None and not fresh and cached[1] > now:
