@@ -12,8 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sluice import sql
 from sluice.backends.base import (
@@ -23,52 +22,19 @@ from sluice.backends.base import (
     Row,
     SessionInfo,
 )
+from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
+from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
 from sluice.catalog import QueueSpec
 from sluice.errors import (
-    ConfigurationError,
     LeaseLost,
     NotASluiceDatabase,
     QueueExists,
     QueueInUse,
     QueueNotFound,
-    SchemaTooNew,
     StorageError,
 )
 
 __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
-
-APPLICATION_ID = 0x736C6963  # "slic": marks a file as a sluice database
-_HEADER = b"SQLite format 3\x00"
-
-Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
-
-
-@dataclass(frozen=True, slots=True)
-class SQLiteSettings:
-    """How the SQLite file is opened.
-
-    ``synchronous`` is SQLite's durability level for persistent queues (FULL:
-    fsync at every commit). ``busy_timeout`` is how long a write waits for
-    another process's lock before failing. ``cache_mib`` caps the page cache of
-    the connection: a queue's backlog is read back soon after it was written
-    (FIFO), so a cache smaller than the backlog turns claims into disk reads.
-    """
-
-    synchronous: Synchronous = "FULL"
-    busy_timeout: float = 30.0
-    cache_mib: int = 64
-
-    def __post_init__(self) -> None:
-        if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ConfigurationError(
-                f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {self.synchronous!r}"
-            )
-        if self.busy_timeout < 0:
-            raise ConfigurationError("busy_timeout must not be negative")
-        if not isinstance(self.cache_mib, int) or self.cache_mib < 1:
-            raise ConfigurationError(
-                f"cache_mib must be a positive integer, not {self.cache_mib!r}"
-            )
 
 
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
@@ -112,18 +78,18 @@ class SQLiteBackend:
         )
 
     def _open(self) -> sqlite3.Connection:
-        _check_header(self.path)
+        check_header(self.path)
         try:
             conn = self._connect()
         except sqlite3.Error as exc:
             raise StorageError(f"{self.path} cannot be opened: {exc}") from exc
         try:
             # Check before anything writes: a foreign file must be left byte for byte as it was.
-            _check_owner(conn, self.path)
+            check_owner(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
             conn.execute(f"PRAGMA cache_size=-{self.settings.cache_mib * 1024}")
-            _migrate(conn, self.path)
+            migrate(conn, self.path)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.DatabaseError):
@@ -474,70 +440,3 @@ def _translate(exc: sqlite3.Error, path: str) -> StorageError:
             "retry, or raise busy_timeout"
         )
     return StorageError(f"SQLite failed on {path}: {text}")
-
-
-def _check_header(path: str) -> None:
-    if path == ":memory:" or path.startswith("file:"):
-        return
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(_HEADER))
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StorageError(f"{path} cannot be read: {exc}") from exc
-    if head and head != _HEADER:
-        raise NotASluiceDatabase(f"{path} is not a SQLite database, so not a sluice one")
-
-
-def _check_owner(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse another application's database and a schema newer than this code."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    if app_id != APPLICATION_ID:
-        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-            raise NotASluiceDatabase(
-                f"{path} is a SQLite database of another application; sluice will not write into it"
-            )
-        return
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    latest = sql.migrations("sqlite")[-1][0]
-    if version > latest:
-        raise SchemaTooNew(
-            f"{path} has schema version {version}, newer than this sluice knows ({latest}); "
-            "upgrade sluice to open it"
-        )
-
-
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Bring the file to the current schema; concurrent openers serialise on the write lock."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        # Checked again under the lock: another process may have migrated meanwhile.
-        _check_owner(conn, path)
-        if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        steps = sql.migrations("sqlite")
-        for number, script in steps:
-            if number > version:
-                for statement in _statements(script):
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {number}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a script into statements (sqlite3.execute runs one at a time)."""
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--"):
-            continue
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            yield buffer.strip()
-            buffer = ""
-    if buffer.strip():
-        yield buffer.strip()
