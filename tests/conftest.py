@@ -26,7 +26,7 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def db(backend_url: str) -> Iterator[sluice.Database]:
-    database = sluice.connect(backend_url, synchronous="NORMAL")
+    database = sluice.connect(backend_url)  # the defaults: FULL, group commit
     try:
         yield database
     finally:

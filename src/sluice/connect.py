@@ -25,6 +25,7 @@ def connect(
     lease: float | None = None,
     poll_interval: float | None = None,
     cache_mib: int | None = None,
+    group_commit: bool | None = None,
     max_message_size: int = DEFAULT_MAX_SIZE,
 ) -> Database:
     """Open the queues at ``url``.
@@ -36,7 +37,8 @@ def connect(
     Options may also be given in the URL's query (``?synchronous=NORMAL``);
     keyword arguments win. ``synchronous`` (FULL by default) is SQLite's
     durability level, ``lease`` the seconds after which a silent session is
-    rolled back by others, ``cache_mib`` SQLite's page cache (64 MiB).
+    rolled back by others, ``cache_mib`` SQLite's page cache (64 MiB),
+    ``group_commit`` whether concurrent commits share an fsync (on).
     """
     scheme, path, query = _split(url)
     options: dict[str, Any] = {k.lower(): v for k, v in query.items()}
@@ -46,10 +48,11 @@ def connect(
         ("lease", lease),
         ("poll_interval", poll_interval),
         ("cache_mib", cache_mib),
+        ("group_commit", group_commit),
     ):
         if value is not None:
             options[key] = value
-    unknown = set(options) - {"synchronous", *_FLOAT_OPTIONS}
+    unknown = set(options) - {"synchronous", "group_commit", *_FLOAT_OPTIONS}
     if unknown:
         raise ConfigurationError(f"unknown option(s) {', '.join(sorted(unknown))} in {url!r}")
     for key in _FLOAT_OPTIONS:
@@ -63,6 +66,7 @@ def connect(
             synchronous=str(options.get("synchronous", "FULL")).upper(),  # type: ignore[arg-type]
             busy_timeout=options.get("busy_timeout", 30.0),
             cache_mib=int(options.get("cache_mib", 64)),
+            group_commit=_flag("group_commit", options.get("group_commit", True)),
         )
         backend = SQLiteBackend(path, settings)
     elif scheme in ("postgresql", "postgres"):
@@ -113,3 +117,14 @@ def _number(key: str, value: Any) -> float:
         raise ConfigurationError(
             f"option {key} must be a number of seconds, not {value!r}"
         ) from None
+
+
+def _flag(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"option {key} must be true or false, not {value!r}")

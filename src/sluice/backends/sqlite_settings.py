@@ -21,11 +21,13 @@ class SQLiteSettings:
     another process's lock before failing. ``cache_mib`` caps the page cache of
     the connection: a queue's backlog is read back soon after it was written
     (FIFO), so a cache smaller than the backlog turns claims into disk reads.
+    ``group_commit`` lets commits from concurrent threads share one fsync.
     """
 
     synchronous: Synchronous = "FULL"
     busy_timeout: float = 30.0
     cache_mib: int = 64
+    group_commit: bool = True
 
     def __post_init__(self) -> None:
         if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
