@@ -38,6 +38,7 @@ test: lint typecheck
 
 bench: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.concurrent
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
