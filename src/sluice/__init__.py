@@ -12,7 +12,7 @@ from sluice.catalog import QueueSpec
 from sluice.connect import connect
 from sluice.engine.database import Database
 from sluice.engine.queue import Queue
-from sluice.engine.transaction import Transaction
+from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import (
     ConfigurationError,
     InvalidBody,
@@ -38,6 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigurationError",
     "Database",
+    "EnqueueOptions",
     "InvalidBody",
     "LeaseLost",
     "Message",

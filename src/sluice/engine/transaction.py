@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, get_args
 
 from sluice.backends.base import CommitPlan, Envelope, Row
 from sluice.errors import (
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["BrowseState", "EnqueueOptions", "Transaction", "TxState"]
 
 BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed"]
-_BROWSE_STATES = ("ready", "delayed", "claimed", "expired", "failed")
+_BROWSE_STATES: tuple[str, ...] = get_args(BrowseState)
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -56,6 +56,8 @@ class EnqueueOptions(TypedDict, total=False):
 
 
 class TxState(Enum):
+    """Where a transaction is: open, or ended one way or the other."""
+
     ACTIVE = "active"
     COMMITTED = "committed"
     ABORTED = "aborted"
