@@ -175,8 +175,12 @@ def test_a_database_refuses_use_in_a_forked_child(tmp_path: Path) -> None:
                 code = 3
             except sluice.SluiceError:
                 pass
+            db.close()  # must leave the parent's session alone
             os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         q.put("from the parent")
         assert [m.body for m in q.browse()] == ["from the parent"]
+        m = q.get()  # the parent's session still works and holds claims
+        assert m is not None
+        m.ack()

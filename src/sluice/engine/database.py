@@ -216,6 +216,9 @@ class Database:
 
     def close(self) -> None:
         """End the session: whatever it still holds is rolled back. Idempotent."""
+        if self._forked:  # the parent's connection and session: not the child's to end
+            self._closed = True
+            return
         with self._lock:
             if self._closed:
                 return
