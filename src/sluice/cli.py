@@ -116,6 +116,12 @@ def cmd_stats(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace, db: sluice.Database) -> int:
+    gone = db.queue(args.queue).purge(args.state, older_than=args.older_than)
+    _out(args, {"purged": gone}, f"purged {gone} {args.state} message(s)")
+    return 0
+
+
 def cmd_recover(args: argparse.Namespace, db: sluice.Database) -> int:
     dead = db.recover()
     _out(args, {"rolled_back_sessions": dead}, f"rolled back sessions: {dead or 'none'}")
@@ -173,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = add("stats", cmd_stats, "count a queue's messages by state")
     p.add_argument("queue", help="queue name")
+    p = add("purge", cmd_purge, "delete kept expired or failed messages")
+    p.add_argument("queue", help="queue name")
+    p.add_argument("state", choices=["expired", "failed"], help="which kept messages")
+    p.add_argument("--older-than", type=float, default=0.0, help="only those older (seconds)")
     add("recover", cmd_recover, "roll back sessions whose owners died")
     return parser
 

@@ -301,3 +301,23 @@ def test_put_many_refuses_the_whole_batch_if_one_body_is_bad(q: sluice.Queue) ->
     with pytest.raises(sluice.InvalidBody):
         q.put_many([1, 2, {3}])
     assert q.browse() == []
+
+
+def test_purge_removes_only_kept_outcomes(db: sluice.Database) -> None:
+    q = db.create_queue("jobs", max_attempts=1)
+    q.put("poison")
+    q.put("stale", ttl=0.001)
+    q.put("live")
+    m = q.get()
+    assert m is not None
+    m.release()  # out of attempts: kept as failed
+    deadline = time.time() + 0.001
+    while time.time() <= deadline:
+        pass  # the ttl is measured on the wall clock; let it pass (1 ms)
+    assert q.purge("failed", older_than=3600) == 0  # too recent
+    assert q.purge("failed") == 1
+    assert q.purge("expired") == 1
+    assert [m.body for m in q.browse()] == ["live"]
+    assert q.stats()["failed"] == q.stats()["expired"] == 0
+    with pytest.raises(sluice.ConfigurationError, match="only expired or failed"):
+        q.purge("ready")  # type: ignore[arg-type]

@@ -173,6 +173,9 @@ class Backend(Protocol):
     def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
         """Messages of a queue in delivery order, without claiming them."""
 
+    def purge(self, queue: str, state: str, before: float) -> int:
+        """Delete the queue's ``expired`` or ``failed`` messages enqueued before ``before``."""
+
     def stats(self, queue: str) -> dict[str, int]:
         """Message counts by state name, with ``delayed`` apart from ``ready``."""
 

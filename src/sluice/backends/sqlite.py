@@ -425,6 +425,13 @@ class SQLiteBackend:
         with self._read() as conn:
             return conn.execute(self._q["browse"], params).fetchall()
 
+    def purge(self, queue: str, state: str, before: float) -> int:
+        code = {"expired": 3, "failed": 4}[state]
+        with self._write() as conn:
+            conn.execute(self._q["expire"], {"now": time.time()})
+            params = {"queue": queue, "state": code, "before": before}
+            return conn.execute(self._q["purge"], params).rowcount
+
     def stats(self, queue: str) -> dict[str, int]:
         counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
         with self._write(durable=False) as conn:  # expiring is redone if a power cut undoes it

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Literal, Unpack
 
 from sluice.catalog import QueueSpec
 from sluice.engine.transaction import BrowseState, EnqueueOptions, Transaction, browse
+from sluice.errors import ConfigurationError
 from sluice.message import Body, Message
 
 if TYPE_CHECKING:
@@ -63,6 +65,22 @@ class Queue:
         """Messages in delivery order without taking them (``state`` picks which)."""
         self._db._spec(self.name)
         return browse(self._db, self.name, limit=limit, state=state, tx=None)
+
+    def purge(self, state: Literal["expired", "failed"], *, older_than: float = 0.0) -> int:
+        """Delete kept ``expired`` or ``failed`` messages enqueued over ``older_than`` seconds ago.
+
+        Returns how many went. Ready, delayed and claimed messages are never purged.
+        """
+        if state not in ("expired", "failed"):
+            raise ConfigurationError(f"only expired or failed messages are purged, not {state!r}")
+        if (
+            isinstance(older_than, bool)
+            or not isinstance(older_than, int | float)
+            or older_than < 0
+        ):
+            raise ConfigurationError(f"older_than must be seconds >= 0, not {older_than!r}")
+        self._db._spec(self.name)
+        return self._db.backend.purge(self.name, state, time.time() - older_than)
 
     def stats(self) -> dict[str, int]:
         """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed."""

@@ -205,6 +205,12 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
 ORDER BY priority DESC, id
 LIMIT :limit;
 
+-- name: purge
+-- Only kept outcomes (expired, failed) are purged; live messages never are.
+DELETE FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND state = :state AND enqueued_at <= :before;
+
 -- name: stats
 SELECT state, available_at > :now AS delayed, count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
