@@ -6,7 +6,6 @@ The report goes to ``bench/results/cycle-<date>.md`` unless ``--out`` says other
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +17,7 @@ from bench.harness import (
     machine_facts,
     render_report,
     run_matrix,
+    write_report,
 )
 
 # Chosen so the whole default run (5 contenders x 4 cells x 3 repeats) stays under about three
@@ -87,13 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     results, drives = run_matrix(names, n_for_batch, args.repeats, tmp_root, log)
     report = render_report(results, drives, facts, args.repeats, body_size())
 
-    out: Path = args.out or (
-        Path(__file__).resolve().parent / "results" / f"cycle-{dt.date.today().isoformat()}.md"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
-    print(report)
-    print(f"report written to {out}", file=sys.stderr)
+    write_report("cycle", report, args.out)
     return 0
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import sluice
-from bench.harness import encode, machine_facts, make_bodies
+from bench.harness import encode, machine_facts, make_bodies, write_report
 
 THREADS = (1, 4, 8)
 
@@ -116,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{rate:,.0f} ({rate / raw:.2f})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     report = "\n".join(lines) + "\n"
-    out: Path = args.out or (
-        Path(__file__).resolve().parent / "results" / f"concurrent-{dt.date.today().isoformat()}.md"
-    )
-    out.write_text(report)
-    print(report)
-    print(f"report written to {out}", file=sys.stderr)
+    write_report("concurrent", report, args.out)
     return 0
 
 

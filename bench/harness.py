@@ -40,6 +40,7 @@ __all__ = [
     "observe_file",
     "render_report",
     "run_matrix",
+    "write_report",
 ]
 
 BATCHES: tuple[int, ...] = (1, 100)
@@ -455,3 +456,14 @@ def encode(body: dict[str, object]) -> str:
 def body_size() -> int:
     """Encoded size of a typical body, for the report."""
     return len(encode(make_bodies(20_000)[12_345]))
+
+
+def write_report(kind: str, report: str, out: Path | None) -> None:
+    """Print a report and write it, by default to bench/results/<kind>-<date>.md."""
+    path = out or Path(__file__).resolve().parent / "results" / (
+        f"{kind}-{dt.date.today().isoformat()}.md"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report)
+    print(report)
+    print(f"report written to {path}", file=sys.stderr)
