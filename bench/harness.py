@@ -377,26 +377,17 @@ def _ratio_target(
 
 def _targets(results: list[Result]) -> list[str]:
     lines: list[str] = []
-    for sync in SYNCHRONOUS:
-        lines.append(
-            _ratio_target(
-                f"batch 1, {sync}: sluice >= 0.7 x raw",
-                _find(results, "sluice", 1, sync),
-                _find(results, "raw", 1, sync),
-                "raw",
-                0.7,
+    for peer, factor in (("raw", 0.7), ("huey", 2.5)):
+        for sync in SYNCHRONOUS:
+            lines.append(
+                _ratio_target(
+                    f"batch 1, {sync}: sluice >= {factor} x {peer}",
+                    _find(results, "sluice", 1, sync),
+                    _find(results, peer, 1, sync),
+                    peer,
+                    factor,
+                )
             )
-        )
-    for sync in SYNCHRONOUS:
-        lines.append(
-            _ratio_target(
-                f"batch 1, {sync}: sluice >= 2.5 x huey",
-                _find(results, "sluice", 1, sync),
-                _find(results, "huey", 1, sync),
-                "huey",
-                2.5,
-            )
-        )
     sluice = _find(results, "sluice", 100, "FULL")
     label = "batch 100, FULL: sluice >= 30,000 cycles/s"
     if sluice is None or sluice.rate is None:
