@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from sluice.backends.base import Backend
 from sluice.backends.memory import MemoryBackend
@@ -15,6 +15,8 @@ from sluice.errors import ConfigurationError
 __all__ = ["connect"]
 
 _FLOAT_OPTIONS = ("lease", "poll_interval", "busy_timeout", "cache_mib")
+_SQLITE_OPTIONS = {"synchronous", "group_commit", *_FLOAT_OPTIONS}
+_POSTGRES_OPTIONS = {"schema", "pool_size", "migrate", "fallback", "notify_interval"}
 
 
 def connect(
@@ -33,6 +35,12 @@ def connect(
     - ``sqlite:///relative.db``, ``sqlite:////absolute/path.db`` or a plain path:
       a SQLite file (created if missing), shared safely by threads and processes.
     - ``memory://``: queues in this process's memory, gone on close.
+    - ``postgresql://user@host:port/dbname``: queues in a PostgreSQL database,
+      shared by any number of processes and hosts (needs ``sluice[postgres]``).
+      Options: ``schema`` (``sluice``), ``pool_size`` (10 connections),
+      ``migrate`` (true: create or upgrade the schema; false: refuse an old one),
+      ``fallback`` (1 s between checks for work that no notification announced).
+      Other query parameters go to libpq (``sslmode``, ``application_name``...).
 
     Options may also be given in the URL's query (``?synchronous=NORMAL``);
     keyword arguments win. ``synchronous`` (FULL by default) is SQLite's
@@ -52,7 +60,9 @@ def connect(
     ):
         if value is not None:
             options[key] = value
-    unknown = set(options) - {"synchronous", "group_commit", *_FLOAT_OPTIONS}
+    if scheme in ("postgresql", "postgres"):
+        return _database(_postgres(url, options), options, max_message_size)
+    unknown = set(options) - _SQLITE_OPTIONS
     if unknown:
         raise ConfigurationError(f"unknown option(s) {', '.join(sorted(unknown))} in {url!r}")
     for key in _FLOAT_OPTIONS:
@@ -69,15 +79,46 @@ def connect(
             group_commit=_flag("group_commit", options.get("group_commit", True)),
         )
         backend = SQLiteBackend(path, settings)
-    elif scheme in ("postgresql", "postgres"):
-        raise ConfigurationError(
-            "the PostgreSQL backend is not part of this sluice version yet; "
-            "use sqlite:///path.db or memory://"
-        )
     else:
         raise ConfigurationError(
-            f"unsupported URL scheme {scheme!r} in {url!r}; use sqlite:///path.db or memory://"
+            f"unsupported URL scheme {scheme!r} in {url!r}; "
+            "use sqlite:///path.db, memory:// or postgresql://host/dbname"
         )
+    return _database(backend, options, max_message_size)
+
+
+def _postgres(url: str, options: dict[str, Any]) -> Backend:
+    # Imported here: psycopg is an optional extra, and SQLite users need not have it.
+    from sluice.backends.postgres import PostgresBackend, PostgresSettings  # noqa: PLC0415
+
+    ours = {k: options.pop(k) for k in list(options) if k in _POSTGRES_OPTIONS}
+    unknown = set(options) & (_SQLITE_OPTIONS - {"lease", "poll_interval"})
+    if unknown:
+        raise ConfigurationError(
+            f"option(s) {', '.join(sorted(unknown))} are SQLite's; PostgreSQL takes "
+            f"{', '.join(sorted(_POSTGRES_OPTIONS))}"
+        )
+    # What is neither ours nor the engine's (lease, poll_interval) is libpq's.
+    parts = urlsplit(url)
+    libpq = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() not in
+             _POSTGRES_OPTIONS | {"lease", "poll_interval"}]  # fmt: skip
+    for key, _ in libpq:
+        options.pop(key.lower(), None)
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
+    settings = PostgresSettings(
+        schema=str(ours.get("schema", "sluice")),
+        pool_size=int(_number("pool_size", ours.get("pool_size", 10))),
+        migrate=_flag("migrate", ours.get("migrate", True)),
+        fallback=_number("fallback", ours.get("fallback", 1.0)),
+        notify_interval=_number("notify_interval", ours.get("notify_interval", 0.005)),
+    )
+    return PostgresBackend(conninfo, settings)
+
+
+def _database(backend: Backend, options: dict[str, Any], max_message_size: int) -> Database:
+    for key in ("lease", "poll_interval"):
+        if key in options:
+            options[key] = _number(key, options[key])
     try:
         return Database(
             backend,

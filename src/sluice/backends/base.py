@@ -184,3 +184,10 @@ class Backend(Protocol):
 
     def change_token(self) -> int:
         """A number that changes when another connection commits a change."""
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Have ``callback`` called when another process may have made messages available.
+
+        Backends that can push such news (PostgreSQL's LISTEN) do; the others
+        leave waiters to poll ``change_token``.
+        """

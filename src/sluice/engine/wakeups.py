@@ -26,6 +26,7 @@ class Wakeups:
         self._poll = poll_interval
         self._cond = threading.Condition()
         self._counter = 0
+        backend.on_change(self.notify)
 
     def token(self) -> Token:
         """Take before looking for work; ``wait`` returns early if anything changed since."""

@@ -1,0 +1,574 @@
+"""The PostgreSQL backend: the same queues, shared by any number of processes and hosts.
+
+Every unit of work is one database transaction sent as one pipeline (BEGIN,
+statements, COMMIT in a single round trip) on a pooled connection. Checks that
+must undo a commit (a lease lost, a queue dropped) run inside the statements
+through ``expect()``, so no second round trip is needed to decide.
+
+- Claims use ``FOR UPDATE SKIP LOCKED``: concurrent consumers never wait on
+  each other's rows.
+- Delivery order is commit order: message ids come from one sequence, taken
+  under an advisory lock per target queue that the transaction holds until it
+  commits, so within a queue a message that commits later always has a higher
+  id and a reader following ids never skips one.
+- Durability: commits touching persistent queues use ``synchronous_commit``
+  as the server has it; claims, releases, aborts, heartbeats and recovery,
+  and commits touching only transient queues, commit without waiting for the
+  WAL flush. A server crash that undoes one of those is caught like a lost
+  lease: the holder's commit finds its rows changed and fails.
+- Wake-ups: coalesced NOTIFY, with a fallback tick (``postgres_notify``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sluice import sql
+from sluice.backends.base import MESSAGE_COLUMNS, CommitPlan, Envelope, Row, SessionInfo
+from sluice.catalog import QueueSpec
+from sluice.errors import (
+    ConfigurationError,
+    InvalidBody,
+    LeaseLost,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+    StorageError,
+)
+
+try:
+    import psycopg
+    import psycopg_pool
+    from psycopg import errors as pg_errors
+    from psycopg.pq import TransactionStatus
+except ImportError as _missing:  # pragma: no cover - depends on the installation
+    raise ConfigurationError(
+        "the PostgreSQL backend needs psycopg 3 and its pool: pip install 'sluice[postgres]'"
+    ) from _missing
+
+from sluice.backends.postgres_notify import Listener, Notifier
+from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
+
+__all__ = ["PostgresBackend", "PostgresSettings"]
+
+_STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
+_DB_NOW = "extract(epoch FROM clock_timestamp())"
+_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresSettings:
+    """Options of a PostgreSQL connection (see ``sluice.connect``)."""
+
+    schema: str = "sluice"
+    pool_size: int = 10
+    migrate: bool = True
+    fallback: float = 1.0
+    """Seconds between checks for work that do not wait for a notification."""
+    notify_interval: float = 0.005
+    """At most one NOTIFY per this many seconds per process."""
+    connect_timeout: float = 10.0
+
+
+def _load_queries(schema: str) -> dict[str, str]:
+    # The schema stores application/json as NULL; rows read back carry it spelled out.
+    columns = ", ".join(
+        "coalesce(m.content_type, 'application/json') AS content_type"
+        if c == "content_type"
+        else f"m.{c}"
+        for c in (*MESSAGE_COLUMNS, "body_bytes")
+    )
+    return {
+        name: text.replace("{message_columns}", columns)
+        .replace("{schema}", quote_schema(schema))
+        .replace("{db_now}", _DB_NOW)
+        for name, text in sql.queries("postgresql").items()
+    }
+
+
+class PostgresBackend:
+    """Queue storage in a PostgreSQL schema (see the module docstring)."""
+
+    dialect = "postgresql"
+    shared_across_processes = True
+
+    def __init__(self, conninfo: str, settings: PostgresSettings | None = None) -> None:
+        self.settings = settings or PostgresSettings()
+        self.conninfo = conninfo
+        self.schema = self.settings.schema
+        self._q = _load_queries(self.schema)
+        self._channel = f"sluice_{self.schema}"
+        self._kwargs: dict[str, Any] = {"connect_timeout": int(self.settings.connect_timeout)}
+        self._uncertain: set[tuple[int, int]] = set()
+        self._listener: Listener | None = None
+        self._closed = False
+        try:
+            with psycopg.connect(conninfo, autocommit=True, **self._kwargs) as conn:
+                migrate(conn, self.schema, upgrade=self.settings.migrate)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
+            psycopg_pool.ConnectionPool(
+                conninfo,
+                min_size=1,
+                max_size=max(1, self.settings.pool_size),
+                kwargs={"autocommit": True, **self._kwargs},
+                open=False,
+                name=f"sluice-{os.getpid()}",
+                timeout=self.settings.connect_timeout,
+                reconnect_timeout=0,
+            )
+        )
+        try:
+            self._pool.open(wait=True, timeout=self.settings.connect_timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            self._pool.close()
+            raise StorageError(f"cannot connect to PostgreSQL at {conninfo!r}: {exc}") from exc
+        self._notifier = Notifier(
+            conninfo, self._kwargs, self._channel, self.settings.notify_interval
+        )
+
+    # --- connections and units of work ---------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
+        self._notifier.close()
+        self._pool.close()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when another process may have made messages available."""
+        if self._listener is None:
+            self._listener = Listener(
+                self.conninfo, self._kwargs, self._channel, callback, self.settings.fallback
+            )
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            raise StorageError("the database connection is closed; call sluice.connect again")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise StorageError(f"no PostgreSQL connection could be had: {exc}") from exc
+
+    def _unit(
+        self, statements: Sequence[tuple[str, Any]], *, durable: bool = True
+    ) -> list[list[Row]]:
+        """Run statements as one transaction in one round trip; the rows of each.
+
+        ``expect()`` failures become the sluice error they stand for; driver
+        errors become StorageError (the connection is then discarded by the pool).
+        """
+        with self._conn() as conn:
+            try:
+                cursors = []
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    if not durable:
+                        conn.execute("SET LOCAL synchronous_commit TO off")
+                    for name, params in statements:
+                        cursors.append(conn.execute(self._q[name], params, prepare=True))
+                    conn.execute("COMMIT")
+                return [cur.fetchall() if cur.description else [] for cur in cursors]
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise _translate(exc) from exc
+
+    def _one(self, name: str, params: Any, *, durable: bool = True) -> list[Row]:
+        """One statement as its own transaction; durable ones need no BEGIN/COMMIT."""
+        if not durable:
+            return self._unit([(name, params)], durable=False)[0]
+        with self._conn() as conn:
+            try:
+                cur = conn.execute(self._q[name], params, prepare=True)
+                return cur.fetchall() if cur.description else []
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise _translate(exc) from exc
+
+    def _retrying(self, work: Callable[[], Any]) -> Any:
+        """Run idempotent work, retrying while the server is unreachable (a restart)."""
+        for delay in (*_RETRY_DELAYS, None):
+            try:
+                return work()
+            except StorageError as exc:
+                if delay is None or not isinstance(exc.__cause__, psycopg.OperationalError):
+                    raise
+                if self._closed:
+                    raise
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # --- sessions and recovery -------------------------------------------------------
+    def open_session(self, host: str, pid: int, lease: float) -> int:
+        rows = self._retrying(
+            lambda: self._one("open_session", {"host": host, "pid": pid, "lease": lease})
+        )
+        return int(rows[0][0])
+
+    def heartbeat(self, session: int) -> bool:
+        with self._conn() as conn:
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    conn.execute("SET LOCAL synchronous_commit TO off")
+                    cur = conn.execute(self._q["heartbeat"], {"session": session}, prepare=True)
+                    conn.execute("COMMIT")
+                return cur.rowcount == 1
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise _translate(exc) from exc
+
+    def close_session(self, session: int) -> None:
+        def work() -> None:
+            with self._transaction() as conn:
+                conn.execute(self._q["close_session"], {"session": session})
+                self._roll_back_orphans(conn)
+
+        self._retrying(work)
+        self._notifier.signal()
+
+    @contextmanager
+    def _transaction(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction over several round trips, for the rare paths that must decide."""
+        with self._conn() as conn:
+            try:
+                conn.execute("BEGIN")
+                if not durable:
+                    conn.execute("SET LOCAL synchronous_commit TO off")
+                yield conn
+                conn.execute("COMMIT")
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise _translate(exc) from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+
+    def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
+        def work() -> list[int]:
+            with self._transaction(durable=False) as conn:
+                locked = conn.execute(self._q["try_recovery_lock"], {"lock_class": LOCK_CLASS})
+                if not _first(locked.fetchall()):
+                    return []  # another node is recovering right now
+                rows = conn.execute(self._q["list_sessions"], {"now": time.time()}).fetchall()
+                dead = [s.id for s in (SessionInfo(*r) for r in rows) if is_dead(s)]
+                for session in dead:
+                    conn.execute(self._q["close_session"], {"session": session})
+                self._roll_back_orphans(conn)
+                conn.execute(self._q["expire"], {"now": time.time()})
+                return dead
+
+        dead: list[int] = self._retrying(work)
+        if dead:
+            self._notifier.signal()
+        return dead
+
+    def _roll_back_orphans(self, conn: psycopg.Connection[Any]) -> None:
+        # Whatever a session no longer registered holds is rolled back here, so a
+        # session recovered while it still worked cannot leave claims behind.
+        for name in (
+            "dead_sessions_pending",
+            "dead_sessions_own_claims",
+            "dead_sessions_dead_letter",
+            "dead_sessions_release",
+        ):
+            conn.execute(self._q[name])
+
+    # --- catalog ---------------------------------------------------------------------
+    def create_queue(self, spec: QueueSpec) -> None:
+        try:
+            self._one("insert_queue", _spec_params(spec) | {"now": time.time()})
+        except StorageError as exc:
+            if isinstance(exc.__cause__, pg_errors.UniqueViolation):
+                raise QueueExists(f"queue {spec.name!r} exists already") from exc.__cause__
+            raise
+
+    def alter_queue(self, spec: QueueSpec) -> None:
+        with self._transaction() as conn:
+            if conn.execute(self._q["update_queue"], _spec_params(spec)).rowcount == 0:
+                raise QueueNotFound(f"queue {spec.name!r} does not exist")
+
+    def drop_queue(self, name: str) -> None:
+        with self._transaction() as conn:
+            params = {"name": name}
+            if not conn.execute(self._q["lock_queue_row"], params).fetchall():
+                raise QueueNotFound(f"queue {name!r} does not exist")
+            users = [r[0] for r in conn.execute(self._q["queues_referencing"], params)]
+            if users:
+                raise QueueInUse(
+                    f"queue {name!r} is the error queue of {', '.join(map(repr, users))}; "
+                    "alter those queues first"
+                )
+            busy = _first(conn.execute(self._q["queue_in_flight"], params).fetchall())
+            if busy:
+                raise QueueInUse(
+                    f"queue {name!r} has {busy} message(s) held or enqueued by open "
+                    "transactions; drop it once they have ended"
+                )
+            conn.execute(self._q["delete_queue_messages"], params)
+            conn.execute(self._q["delete_queue"], params)
+
+    def get_queue(self, name: str) -> QueueSpec | None:
+        rows = self._retrying(lambda: self._one("get_queue", {"name": name}))
+        return QueueSpec(*rows[0]) if rows else None
+
+    def list_queues(self) -> list[QueueSpec]:
+        return [QueueSpec(*r) for r in self._one("list_queues", {})]
+
+    # --- messages --------------------------------------------------------------------
+    def append(
+        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
+    ) -> None:
+        statements = _insert_statements(session, tx, envelopes, state=1 if ready else 0)
+        # Pending rows are re-inserted at commit: only ready ones need the commit lock.
+        self._run_checked(statements if ready else statements[1:], envelopes, durable=durable)
+        if ready:
+            self._notifier.signal()
+
+    def _run_checked(
+        self, statements: list[tuple[str, Any]], envelopes: Sequence[Envelope], *, durable: bool
+    ) -> None:
+        try:
+            self._unit(statements, durable=durable)
+        except _Expected as exc:
+            if exc.what == "queue not found":
+                raise self._queue_not_found(envelopes) from None
+            raise
+
+    def _queue_not_found(self, envelopes: Sequence[Envelope]) -> QueueNotFound:
+        existing = {spec.name for spec in self.list_queues()}
+        missing = sorted({e.queue for e in envelopes} - existing)
+        return QueueNotFound(f"queue {', '.join(map(repr, missing))} does not exist")
+
+    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
+        try:
+            rows = self._unit([("claim_with_own" if own else "claim", params)], durable=False)[0]
+        except StorageError as exc:
+            if isinstance(exc.__cause__, psycopg.OperationalError):
+                # The claim may have committed before the connection broke: the
+                # transaction's end must then settle rows it never heard of.
+                self._uncertain.add((session, tx))
+            raise
+        return _rows(rows)
+
+    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+        params = {"session": session, "tx": tx, "ids": list(refs)}
+        self._unit([("dead_letter", params), ("release", params)], durable=False)
+        self._notifier.signal()
+
+    def commit(self, plan: CommitPlan) -> None:
+        key = {"session": plan.session, "tx": plan.tx}
+        statements = _commit_statements(plan)
+        if (plan.session, plan.tx) in self._uncertain:
+            # Claims whose outcome was unknown go back; the known ones are settled.
+            statements += [("release", key | {"ids": None})]
+        try:
+            self._run_checked(statements, plan.enqueues, durable=plan.durable)
+        except _Expected as exc:
+            raise _lease_lost(plan) from exc
+        self._uncertain.discard((plan.session, plan.tx))
+        if plan.enqueues or plan.pending or plan.rejects:
+            self._notifier.signal()
+
+    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+        key = {"session": session, "tx": tx, "ids": None}  # all it holds, known or not
+        # Idempotent, so it is retried through a server restart: an abort that
+        # failed would leave claims behind until the session ends.
+        statements = [("delete_pending", key)]
+        if held or (session, tx) in self._uncertain:
+            statements += [("delete_own_claimed", key), ("dead_letter", key), ("release", key)]
+        self._retrying(lambda: self._unit(statements, durable=False))
+        self._uncertain.discard((session, tx))
+        if held:
+            self._notifier.signal()
+
+    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
+        params = {
+            "queue": queue,
+            "state": state,
+            "limit": limit,
+            "session": session,
+            "tx": tx,
+            "now": time.time(),
+        }
+        return _rows(self._one("browse", params))
+
+    def purge(self, queue: str, state: str, before: float) -> int:
+        code = {"expired": 3, "failed": 4}[state]
+        with self._transaction() as conn:
+            conn.execute(self._q["expire"], {"now": time.time()})
+            params = {"queue": queue, "state": code, "before": before}
+            return conn.execute(self._q["purge"], params).rowcount
+
+    def stats(self, queue: str) -> dict[str, int]:
+        counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
+        now = time.time()
+        _, rows = self._unit(
+            [("expire", {"now": now}), ("stats", {"queue": queue, "now": now})], durable=False
+        )
+        for state, delayed, n in rows:
+            name = "delayed" if state == 1 and delayed else _STATE_NAMES[state]
+            counts[name] += n
+        return counts
+
+    def next_due(self, queue: str) -> float | None:
+        rows = self._one("next_due", {"queue": queue, "now": time.time()})
+        value = _first(rows)
+        return None if value is None else float(value)
+
+    def change_token(self) -> int:
+        # Other processes' commits arrive as notifications; counting them is free.
+        return self._listener.received if self._listener is not None else 0
+
+
+# --- statements ----------------------------------------------------------------------
+def _insert_statements(
+    session: int, tx: int, envelopes: Sequence[Envelope], *, state: int
+) -> list[tuple[str, Any]]:
+    """Take the queues' commit locks, then insert: ids are drawn under the locks."""
+    lock = _commit_lock(session, tx, envelopes)
+    if len(envelopes) == 1:
+        (e,) = envelopes
+        text, binary = _split_body(e.body)
+        params = {
+            "state": state,
+            "session": session,
+            "tx": tx,
+            "queue": e.queue,
+            "num": e.num,
+            "priority": e.priority,
+            "body": text,
+            "body_bytes": binary,
+            "content_type": e.content_type,
+            "properties": e.properties,
+            "correlation_id": e.correlation_id,
+            "reply_to": e.reply_to,
+            "enqueued_at": e.enqueued_at,
+            "available_at": e.available_at,
+            "expires_at": e.expires_at,
+        }
+        return [lock, ("insert_message", params)]
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "queue", "num", "priority", "body", "body_bytes", "content_type", "properties",
+            "correlation_id", "reply_to", "enqueued_at", "available_at", "expires_at",
+        )
+    }  # fmt: skip
+    for e in envelopes:
+        text, binary = _split_body(e.body)
+        columns["queue"].append(e.queue)
+        columns["num"].append(e.num)
+        columns["priority"].append(e.priority)
+        columns["body"].append(text)
+        columns["body_bytes"].append(binary)
+        columns["content_type"].append(e.content_type)
+        columns["properties"].append(e.properties)
+        columns["correlation_id"].append(e.correlation_id)
+        columns["reply_to"].append(e.reply_to)
+        columns["enqueued_at"].append(e.enqueued_at)
+        columns["available_at"].append(e.available_at)
+        columns["expires_at"].append(e.expires_at)
+    params = {"state": state, "session": session, "tx": tx, "count": len(envelopes), **columns}
+    return [lock, ("insert_messages", params)]
+
+
+def _commit_statements(plan: CommitPlan) -> list[tuple[str, Any]]:
+    key = {"session": plan.session, "tx": plan.tx}
+    statements: list[tuple[str, Any]] = []
+    if plan.held:
+        for ref, reason in plan.rejects.items():
+            statements.append(("reject", key | {"id": ref, "reason": reason}))
+        remaining = [ref for ref in plan.held if ref not in plan.rejects]
+        if remaining:
+            params = key | {"ids": remaining, "expected": len(remaining)}
+            statements.append(("delete_claimed", params))
+    if plan.pending or plan.enqueues:
+        # One lock statement covers both the pending rows' queues and the new ones.
+        statements.append(_commit_lock(plan.session, plan.tx, plan.enqueues))
+        if plan.pending:
+            statements.append(("publish_pending", key | {"pending": plan.pending}))
+        if plan.enqueues:
+            statements += _insert_statements(plan.session, plan.tx, plan.enqueues, state=1)[1:]
+    return statements
+
+
+def _commit_lock(session: int, tx: int, envelopes: Sequence[Envelope]) -> tuple[str, Any]:
+    queues = sorted({e.queue for e in envelopes})
+    return "commit_lock", {"lock_class": LOCK_CLASS, "queues": queues, "session": session, "tx": tx}
+
+
+def _split_body(body: str | bytes) -> tuple[str | None, bytes | None]:
+    if isinstance(body, bytes):
+        return None, body
+    if "\x00" in body:
+        raise InvalidBody(
+            "PostgreSQL text cannot hold NUL characters; send the body as bytes instead"
+        )
+    return body, None
+
+
+def _rows(rows: list[Row]) -> list[Row]:
+    """Message rows in MESSAGE_COLUMNS order: a binary body takes the body's place."""
+    return [r[:17] if r[17] is None else (*r[:6], bytes(r[17]), *r[7:17]) for r in rows]
+
+
+def _first(rows: list[Row]) -> Any:
+    return rows[0][0] if rows else None
+
+
+def _spec_params(spec: QueueSpec) -> dict[str, object]:
+    return {
+        "name": spec.name,
+        "max_attempts": spec.max_attempts,
+        "error_queue": spec.error_queue,
+        "durability": spec.durability,
+        "max_size": spec.max_size,
+    }
+
+
+class _Expected(StorageError):
+    """An ``expect()`` check failed inside the database; ``what`` says which."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    if conn.closed:
+        return
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error:
+            conn.close()  # the pool discards it
+
+
+def _lease_lost(plan: CommitPlan) -> LeaseLost:
+    return LeaseLost(
+        f"transaction {plan.session}/{plan.tx} was rolled back because its session's lease "
+        "expired (the process stalled or lost the database); nothing of it was committed"
+    )
+
+
+def _translate(exc: psycopg.Error) -> StorageError:
+    if exc.sqlstate == "SL001" and exc.diag.message_primary:
+        return _Expected(exc.diag.message_primary)
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageError(
+            f"the PostgreSQL connection failed ({exc}); the outcome of the last operation is "
+            "unknown unless it is retried: abort the transaction and start again"
+        )
+    return StorageError(f"PostgreSQL failed: {exc}")

@@ -1,0 +1,146 @@
+"""Wake-ups across processes for the PostgreSQL backend: LISTEN/NOTIFY, coalesced.
+
+A NOTIFY takes a cluster-wide lock when its transaction commits, so producers
+never notify inside their own commits. Each process has a ``Notifier`` thread
+that sends at most one NOTIFY per ``min_interval`` on its own connection, for
+everything committed meanwhile: an idle system is woken at once, a busy one
+sends a few hundred notifications a second however many commits it makes.
+
+The ``Listener`` thread holds a LISTEN connection and calls back on every
+notification. Notifications are only a shortcut: it also calls back every
+``fallback`` seconds, and after reconnecting a lost connection, so waiters
+look for work themselves and nothing depends on a notification arriving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+__all__ = ["Listener", "Notifier"]
+
+log = logging.getLogger("sluice.postgres")
+
+_RECONNECT_DELAYS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+class Notifier:
+    """Sends coalesced NOTIFYs from a daemon thread (see the module docstring)."""
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], channel: str, min_interval: float):
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._channel = channel
+        self._min_interval = min_interval
+        self._wanted = threading.Event()
+        self._stop = False
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name="sluice-notify", daemon=True)
+        self._thread.start()
+
+    def signal(self) -> None:
+        """Messages became available: make sure a NOTIFY follows soon. Never blocks."""
+        self._wanted.set()
+
+    def close(self) -> None:
+        self._stop = True
+        self._wanted.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        last = 0.0
+        while True:
+            self._wanted.wait()
+            if self._stop:
+                break
+            pause = last + self._min_interval - time.monotonic()
+            if pause > 0:  # coalesce: everything signalled meanwhile shares this NOTIFY
+                time.sleep(pause)
+            self._wanted.clear()
+            last = time.monotonic()
+            self._send()
+        if self._conn is not None:
+            self._conn.close()
+
+    def _send(self) -> None:
+        for delay in (*_RECONNECT_DELAYS, None):
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self._conninfo, autocommit=True, **self._kwargs)
+                self._conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+                return
+            except psycopg.Error as exc:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                if delay is None or self._stop:
+                    # Waiters still find the work through their fallback checks.
+                    log.warning("sluice could not send a wake-up notification: %s", exc)
+                    return
+                time.sleep(delay)
+
+
+class Listener:
+    """Calls ``callback`` on notifications, and every ``fallback`` seconds regardless."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        kwargs: dict[str, Any],
+        channel: str,
+        callback: Callable[[], None],
+        fallback: float,
+    ) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._channel = channel
+        self._callback = callback
+        self._fallback = fallback
+        self._stop = threading.Event()
+        self.received = 0
+        self.connected = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-listen", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop listening; the thread ends within a quarter of a second, on its own."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True, **self._kwargs) as conn:
+                    conn.execute(f'LISTEN "{self._channel}"')
+                    failures = 0
+                    self.connected.set()
+                    self._callback()  # anything committed while not listening
+                    self._listen(conn)
+            except psycopg.Error as exc:
+                self.connected.clear()
+                if self._stop.is_set():
+                    break
+                delay = _RECONNECT_DELAYS[min(failures, len(_RECONNECT_DELAYS) - 1)]
+                failures += 1
+                log.warning("sluice lost its notification connection (%s); reconnecting", exc)
+                self._callback()
+                self._stop.wait(delay)
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        # Short waits so that close() is noticed quickly; the fallback tick and a
+        # liveness probe run every `fallback` seconds.
+        next_fallback = time.monotonic() + self._fallback
+        while not self._stop.is_set():
+            for _ in conn.notifies(timeout=0.25):
+                self.received += 1
+                self._callback()
+            if time.monotonic() >= next_fallback:
+                conn.execute("SELECT 1")  # a dead connection raises here
+                next_fallback = time.monotonic() + self._fallback
+                self._callback()

@@ -1,0 +1,92 @@
+"""The sluice schema in a PostgreSQL database: creating it, migrating it, refusing a newer one.
+
+Migrations run in one transaction under an advisory lock, so concurrent
+starters migrate once. The version lives in ``<schema>.schema_version``, kept
+apart from the migrations as SQLite's ``user_version`` is.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+
+from sluice import sql
+from sluice.errors import ConfigurationError, SchemaTooNew, StorageError
+
+__all__ = ["LOCK_CLASS", "SchemaState", "latest_version", "migrate", "quote_schema", "version"]
+
+LOCK_CLASS = 0x736C6963
+"""The first key of every sluice advisory lock ("slic"), apart from other applications' locks."""
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+SchemaState = tuple[int, int]
+"""(version found, version of this code)."""
+
+
+def quote_schema(name: str) -> str:
+    """The schema name as a quoted identifier; only plain lower-case names are accepted."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ConfigurationError(
+            f"schema {name!r} is not a plain lower-case SQL name "
+            "(letters, digits and _, not starting with a digit, at most 63)"
+        )
+    return f'"{name}"'
+
+
+def latest_version() -> int:
+    return sql.migrations("postgresql")[-1][0]
+
+
+def version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The schema's version, 0 where sluice has not created it yet."""
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL", (f"{quote_schema(schema)}.schema_version",)
+    ).fetchone()
+    if not row or not row[0]:
+        return 0
+    found = conn.execute(f"SELECT version FROM {quote_schema(schema)}.schema_version").fetchone()
+    return int(found[0]) if found else 0
+
+
+def migrate(
+    conn: psycopg.Connection[Any], schema: str, *, upgrade: bool = True
+) -> SchemaState:
+    """Bring ``schema`` to this code's version; returns (version before, version now).
+
+    A schema newer than the code raises SchemaTooNew. With ``upgrade`` False an
+    older (but existing) schema is refused instead of migrated, for deployments
+    that upgrade explicitly with ``sluice db upgrade``.
+    """
+    quoted = quote_schema(schema)
+    latest = latest_version()
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, -1)", (LOCK_CLASS,))
+            before = version(conn, schema)
+            if before > latest:
+                raise SchemaTooNew(
+                    f"schema {schema!r} is at version {before}, newer than this sluice knows "
+                    f"({latest}); upgrade sluice to use it"
+                )
+            if before == latest:
+                return before, before
+            if before and not upgrade:
+                raise SchemaTooNew(
+                    f"schema {schema!r} is at version {before} and this sluice needs {latest}; "
+                    "run `sluice db upgrade` (or connect with migrate=true)"
+                )
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {quoted}.schema_version (version integer NOT NULL)"
+            )
+            for number, script in sql.migrations("postgresql"):
+                if number > before:
+                    conn.execute(script.replace("{schema}", quoted).encode())
+            conn.execute(f"DELETE FROM {quoted}.schema_version")
+            conn.execute(f"INSERT INTO {quoted}.schema_version VALUES (%s)", (latest,))
+            return before, latest
+    except psycopg.Error as exc:
+        raise StorageError(f"PostgreSQL refused to set up schema {schema!r}: {exc}") from exc

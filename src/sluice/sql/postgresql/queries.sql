@@ -1,0 +1,273 @@
+-- Named queries of the PostgreSQL backend. A section starts with "-- name: <query>".
+-- {schema} is the quoted schema name; {message_columns} the columns of a message row
+-- (sluice.backends.base.MESSAGE_COLUMNS, then body_bytes) over the alias m.
+-- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed.
+-- Times: sessions use the database's clock (db_now), messages the producer's.
+
+-- name: open_session
+INSERT INTO {schema}.sessions (host, pid, started_at, heartbeat_at, lease)
+VALUES (%(host)s, %(pid)s, {db_now}, {db_now}, %(lease)s)
+RETURNING id;
+
+-- name: heartbeat
+UPDATE {schema}.sessions SET heartbeat_at = {db_now} WHERE id = %(session)s;
+
+-- name: close_session
+DELETE FROM {schema}.sessions WHERE id = %(session)s;
+
+-- name: list_sessions
+-- Heartbeats rebased onto the caller's clock, so leases are judged by one clock.
+SELECT id, host, pid, heartbeat_at - {db_now} + %(now)s, lease FROM {schema}.sessions
+FOR UPDATE;
+
+-- name: try_recovery_lock
+-- One recoverer at a time; the others skip instead of queueing behind it.
+SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
+
+-- name: insert_queue
+INSERT INTO {schema}.queues (name, max_attempts, error_queue, durability, max_size, created_at)
+VALUES (%(name)s, %(max_attempts)s, %(error_queue)s, %(durability)s, %(max_size)s, %(now)s);
+
+-- name: update_queue
+UPDATE {schema}.queues
+SET max_attempts = %(max_attempts)s, error_queue = %(error_queue)s,
+    durability = %(durability)s, max_size = %(max_size)s
+WHERE name = %(name)s;
+
+-- name: get_queue
+SELECT name, max_attempts, error_queue, durability, max_size FROM {schema}.queues
+WHERE name = %(name)s;
+
+-- name: list_queues
+SELECT name, max_attempts, error_queue, durability, max_size FROM {schema}.queues ORDER BY name;
+
+-- name: queues_referencing
+SELECT name FROM {schema}.queues WHERE error_queue = %(name)s AND name <> %(name)s ORDER BY name;
+
+-- name: lock_queue_row
+SELECT id FROM {schema}.queues WHERE name = %(name)s FOR UPDATE;
+
+-- name: queue_in_flight
+SELECT count(*) FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s) AND state IN (0, 2);
+
+-- name: delete_queue_messages
+DELETE FROM {schema}.messages WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s);
+
+-- name: delete_queue
+DELETE FROM {schema}.queues WHERE name = %(name)s;
+
+-- name: commit_lock
+-- Taken just before a transaction's messages get their ids and held until it
+-- commits, so that within a queue ids follow commit order: the queues it enqueues
+-- to and those of its pending rows, in one sorted pass (no deadlocks).
+SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM (
+    SELECT id FROM {schema}.queues WHERE name = ANY(%(queues)s)
+    UNION
+    SELECT queue_id FROM {schema}.messages
+    WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s
+    ORDER BY 1) AS q;
+
+-- name: insert_messages
+-- Envelopes arrive as one array per field; a missing queue shows as a short count.
+WITH e AS (
+    SELECT * FROM unnest(
+        %(queue)s::text[], %(num)s::bigint[], %(priority)s::bigint[], %(body)s::text[],
+        %(body_bytes)s::bytea[], %(content_type)s::text[], %(properties)s::text[],
+        %(correlation_id)s::text[], %(reply_to)s::text[], %(enqueued_at)s::float8[],
+        %(available_at)s::float8[], %(expires_at)s::float8[])
+    WITH ORDINALITY AS e(queue, num, priority, body, body_bytes, content_type, properties,
+                         correlation_id, reply_to, enqueued_at, available_at, expires_at, ord)
+), ins AS (
+    INSERT INTO {schema}.messages (
+        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
+        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+    SELECT q.id, %(state)s, e.priority, %(session)s, %(tx)s, e.num, e.body, e.body_bytes,
+           nullif(e.content_type, 'application/json'), e.properties, e.correlation_id,
+           e.reply_to, e.enqueued_at, e.available_at, e.expires_at
+    FROM e JOIN {schema}.queues AS q ON q.name = e.queue
+    ORDER BY e.ord
+    RETURNING 1)
+SELECT {schema}.expect((SELECT count(*) FROM ins), %(count)s, 'queue not found');
+
+-- name: insert_message
+-- One envelope: the same, without arrays.
+WITH ins AS (
+    INSERT INTO {schema}.messages (
+        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
+        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+    SELECT id, %(state)s, %(priority)s, %(session)s, %(tx)s, %(num)s, %(body)s, %(body_bytes)s,
+           nullif(%(content_type)s, 'application/json'), %(properties)s, %(correlation_id)s,
+           %(reply_to)s, %(enqueued_at)s, %(available_at)s, %(expires_at)s
+    FROM {schema}.queues WHERE name = %(queue)s
+    RETURNING 1)
+SELECT {schema}.expect((SELECT count(*) FROM ins), 1, 'queue not found');
+
+-- name: publish_pending
+-- Re-inserting (rather than flipping the state in place) gives the messages ids
+-- in commit order, like every other enqueue.
+WITH moved AS (
+    DELETE FROM {schema}.messages
+    WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s
+    RETURNING *
+), ins AS (
+    INSERT INTO {schema}.messages (
+        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
+        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+    SELECT queue_id, 1, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
+           properties, correlation_id, reply_to, enqueued_at, available_at, expires_at
+    FROM moved ORDER BY id
+    RETURNING 1)
+SELECT {schema}.expect((SELECT count(*) FROM ins), %(pending)s, 'lease lost');
+
+-- name: delete_pending
+DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s;
+
+-- name: claim
+WITH claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM (
+        SELECT id FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at <= %(now)s
+          AND (expires_at IS NULL OR expires_at > %(now)s)
+        ORDER BY priority DESC, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING {message_columns})
+SELECT * FROM claimed ORDER BY priority DESC, id;
+
+-- name: claim_with_own
+-- A transaction sees its own uncommitted enqueues; they keep state 0 until commit.
+WITH claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM (
+        SELECT id FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND (state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))
+          AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s)
+        ORDER BY priority DESC, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING {message_columns})
+SELECT * FROM claimed ORDER BY priority DESC, id;
+
+-- name: delete_claimed
+WITH d AS (
+    DELETE FROM {schema}.messages
+    WHERE id = ANY(%(ids)s) AND state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
+    RETURNING 1)
+SELECT {schema}.expect((SELECT count(*) FROM d), %(expected)s, 'lease lost');
+
+-- name: reject
+-- Rejected messages leave for the error queue, or stay as failed where the queue has none.
+WITH r AS (
+    UPDATE {schema}.messages AS m
+    SET queue_id = coalesce(eq.id, m.queue_id),
+        state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
+        c_session = NULL, c_tx = NULL, error = %(reason)s, origin_queue = q.name
+    FROM {schema}.queues AS q
+        LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
+    WHERE m.id = %(id)s AND m.state = 2
+      AND m.c_session = %(session)s AND m.c_tx = %(tx)s AND q.id = m.queue_id
+    RETURNING 1)
+SELECT {schema}.expect((SELECT count(*) FROM r), 1, 'lease lost');
+
+-- name: dead_letter
+-- Messages given back for the last allowed time leave for the error queue.
+UPDATE {schema}.messages AS m
+SET queue_id = coalesce(eq.id, m.queue_id),
+    state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
+    attempts = m.attempts + 1,
+    c_session = NULL, c_tx = NULL, origin_queue = q.name,
+    error = 'reached max_attempts (' || q.max_attempts || ')'
+FROM {schema}.queues AS q
+    LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
+WHERE m.state = 2 AND m.c_session = %(session)s AND m.c_tx = %(tx)s
+  AND (%(ids)s::bigint[] IS NULL OR m.id = ANY(%(ids)s))
+  AND NOT (m.p_session = %(session)s AND m.p_tx = %(tx)s)
+  AND q.id = m.queue_id
+  AND q.max_attempts IS NOT NULL AND m.attempts + 1 >= q.max_attempts;
+
+-- name: release
+-- Back to the original place (the id is kept); a transaction's own enqueue goes back
+-- to pending. ids NULL: everything the transaction holds.
+UPDATE {schema}.messages
+SET state = CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0 ELSE 1 END,
+    attempts = attempts + CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0 ELSE 1 END,
+    c_session = NULL, c_tx = NULL
+WHERE state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s));
+
+-- name: delete_own_claimed
+-- On abort, the transaction's own enqueues that it also claimed vanish with it.
+DELETE FROM {schema}.messages
+WHERE state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
+  AND p_session = %(session)s AND p_tx = %(tx)s;
+
+-- name: dead_sessions_pending
+DELETE FROM {schema}.messages AS m
+WHERE state = 0 AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.p_session);
+
+-- name: dead_sessions_own_claims
+DELETE FROM {schema}.messages AS m
+WHERE state = 2 AND c_session = p_session AND c_tx = p_tx
+  AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session);
+
+-- name: dead_sessions_dead_letter
+UPDATE {schema}.messages AS m
+SET queue_id = coalesce(eq.id, m.queue_id),
+    state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
+    attempts = m.attempts + 1,
+    c_session = NULL, c_tx = NULL, origin_queue = q.name,
+    error = 'reached max_attempts (' || q.max_attempts || ')'
+FROM {schema}.queues AS q
+    LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
+WHERE m.state = 2
+  AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session)
+  AND q.id = m.queue_id
+  AND q.max_attempts IS NOT NULL AND m.attempts + 1 >= q.max_attempts;
+
+-- name: dead_sessions_release
+UPDATE {schema}.messages AS m
+SET state = 1, attempts = attempts + 1, c_session = NULL, c_tx = NULL
+WHERE state = 2 AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session);
+
+-- name: expire
+UPDATE {schema}.messages SET state = 3
+WHERE state = 1 AND expires_at IS NOT NULL AND expires_at <= %(now)s;
+
+-- name: browse
+SELECT {message_columns} FROM {schema}.messages AS m
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND (
+        (%(state)s = 'ready'
+            AND (state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))
+            AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s))
+     OR (%(state)s = 'delayed' AND state = 1 AND available_at > %(now)s)
+     OR (%(state)s = 'claimed' AND state = 2)
+     OR (%(state)s = 'expired' AND state = 3)
+     OR (%(state)s = 'failed' AND state = 4))
+ORDER BY priority DESC, id
+LIMIT %(limit)s;
+
+-- name: purge
+-- Only kept outcomes (expired, failed) are purged; live messages never are.
+DELETE FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND state = %(state)s AND enqueued_at <= %(before)s;
+
+-- name: stats
+SELECT state, available_at > %(now)s AS delayed, count(*) FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+GROUP BY 1, 2;
+
+-- name: next_due
+SELECT min(available_at) FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND state = 1 AND available_at > %(now)s;
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(payload)s);

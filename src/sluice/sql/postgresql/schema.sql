@@ -1,0 +1,73 @@
+-- The sluice schema for PostgreSQL, as the numbered migrations leave it.
+-- {schema} is the schema sluice owns (default "sluice"); a test proves that
+-- applying migrations/ from zero yields exactly these objects.
+
+CREATE TABLE {schema}.queues (
+    id           integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name         text    NOT NULL UNIQUE,
+    max_attempts integer,
+    error_queue  text,
+    durability   text    NOT NULL CHECK (durability IN ('persistent', 'transient')),
+    max_size     bigint  NOT NULL,
+    created_at   double precision NOT NULL
+);
+
+CREATE TABLE {schema}.sessions (
+    id           bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    host         text    NOT NULL,
+    pid          integer NOT NULL,
+    started_at   double precision NOT NULL,  -- the database's clock, so hosts agree
+    heartbeat_at double precision NOT NULL,
+    lease        double precision NOT NULL
+);
+
+-- Message ids are the delivery sequence: taken under the queue's commit lock,
+-- so within a queue they follow commit order (see the backend's docstring).
+CREATE SEQUENCE {schema}.message_ids AS bigint;
+
+CREATE TABLE {schema}.messages (
+    id             bigint   NOT NULL DEFAULT nextval('{schema}.message_ids') PRIMARY KEY,
+    queue_id       integer  NOT NULL,
+    state          smallint NOT NULL,
+    priority       bigint   NOT NULL,
+    p_session      bigint   NOT NULL,
+    p_tx           bigint   NOT NULL,
+    p_num          bigint   NOT NULL,
+    c_session      bigint,
+    c_tx           bigint,
+    body           text,            -- JSON and text bodies
+    body_bytes     bytea,           -- binary bodies
+    content_type   text,            -- NULL: application/json, the common case
+    properties     text,
+    correlation_id text,
+    reply_to       text,
+    enqueued_at    double precision NOT NULL,  -- the producer's clock
+    available_at   double precision NOT NULL,
+    expires_at     double precision,
+    attempts       integer  NOT NULL DEFAULT 0,
+    error          text,
+    origin_queue   text
+);
+ALTER SEQUENCE {schema}.message_ids OWNED BY {schema}.messages.id;
+
+-- Claims read ready messages of a queue in delivery order.
+CREATE INDEX messages_queue ON {schema}.messages (queue_id, state, priority DESC, id);
+
+-- A transaction's uncommitted enqueues, and what each transaction holds.
+CREATE INDEX messages_pending ON {schema}.messages (p_session, p_tx) WHERE state = 0;
+CREATE INDEX messages_claimed ON {schema}.messages (c_session, c_tx) WHERE state = 2;
+
+CREATE INDEX messages_expiring ON {schema}.messages (expires_at)
+    WHERE state = 1 AND expires_at IS NOT NULL;
+
+-- Fails the statement (and so its transaction) when a count is not the one
+-- expected: lets a commit check what it settled without a second round trip.
+CREATE FUNCTION {schema}.expect(actual bigint, expected bigint, what text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF actual <> expected THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL001', MESSAGE = what,
+            DETAIL = format('%s of %s', actual, expected);
+    END IF;
+    RETURN actual;
+END $$;
