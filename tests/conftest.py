@@ -104,3 +104,9 @@ def db(backend_url: str) -> Iterator[sluice.Database]:
 @pytest.fixture
 def q(db: sluice.Database) -> sluice.Queue:
     return db.create_queue("orders")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database that several processes can share: a SQLite file, or PostgreSQL."""
+    return url_for(request.param, tmp_path, request)

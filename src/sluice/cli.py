@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 import sluice
-from sluice import demo
+from sluice import admin, demo
 from sluice.message import Message
 
 __all__ = ["main"]
@@ -128,6 +128,21 @@ def cmd_recover(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    if args.action == "upgrade":
+        before, after = admin.upgrade(args.db)
+        text = (
+            f"schema upgraded from version {before} to {after}"
+            if before != after
+            else f"schema is at version {after}, this sluice's; nothing to do"
+        )
+        _out(args, {"before": before, "after": after}, text)
+        return 0
+    found, latest = admin.schema_version(args.db)
+    _out(args, {"version": found, "code": latest}, f"{found or 'none'} (this sluice: {latest})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="sluice message queues")
     parser.add_argument("--version", action="version", version=f"sluice {sluice.__version__}")
@@ -147,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("demo", cmd_demo, "run the transactional producer/consumer demo on a fresh database")
     p.set_defaults(needs_db=False, db_default="sluice-demo.db")
+    p = add("db", cmd_db, "show the database's schema version, or upgrade it")
+    p.add_argument("action", choices=["version", "upgrade"], help="what to do")
+    p.set_defaults(needs_db=False)
     add("queues", cmd_queues, "list queues and their settings")
     p = add("create", cmd_create, "create a queue")
     p.add_argument("queue", help="queue name")
@@ -191,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "db":
+            return int(args.func(args))
         if args.command == "demo":
             if args.db == os.environ.get("SLUICE_URL", DEFAULT_URL):
                 args.db = args.db_default

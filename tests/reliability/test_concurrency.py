@@ -17,8 +17,8 @@ MESSAGES = 20_000
 pytestmark = pytest.mark.slow
 
 
-def test_four_processes_two_threads_each_drain_exactly_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.db'}?synchronous=NORMAL"
+def test_four_processes_two_threads_each_drain_exactly_once(shared_url: str) -> None:
+    url = shared_url + ("?synchronous=NORMAL" if shared_url.startswith("sqlite") else "")
     with sluice.connect(url) as db:
         db.create_queue("in")
         db.create_queue("done")

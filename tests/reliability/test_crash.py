@@ -47,8 +47,8 @@ def _prepare(url: str) -> None:
             db.queue("in").put(f"m{n}")
 
 
-def test_kill_9_inside_a_transaction_rolls_it_back(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.db'}"
+def test_kill_9_inside_a_transaction_rolls_it_back(shared_url: str) -> None:
+    url = shared_url
     _prepare(url)
     with _child(url, "hold") as (child, report), sluice.connect(url) as observer:
         assert report["taken"] == ["m0", "m1", "m2"]
@@ -67,8 +67,8 @@ def test_kill_9_inside_a_transaction_rolls_it_back(tmp_path: Path) -> None:
         assert observer.queue("in").stats()["claimed"] == 0
 
 
-def test_recovery_runs_when_the_next_process_connects(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.db'}"
+def test_recovery_runs_when_the_next_process_connects(shared_url: str) -> None:
+    url = shared_url
     _prepare(url)
     with _child(url, "hold") as (child, _):
         child.send_signal(signal.SIGKILL)
@@ -78,8 +78,8 @@ def test_recovery_runs_when_the_next_process_connects(tmp_path: Path) -> None:
         assert db.queue("out").stats()["pending"] == 0
 
 
-def test_stalled_owner_loses_its_lease_and_cannot_commit(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.db'}"
+def test_stalled_owner_loses_its_lease_and_cannot_commit(shared_url: str) -> None:
+    url = shared_url
     _prepare(url)
     with _child(url, "commit-after-resume") as (child, report):
         os.kill(child.pid, signal.SIGSTOP)  # alive but silent: only the lease can tell

@@ -29,8 +29,8 @@ def _drain(db: sluice.Database, queue: str) -> list[int]:
             return out
 
 
-def test_repeated_kill_9_loses_nothing_and_doubles_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.db'}"
+def test_repeated_kill_9_loses_nothing_and_doubles_nothing(shared_url: str) -> None:
+    url = shared_url
     with sluice.connect(url) as db:
         db.create_queue("in")
         db.create_queue("done")

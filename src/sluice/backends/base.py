@@ -21,6 +21,7 @@ __all__ = [
     "Envelope",
     "Row",
     "SessionInfo",
+    "TxBackend",
 ]
 
 MESSAGE_COLUMNS = (
@@ -91,6 +92,26 @@ class CommitPlan:
     held: Sequence[int] = ()
     rejects: dict[int, str] = field(default_factory=dict)
     durable: bool = True
+
+
+class TxBackend(Protocol):
+    """The operations a queue transaction uses; a Backend, or one bound to a caller's connection."""
+
+    def append(
+        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
+    ) -> None: ...
+
+    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]: ...
+
+    def release(self, session: int, tx: int, refs: Sequence[int]) -> None: ...
+
+    def commit(self, plan: CommitPlan) -> None: ...
+
+    def abort(self, session: int, tx: int, held: Sequence[int]) -> None: ...
+
+    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]: ...
+
+    def next_due(self, queue: str) -> float | None: ...
 
 
 class Backend(Protocol):

@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice import sql
-from sluice.backends.base import MESSAGE_COLUMNS, CommitPlan, Envelope, Row, SessionInfo
+from sluice.backends.base import (
+    MESSAGE_COLUMNS,
+    CommitPlan,
+    Envelope,
+    Row,
+    SessionInfo,
+    TxBackend,
+)
 from sluice.catalog import QueueSpec
 from sluice.errors import (
     ConfigurationError,
@@ -142,6 +149,12 @@ class PostgresBackend:
             self._listener.close()
         self._notifier.close()
         self._pool.close()
+
+    def bind(self, connection: object) -> TxBackend:
+        """The message operations, run on ``connection`` inside its transaction (outbox)."""
+        from sluice.backends.postgres_outbox import ConnectionBackend  # noqa: PLC0415 (cycle)
+
+        return ConnectionBackend(self, connection)
 
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` when another process may have made messages available."""

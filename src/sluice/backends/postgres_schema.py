@@ -40,20 +40,18 @@ def latest_version() -> int:
     return sql.migrations("postgresql")[-1][0]
 
 
-def version(conn: psycopg.Connection[Any], schema: str) -> int:
-    """The schema's version, 0 where sluice has not created it yet."""
+def version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The schema's version, None where sluice has not created it yet."""
     row = conn.execute(
         "SELECT to_regclass(%s) IS NOT NULL", (f"{quote_schema(schema)}.schema_version",)
     ).fetchone()
     if not row or not row[0]:
-        return 0
+        return None
     found = conn.execute(f"SELECT version FROM {quote_schema(schema)}.schema_version").fetchone()
     return int(found[0]) if found else 0
 
 
-def migrate(
-    conn: psycopg.Connection[Any], schema: str, *, upgrade: bool = True
-) -> SchemaState:
+def migrate(conn: psycopg.Connection[Any], schema: str, *, upgrade: bool = True) -> SchemaState:
     """Bring ``schema`` to this code's version; returns (version before, version now).
 
     A schema newer than the code raises SchemaTooNew. With ``upgrade`` False an
@@ -65,7 +63,8 @@ def migrate(
     try:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s, -1)", (LOCK_CLASS,))
-            before = version(conn, schema)
+            found = version(conn, schema)
+            before = found or 0
             if before > latest:
                 raise SchemaTooNew(
                     f"schema {schema!r} is at version {before}, newer than this sluice knows "
@@ -73,7 +72,7 @@ def migrate(
                 )
             if before == latest:
                 return before, before
-            if before and not upgrade:
+            if found is not None and not upgrade:
                 raise SchemaTooNew(
                     f"schema {schema!r} is at version {before} and this sluice needs {latest}; "
                     "run `sluice db upgrade` (or connect with migrate=true)"

@@ -93,13 +93,29 @@ class Database:
         return SluiceError("the database connection is closed; call sluice.connect again")
 
     # --- transactions ----------------------------------------------------------------
-    def begin(self) -> Transaction:
-        """Start a queue transaction; end it with commit() or abort()."""
-        return Transaction(self)
+    def begin(self, *, connection: object | None = None) -> Transaction:
+        """Start a queue transaction; end it with commit() or abort().
 
-    def transaction(self) -> Transaction:
-        """A transaction for ``with``: commits on exit, aborts on an exception."""
-        return Transaction(self)
+        ``connection`` (PostgreSQL only): a psycopg connection whose current
+        transaction the queue transaction joins, so that its enqueues and
+        dequeues commit, or roll back, with the caller's own statements.
+        """
+        if connection is None:
+            return Transaction(self)
+        bind = getattr(self.backend, "bind", None)
+        if bind is None:
+            raise ConfigurationError(
+                "transaction(connection=...) needs the PostgreSQL backend, "
+                f"not {self.backend.dialect}"
+            )
+        return Transaction(self, backend=bind(connection))
+
+    def transaction(self, *, connection: object | None = None) -> Transaction:
+        """A transaction for ``with``: commits on exit, aborts on an exception.
+
+        With ``connection`` the commit is the caller's (see ``begin``).
+        """
+        return self.begin(connection=connection)
 
     # --- catalog ---------------------------------------------------------------------
     def create_queue(

@@ -15,7 +15,7 @@ from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, get_args
 
-from sluice.backends.base import CommitPlan, Envelope, Row
+from sluice.backends.base import CommitPlan, Envelope, Row, TxBackend
 from sluice.errors import (
     ConfigurationError,
     LeaseLost,
@@ -72,6 +72,7 @@ class Transaction:
 
     __slots__ = (
         "__weakref__",
+        "_backend",
         "_buffer",
         "_buffered_queues",
         "_count",
@@ -88,8 +89,11 @@ class Transaction:
         "state",
     )
 
-    def __init__(self, db: Database, *, implicit: bool = False) -> None:
+    def __init__(
+        self, db: Database, *, implicit: bool = False, backend: TxBackend | None = None
+    ) -> None:
         self._db = db
+        self._backend: TxBackend = backend or db.backend
         self.session, self.number = db._next_transaction()
         self.implicit = implicit  # the one-message transaction behind Queue.get/put
         self.state = TxState.ACTIVE
@@ -184,7 +188,7 @@ class Transaction:
     def _flush(self) -> None:
         """Write buffered enqueues as pending, so this transaction's reads see them."""
         if self._buffer:
-            self._db.backend.append(
+            self._backend.append(
                 self.session, self.number, self._buffer, ready=False, durable=False
             )
             self._touched = True
@@ -208,7 +212,7 @@ class Transaction:
         if queue in self._buffered_queues:
             self._flush()
         own = queue in self._pending_queues
-        backend, wakeups = self._db.backend, self._db._wakeups
+        backend, wakeups = self._backend, self._db._wakeups
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
@@ -235,7 +239,7 @@ class Transaction:
     def release(self, message: Message) -> None:
         """Give a taken message back now, to its original place (counts an attempt)."""
         self._check_held(message)
-        self._db.backend.release(self.session, self.number, [message.ref])
+        self._backend.release(self.session, self.number, [message.ref])
         del self._held[message.ref]
         self._rejects.pop(message.ref, None)
         if message.producer == (self.session, self.number):
@@ -257,7 +261,7 @@ class Transaction:
         self._db._spec(queue)
         if queue in self._buffered_queues:
             self._flush()
-        return browse(self._db, queue, limit=limit, state=state, tx=self)
+        return browse(self._db, queue, limit=limit, state=state, tx=self, backend=self._backend)
 
     # --- ending ----------------------------------------------------------------------
     def commit(self) -> None:
@@ -274,7 +278,7 @@ class Transaction:
                 durable=self._durable,
             )
             try:
-                self._db.backend.commit(plan)
+                self._backend.commit(plan)
             except LeaseLost:
                 self.state = TxState.ABORTED
                 raise
@@ -288,7 +292,7 @@ class Transaction:
             return
         self._check_active()
         if self._touched:
-            self._db.backend.abort(self.session, self.number, list(self._held))
+            self._backend.abort(self.session, self.number, list(self._held))
         self.state = TxState.ABORTED
         if self._held:
             self._db._wakeups.notify()
@@ -358,7 +362,13 @@ _STATES = tuple(MessageState)
 
 
 def browse(
-    db: Database, queue: str, *, limit: int, state: str, tx: Transaction | None
+    db: Database,
+    queue: str,
+    *,
+    limit: int,
+    state: str,
+    tx: Transaction | None,
+    backend: TxBackend | None = None,
 ) -> list[Message]:
     """Messages of a queue in delivery order, as ``tx`` (or anyone) sees them."""
     if state not in _BROWSE_STATES:
@@ -366,7 +376,7 @@ def browse(
     if not isinstance(limit, int) or limit < 1:
         raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
     session, number = (tx.session, tx.number) if tx else (0, 0)
-    rows = db.backend.browse(queue, state, limit, session, number)
+    rows = (backend or db.backend).browse(queue, state, limit, session, number)
     return [to_message(queue, row, None) for row in rows]
 
 

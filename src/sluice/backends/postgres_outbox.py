@@ -1,0 +1,130 @@
+"""Queue transactions inside the caller's own psycopg transaction (transactional outbox).
+
+``db.transaction(connection=conn)`` runs every statement of the queue
+transaction on ``conn``, inside whatever transaction the caller has open
+there, and never commits: the caller's ``conn.commit()`` makes the business
+rows and the messages happen together, and a rollback (or the caller's death,
+which PostgreSQL rolls back) makes both vanish, claims included.
+
+Messages still become visible in commit order: committing the queue
+transaction takes its queues' commit locks, which the caller's transaction
+holds until it ends. Commit the connection promptly after the queue
+transaction: producers to the same queues wait for it meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from sluice.backends.base import CommitPlan, Envelope, Row
+from sluice.backends.postgres import (
+    PostgresBackend,
+    _commit_statements,
+    _Expected,
+    _insert_statements,
+    _lease_lost,
+    _rows,
+    _translate,
+)
+from sluice.errors import ConfigurationError, QueueNotFound
+
+__all__ = ["ConnectionBackend"]
+
+
+class ConnectionBackend:
+    """The message operations of a PostgresBackend, run on a caller's connection."""
+
+    def __init__(self, backend: PostgresBackend, conn: object) -> None:
+        if not isinstance(conn, psycopg.Connection):
+            raise ConfigurationError(
+                "transaction(connection=...) takes a psycopg 3 Connection, "
+                f"not {type(conn).__name__}"
+            )
+        if conn.closed:
+            raise ConfigurationError("the connection given to transaction() is closed")
+        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            raise ConfigurationError(
+                "the connection is in autocommit mode outside a transaction, so nothing would "
+                "commit together; open one (with conn.transaction(): ...) or use autocommit=False"
+            )
+        self._backend = backend
+        self._conn: psycopg.Connection[Any] = conn
+        self._q = backend._q
+
+    def _run(self, statements: Sequence[tuple[str, Any]]) -> list[list[Row]]:
+        results = []
+        try:
+            for name, params in statements:
+                cur = self._conn.execute(self._q[name], params)
+                results.append(cur.fetchall() if cur.description else [])
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
+        return results
+
+    def _checked(
+        self, statements: Sequence[tuple[str, Any]], envelopes: Sequence[Envelope]
+    ) -> None:
+        try:
+            self._run(statements)
+        except _Expected as exc:
+            if exc.what == "queue not found":
+                raise self._backend._queue_not_found(envelopes) from None
+            raise
+
+    def _notify(self) -> None:
+        # Inside the caller's transaction: delivered if, and when, it commits.
+        self._conn.execute(self._q["notify"], {"channel": self._backend._channel, "payload": ""})
+
+    def append(
+        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
+    ) -> None:
+        statements = _insert_statements(session, tx, envelopes, state=1 if ready else 0)
+        self._checked(statements if ready else statements[1:], envelopes)
+        if ready:
+            self._notify()
+
+    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
+        return _rows(self._run([("claim_with_own" if own else "claim", params)])[0])
+
+    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+        params = {"session": session, "tx": tx, "ids": list(refs)}
+        self._run([("dead_letter", params), ("release", params)])
+        self._notify()
+
+    def commit(self, plan: CommitPlan) -> None:
+        try:
+            self._checked(_commit_statements(plan), plan.enqueues)
+        except _Expected as exc:
+            raise _lease_lost(plan) from exc
+        except QueueNotFound:
+            raise
+        if plan.enqueues or plan.pending or plan.rejects:
+            self._notify()
+
+    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+        key = {"session": session, "tx": tx, "ids": None}
+        statements = [("delete_pending", key)]
+        if held:
+            statements += [("delete_own_claimed", key), ("dead_letter", key), ("release", key)]
+        self._run(statements)
+
+    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
+        params = {
+            "queue": queue,
+            "state": state,
+            "limit": limit,
+            "session": session,
+            "tx": tx,
+            "now": time.time(),
+        }
+        return _rows(self._run([("browse", params)])[0])
+
+    def next_due(self, queue: str) -> float | None:
+        rows = self._run([("next_due", {"queue": queue, "now": time.time()})])[0]
+        return None if not rows or rows[0][0] is None else float(rows[0][0])

@@ -1,0 +1,330 @@
+"""What only the PostgreSQL backend has: its schema, the outbox, commit order, NOTIFY, leases."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import sluice
+from sluice import sql
+from sluice.backends.postgres_schema import quote_schema
+from tests.conftest import drop_schema, fresh_postgres_url, postgres_base_url
+from tests.postgres_server import PostgresServer
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresServer | str) -> Iterator[str]:
+    url = fresh_postgres_url(postgres_server)
+    yield url
+    drop_schema(url)
+
+
+@pytest.fixture
+def admin(postgres_server: PostgresServer | str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(postgres_base_url(postgres_server), autocommit=True) as conn:
+        yield conn
+
+
+def _schema(url: str) -> str:
+    return url.rsplit("schema=", 1)[1]
+
+
+def _objects(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
+    """Every table, column, index, sequence and function of a schema, comparably."""
+    columns = conn.execute(
+        "SELECT table_name, column_name, data_type, is_nullable, column_default, is_identity "
+        "FROM information_schema.columns WHERE table_schema = %s ORDER BY 1, 2",
+        (schema,),
+    ).fetchall()
+    indexes = conn.execute(
+        "SELECT indexname, replace(indexdef, %s, 'S') FROM pg_indexes WHERE schemaname = %s "
+        "ORDER BY 1",
+        (quote_schema(schema) + ".", schema),
+    ).fetchall()
+    functions = conn.execute(
+        "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s ORDER BY 1",
+        (schema,),
+    ).fetchall()
+    return [*columns, *indexes, *functions]
+
+
+def test_migrations_from_zero_equal_the_schema(pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    with sluice.connect(pg_url):
+        pass
+    migrated = _schema(pg_url)
+    fresh = migrated + "_fresh"
+    admin.execute(f"CREATE SCHEMA {fresh}")
+    try:
+        admin.execute(sql.schema("postgresql").replace("{schema}", quote_schema(fresh)).encode())
+        assert [o for o in _objects(admin, migrated) if o[0] != "schema_version"] == [
+            tuple(str(v).replace(fresh, migrated) if isinstance(v, str) else v for v in o)
+            for o in _objects(admin, fresh)
+        ]
+    finally:
+        admin.execute(f"DROP SCHEMA {fresh} CASCADE")
+    version = admin.execute(f"SELECT version FROM {migrated}.schema_version").fetchone()
+    assert version == (sql.migrations("postgresql")[-1][0],)
+
+
+def test_a_newer_schema_is_refused(pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    with sluice.connect(pg_url):
+        pass
+    admin.execute(f"UPDATE {_schema(pg_url)}.schema_version SET version = 999")
+    with pytest.raises(sluice.SchemaTooNew, match="newer than this sluice"):
+        sluice.connect(pg_url)
+
+
+def test_an_older_schema_is_upgraded_only_when_allowed(
+    pg_url: str, admin: psycopg.Connection[Any]
+) -> None:
+    with sluice.connect(pg_url):
+        pass
+    schema = _schema(pg_url)
+    admin.execute(f"UPDATE {schema}.schema_version SET version = 0")
+    with pytest.raises(sluice.SchemaTooNew, match="sluice db upgrade"):
+        sluice.connect(pg_url + "&migrate=false")
+
+
+def test_sluice_db_upgrade_reports_versions(pg_url: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "db", "upgrade", "--db", pg_url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    latest = sql.migrations("postgresql")[-1][0]
+    assert f"from version 0 to {latest}" in run.stdout
+    run = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "db", "version", "--db", pg_url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert run.stdout.strip() == f"{latest} (this sluice: {latest})"
+
+
+def test_missing_driver_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "import sluice\n"
+        "try:\n"
+        "    sluice.connect('postgresql://127.0.0.1/test')\n"
+        "except sluice.ConfigurationError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'sluice[postgres]'" in out.stdout
+
+
+# --- the transactional outbox --------------------------------------------------------
+@pytest.fixture
+def pg_db(pg_url: str) -> Iterator[sluice.Database]:
+    with sluice.connect(pg_url) as db:
+        db.create_queue("events")
+        yield db
+
+
+@pytest.fixture
+def business(
+    pg_url: str, postgres_server: PostgresServer | str
+) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(postgres_base_url(postgres_server)) as conn:
+        schema = _schema(pg_url)
+        conn.execute(f"CREATE TABLE {schema}.orders (id int PRIMARY KEY)")
+        conn.commit()
+        yield conn
+
+
+def _orders(db_url: str, conn: psycopg.Connection[Any]) -> list[int]:
+    return [r[0] for r in conn.execute(f"SELECT id FROM {_schema(db_url)}.orders ORDER BY id")]
+
+
+def test_outbox_commits_the_row_and_the_message_together(
+    pg_db: sluice.Database, business: psycopg.Connection[Any], pg_url: str
+) -> None:
+    business.execute(f"INSERT INTO {_schema(pg_url)}.orders VALUES (1)")
+    with pg_db.transaction(connection=business) as tx:
+        tx.enqueue("events", {"order": 1})
+    # The queue transaction is done, the caller's is not: nobody sees the message yet.
+    assert pg_db.queue("events").browse() == []
+    business.commit()
+    assert [m.body for m in pg_db.queue("events").browse()] == [{"order": 1}]
+
+
+def test_outbox_rollback_loses_the_row_and_the_message(
+    pg_db: sluice.Database, business: psycopg.Connection[Any], pg_url: str
+) -> None:
+    business.execute(f"INSERT INTO {_schema(pg_url)}.orders VALUES (2)")
+    with pg_db.transaction(connection=business) as tx:
+        tx.enqueue("events", {"order": 2})
+    business.rollback()
+    assert pg_db.queue("events").browse() == []
+    assert _orders(pg_url, business) == []
+
+
+def test_outbox_dequeue_is_undone_by_the_callers_rollback(
+    pg_db: sluice.Database, business: psycopg.Connection[Any], pg_url: str
+) -> None:
+    pg_db.queue("events").put({"order": 3})
+    with pg_db.transaction(connection=business) as tx:
+        (m,) = tx.dequeue("events")
+        business.execute(f"INSERT INTO {_schema(pg_url)}.orders VALUES (%s)", (m.body["order"],))
+    business.rollback()
+    assert [m.body for m in pg_db.queue("events").browse()] == [{"order": 3}]
+    with pg_db.transaction(connection=business) as tx:
+        (m,) = tx.dequeue("events")
+        business.execute(f"INSERT INTO {_schema(pg_url)}.orders VALUES (%s)", (m.body["order"],))
+    business.commit()
+    assert pg_db.queue("events").browse() == []
+    assert _orders(pg_url, business) == [3]
+
+
+def test_outbox_wants_a_transaction_and_postgresql(
+    pg_db: sluice.Database, postgres_server: PostgresServer | str, tmp_path: Any
+) -> None:
+    with psycopg.connect(postgres_base_url(postgres_server), autocommit=True) as conn:
+        with pytest.raises(sluice.ConfigurationError, match="autocommit"):
+            pg_db.transaction(connection=conn)
+        with conn.transaction(), pg_db.transaction(connection=conn) as tx:
+            tx.enqueue("events", "inside conn.transaction()")
+    assert [m.body for m in pg_db.queue("events").browse()] == ["inside conn.transaction()"]
+    with pytest.raises(sluice.ConfigurationError, match="psycopg 3 Connection"):
+        pg_db.transaction(connection=object())
+    with (
+        sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as lite,
+        pytest.raises(sluice.ConfigurationError, match="needs the PostgreSQL backend"),
+    ):
+        lite.transaction(connection=conn)
+
+
+# --- delivery order is commit order --------------------------------------------------
+def test_a_later_commit_gets_a_later_place_in_the_queue(
+    pg_db: sluice.Database, business: psycopg.Connection[Any], admin: psycopg.Connection[Any]
+) -> None:
+    """A writes first but commits last: a reader following ids must see A after B."""
+    with pg_db.transaction(connection=business) as tx:  # A: its ids drawn, commit pending
+        tx.enqueue("events", "A")
+    done = threading.Event()
+
+    def writer_b() -> None:
+        with pg_db.transaction() as tx:
+            tx.enqueue("events", "B")
+        done.set()
+
+    thread = threading.Thread(target=writer_b)
+    thread.start()
+    # B must wait for A's commit lock: it cannot take an id that A's could follow.
+    _await(lambda: _waiting_on_advisory_lock(admin), "B to wait for A's commit lock")
+    assert not done.is_set()
+    business.commit()
+    thread.join(10)
+    assert done.is_set()
+    assert [m.body for m in pg_db.queue("events").browse()] == ["A", "B"]
+
+
+def _waiting_on_advisory_lock(admin: psycopg.Connection[Any]) -> bool:
+    row = admin.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _await(condition: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)  # polling another connection's state: there is no event to wait on
+
+
+# --- wake-ups ----------------------------------------------------------------------
+def _blocked_get(db: sluice.Database, got: list[Any]) -> threading.Thread:
+    def consume() -> None:
+        with db.transaction() as tx:
+            got.extend(m.body for m in tx.dequeue("events", wait=30))
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    return thread
+
+
+def test_notify_wakes_a_consumer_of_another_connection(pg_url: str) -> None:
+    # A fallback of a minute: only the notification can wake the consumer in time.
+    with sluice.connect(pg_url + "&fallback=60") as consumer, sluice.connect(pg_url) as producer:
+        producer.create_queue("events")
+        got: list[Any] = []
+        thread = _blocked_get(consumer, got)
+        producer.queue("events").put("wake up")
+        thread.join(10)
+        assert got == ["wake up"]
+
+
+def test_a_lost_notification_connection_is_reestablished(
+    pg_url: str, admin: psycopg.Connection[Any]
+) -> None:
+    with sluice.connect(pg_url + "&fallback=60") as consumer, sluice.connect(pg_url) as producer:
+        producer.create_queue("events")
+        listener = consumer.backend._listener  # type: ignore[attr-defined]
+        assert listener.connected.wait(10)
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE query LIKE 'LISTEN \"sluice_%%' AND backend_type = 'client backend'"
+        )
+        _await(lambda: not listener.connected.is_set(), "the listener to notice")
+        assert listener.connected.wait(10)
+        got: list[Any] = []
+        thread = _blocked_get(consumer, got)
+        producer.queue("events").put("after the reconnect")
+        thread.join(10)
+        assert got == ["after the reconnect"]
+
+
+def test_the_fallback_check_finds_work_without_any_notification(pg_url: str) -> None:
+    with sluice.connect(pg_url + "&fallback=0.2") as consumer, sluice.connect(pg_url) as producer:
+        producer.create_queue("events")
+        # Silence the producer's notifications entirely: only the fallback is left.
+        producer.backend._notifier.signal = lambda: None  # type: ignore[attr-defined]
+        got: list[Any] = []
+        thread = _blocked_get(consumer, got)
+        producer.queue("events").put("found by looking")
+        thread.join(10)
+        assert got == ["found by looking"]
+
+
+# --- leases across hosts -------------------------------------------------------------
+def test_a_dead_host_is_rolled_back_exactly_once(
+    pg_url: str, admin: psycopg.Connection[Any]
+) -> None:
+    schema = _schema(pg_url)
+    with sluice.connect(pg_url) as a, sluice.connect(pg_url) as b:
+        a.create_queue("events")
+        a.queue("events").put_many(["m1", "m2"])
+        tx = a.begin()
+        tx.dequeue("events", limit=2)
+        # Make a's session look like one on another host whose heartbeat stopped long ago.
+        admin.execute(
+            f"UPDATE {schema}.sessions SET host = 'elsewhere', heartbeat_at = heartbeat_at - 3600 "
+            "WHERE id = %s",
+            (a.session,),
+        )
+        found: list[list[int]] = []
+        racers = [threading.Thread(target=lambda: found.append(b.recover())) for _ in range(4)]
+        for r in racers:
+            r.start()
+        for r in racers:
+            r.join()
+        rolled_back = [s for f in found for s in f]
+        assert rolled_back.count(a.session) <= 1
+        b.recover()  # whoever lost the race sees nothing left to do
+        assert [m.body for m in b.queue("events").browse()] == ["m1", "m2"]
+        assert [m.attempts for m in b.queue("events").browse()] == [1, 1]
+        with pytest.raises(sluice.LeaseLost):
+            tx.commit()
