@@ -111,6 +111,8 @@ class PostgresBackend:
         self._q = _load_queries(self.schema)
         self._channel = f"sluice_{self.schema}"
         self._kwargs: dict[str, Any] = {"connect_timeout": int(self.settings.connect_timeout)}
+        if "application_name" not in conninfo:  # so operators can tell sluice's sessions apart
+            self._kwargs["application_name"] = "sluice"
         self._uncertain: set[tuple[int, int]] = set()
         self._listener: Listener | None = None
         self._closed = False

@@ -8,6 +8,7 @@ to, because its own enqueues are visible to it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from sluice.errors import (
     LeaseLost,
     MessageError,
     MessageStateError,
+    SluiceError,
     TransactionClosed,
 )
 from sluice.message import (
@@ -311,7 +313,15 @@ class Transaction:
         if self.state is not TxState.ACTIVE:
             return
         if exc_type is None:
-            self.commit()
+            try:
+                self.commit()
+            except BaseException:
+                # A commit that failed (the database went away, say) must not leave
+                # messages held until the session ends: undo what can be undone.
+                if self.state is TxState.ACTIVE:
+                    with contextlib.suppress(SluiceError):
+                        self.abort()
+                raise
         else:
             self.abort()
 
