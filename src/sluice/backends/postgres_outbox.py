@@ -25,8 +25,8 @@ from sluice.backends.base import CommitPlan, Envelope, Row
 from sluice.backends.postgres import (
     PostgresBackend,
     _commit_statements,
+    _enqueue,
     _Expected,
-    _insert_statements,
     _lease_lost,
     _rows,
     _translate,
@@ -83,14 +83,15 @@ class ConnectionBackend:
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
-        statements = _insert_statements(session, tx, envelopes, state=1 if ready else 0)
-        self._checked(statements if ready else statements[1:], envelopes)
+        # durable=True: the caller's commit is flushed as the caller has it.
+        self._checked([_enqueue(session, tx, envelopes, ready, True)], envelopes)
         if ready:
             self._notify()
 
     def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        return _rows(self._run([("claim_with_own" if own else "claim", params)])[0])
+        name = "claim_with_own_in_caller_tx" if own else "claim_in_caller_tx"
+        return _rows(self._run([(name, params)])[0])
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
         params = {"session": session, "tx": tx, "ids": list(refs)}
@@ -99,7 +100,7 @@ class ConnectionBackend:
 
     def commit(self, plan: CommitPlan) -> None:
         try:
-            self._checked(_commit_statements(plan), plan.enqueues)
+            self._checked(_commit_statements(plan, in_caller_tx=True), plan.enqueues)
         except _Expected as exc:
             raise _lease_lost(plan) from exc
         except QueueNotFound:

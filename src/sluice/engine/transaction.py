@@ -225,7 +225,7 @@ class Transaction:
             due = backend.next_due(queue)
             if due is not None:
                 remaining = min(remaining, max(due - time.time(), 0.0))
-            wakeups.wait(token, remaining)
+            wakeups.wait(token, remaining, queue, limit)
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
@@ -246,6 +246,7 @@ class Transaction:
         self._rejects.pop(message.ref, None)
         if message.producer == (self.session, self.number):
             self._pending += 1
+        # Everyone: out of attempts, it went to an error queue instead.
         self._db._wakeups.notify()
 
     def reject(self, message: Message, reason: str) -> None:
@@ -285,8 +286,15 @@ class Transaction:
                 self.state = TxState.ABORTED
                 raise
         self.state = TxState.COMMITTED
-        if self._buffer or self._pending or self._rejects:
-            self._db._wakeups.notify()
+        wakeups = self._db._wakeups
+        if self._pending or self._rejects:
+            wakeups.notify()  # which queues gained how many is not known here
+        elif self._buffer:
+            counts: dict[str, int] = {}
+            for e in self._buffer:
+                counts[e.queue] = counts.get(e.queue, 0) + 1
+            for queue, count in counts.items():
+                wakeups.notify(queue, count)
 
     def abort(self) -> None:
         """Undo everything: enqueues vanish, taken messages return to their places."""

@@ -68,40 +68,8 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM (
     WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s
     ORDER BY 1) AS q;
 
--- name: insert_messages
--- Envelopes arrive as one array per field; a missing queue shows as a short count.
-WITH e AS (
-    SELECT * FROM unnest(
-        %(queue)s::text[], %(num)s::bigint[], %(priority)s::bigint[], %(body)s::text[],
-        %(body_bytes)s::bytea[], %(content_type)s::text[], %(properties)s::text[],
-        %(correlation_id)s::text[], %(reply_to)s::text[], %(enqueued_at)s::float8[],
-        %(available_at)s::float8[], %(expires_at)s::float8[])
-    WITH ORDINALITY AS e(queue, num, priority, body, body_bytes, content_type, properties,
-                         correlation_id, reply_to, enqueued_at, available_at, expires_at, ord)
-), ins AS (
-    INSERT INTO {schema}.messages (
-        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
-        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-    SELECT q.id, %(state)s, e.priority, %(session)s, %(tx)s, e.num, e.body, e.body_bytes,
-           nullif(e.content_type, 'application/json'), e.properties, e.correlation_id,
-           e.reply_to, e.enqueued_at, e.available_at, e.expires_at
-    FROM e JOIN {schema}.queues AS q ON q.name = e.queue
-    ORDER BY e.ord
-    RETURNING 1)
-SELECT {schema}.expect((SELECT count(*) FROM ins), %(count)s, 'queue not found');
-
--- name: insert_message
--- One envelope: the same, without arrays.
-WITH ins AS (
-    INSERT INTO {schema}.messages (
-        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
-        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-    SELECT id, %(state)s, %(priority)s, %(session)s, %(tx)s, %(num)s, %(body)s, %(body_bytes)s,
-           nullif(%(content_type)s, 'application/json'), %(properties)s, %(correlation_id)s,
-           %(reply_to)s, %(enqueued_at)s, %(available_at)s, %(expires_at)s
-    FROM {schema}.queues WHERE name = %(queue)s
-    RETURNING 1)
-SELECT {schema}.expect((SELECT count(*) FROM ins), 1, 'queue not found');
+-- name: enqueue
+SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(rows)s::json, %(durable)s);
 
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids
@@ -124,11 +92,13 @@ SELECT {schema}.expect((SELECT count(*) FROM ins), %(pending)s, 'lease lost');
 DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s;
 
 -- name: claim
+-- The relax clause lets the claim commit without waiting for the WAL flush: it sits in the
+-- queue's lookup, which runs once per execution. One statement, one round trip.
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
         SELECT id FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s)
         ORDER BY priority DESC, id
@@ -144,7 +114,7 @@ WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
         SELECT id FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
           AND (state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))
           AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s)
         ORDER BY priority DESC, id

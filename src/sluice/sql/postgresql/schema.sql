@@ -71,3 +71,45 @@ BEGIN
     END IF;
     RETURN actual;
 END $$;
+
+-- Enqueue: one JSON array of envelopes in, one statement. Ready messages first
+-- take their queues' commit locks (held until the transaction ends), so that
+-- their ids, drawn afterwards, follow commit order within each queue.
+-- A non-durable call commits without waiting for the WAL flush.
+CREATE FUNCTION {schema}.enqueue(in_session bigint, in_tx bigint, in_ready boolean,
+                                 in_rows json, in_durable boolean) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    inserted bigint;
+BEGIN
+    IF NOT in_durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    IF in_ready THEN
+        PERFORM pg_advisory_xact_lock(1936482659, q.id) FROM (  -- 1936482659: "slic"
+            SELECT id FROM {schema}.queues
+            WHERE name IN (SELECT e.queue FROM json_to_recordset(in_rows) AS e(queue text))
+            UNION
+            SELECT queue_id FROM {schema}.messages
+            WHERE state = 0 AND p_session = in_session AND p_tx = in_tx
+            ORDER BY 1) AS q;
+    END IF;
+    INSERT INTO {schema}.messages (
+        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
+        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+    SELECT q.id, CASE WHEN in_ready THEN 1 ELSE 0 END, e.priority, in_session, in_tx, e.num,
+           e.body, decode(e.body_b64, 'base64'), nullif(e.content_type, 'application/json'),
+           e.properties, e.correlation_id, e.reply_to, e.enqueued_at, e.available_at,
+           e.expires_at
+    FROM json_to_recordset(in_rows) AS e(
+            queue text, num bigint, priority bigint, body text, body_b64 text,
+            content_type text, properties text, correlation_id text, reply_to text,
+            enqueued_at float8, available_at float8, expires_at float8)
+        JOIN {schema}.queues AS q ON q.name = e.queue
+    ORDER BY e.num;  -- the order of enqueue within the transaction
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted <> json_array_length(in_rows) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL001', MESSAGE = 'queue not found';
+    END IF;
+    RETURN inserted;
+END $$;
