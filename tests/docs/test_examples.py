@@ -7,13 +7,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import postgres_base_url
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
-def test_examples_run(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_examples_run(
+    doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    if doc.name == "postgresql.md":
+        server = request.getfixturevalue("postgres_server")
+        url = postgres_base_url(server)
+        monkeypatch.setenv("SLUICE_POSTGRES_URL", url)
+        request.addfinalizer(lambda: _drop_example_objects(url))
     blocks = BLOCK.findall(doc.read_text())
     if doc.name != "cli.md":
         assert blocks, f"{doc.name} has no runnable example"
@@ -26,6 +35,14 @@ def test_examples_run(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     close = getattr(db, "close", None)
     if close is not None:
         close()
+
+
+def _drop_example_objects(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS sluice CASCADE")
+        conn.execute("DROP TABLE IF EXISTS shop_orders")
 
 
 def test_cli_examples_run(tmp_path: Path) -> None:
