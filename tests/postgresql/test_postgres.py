@@ -328,3 +328,19 @@ def test_a_dead_host_is_rolled_back_exactly_once(
         assert [m.attempts for m in b.queue("events").browse()] == [1, 1]
         with pytest.raises(sluice.LeaseLost):
             tx.commit()
+
+
+def test_maintenance_vacuums_dead_rows_when_autovacuum_does_not(pg_url: str) -> None:
+    with sluice.connect(pg_url) as db:
+        db.create_queue("churn")
+        db.queue("churn").put_many(list(range(12_000)))
+        with db.transaction() as tx:
+            assert len(tx.dequeue("churn", limit=12_000)) == 12_000
+        backend = db.backend
+        # Statistics reach the server's counters within a second or so: wait for them.
+        deadline = time.monotonic() + 30
+        while not backend.maintain():  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "the dead rows were never vacuumed"
+            time.sleep(0.2)
+        dead, _ = backend._one("dead_rows", {})[0]  # type: ignore[attr-defined]
+        assert dead < 1_000

@@ -67,6 +67,7 @@ __all__ = ["PostgresBackend", "PostgresSettings"]
 
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
 _DB_NOW = "extract(epoch FROM clock_timestamp())"
+_VACUUM_THRESHOLD = 10_000  # dead rows before sluice vacuums for itself
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
 
 
@@ -314,6 +315,31 @@ class PostgresBackend:
             "dead_sessions_release",
         ):
             conn.execute(self._q[name])
+
+    def maintain(self) -> bool:
+        """Vacuum the messages table when dead rows outnumber live ones; True if it did.
+
+        Every acknowledgement leaves a dead row. Autovacuum normally clears them;
+        where it is off or lags, claims would wade through them, so the node that
+        gets the lock vacuums (one at a time, without waiting for each other).
+        """
+        with self._conn() as conn:
+            try:
+                if not conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, 1)", (LOCK_CLASS,)
+                ).fetchone()[0]:  # type: ignore[index]
+                    return False
+                try:
+                    dead, live = conn.execute(self._q["dead_rows"]).fetchone() or (0, 0)
+                    if dead < _VACUUM_THRESHOLD or dead < live:
+                        return False
+                    conn.execute(f"VACUUM {quote_schema(self.schema)}.messages")
+                    return True
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s, 1)", (LOCK_CLASS,))
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise _translate(exc) from exc
 
     # --- catalog ---------------------------------------------------------------------
     def create_queue(self, spec: QueueSpec) -> None:

@@ -241,3 +241,8 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: dead_rows
+-- Dead and live row counts of the messages table, as the statistics system has them.
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables
+WHERE relid = '{schema}.messages'::regclass;
