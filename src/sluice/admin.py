@@ -34,7 +34,7 @@ def _dialect(url: str) -> tuple[str, str, str]:
 
 
 _ENGINE_OPTIONS = {"schema", "pool_size", "migrate", "fallback", "notify_interval", "lease",
-                   "poll_interval"}  # fmt: skip
+                   "poll_interval", "rotate_every", "maintenance_interval"}  # fmt: skip
 
 
 def schema_version(url: str) -> tuple[int | None, int]:

@@ -16,7 +16,15 @@ __all__ = ["connect"]
 
 _FLOAT_OPTIONS = ("lease", "poll_interval", "busy_timeout", "cache_mib")
 _SQLITE_OPTIONS = {"synchronous", "group_commit", *_FLOAT_OPTIONS}
-_POSTGRES_OPTIONS = {"schema", "pool_size", "migrate", "fallback", "notify_interval"}
+_POSTGRES_OPTIONS = {
+    "schema",
+    "pool_size",
+    "migrate",
+    "fallback",
+    "notify_interval",
+    "rotate_every",
+    "maintenance_interval",
+}
 
 
 def connect(
@@ -111,6 +119,8 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
         migrate=_flag("migrate", ours.get("migrate", True)),
         fallback=_number("fallback", ours.get("fallback", 1.0)),
         notify_interval=_number("notify_interval", ours.get("notify_interval", 0.005)),
+        rotate_every=int(_number("rotate_every", ours.get("rotate_every", 5000))),
+        maintenance_interval=_number("maintenance_interval", ours.get("maintenance_interval", 1.0)),
     )
     return PostgresBackend(conninfo, settings)
 

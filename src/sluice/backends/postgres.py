@@ -60,6 +60,7 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
         "the PostgreSQL backend needs psycopg 3 and its pool: pip install 'sluice[postgres]'"
     ) from _missing
 
+from sluice.backends.postgres_maintenance import Maintainer, rotate, vacuum, with_lock
 from sluice.backends.postgres_notify import Listener, Notifier
 from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
 
@@ -67,7 +68,6 @@ __all__ = ["PostgresBackend", "PostgresSettings"]
 
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
 _DB_NOW = "extract(epoch FROM clock_timestamp())"
-_VACUUM_THRESHOLD = 10_000  # dead rows before sluice vacuums for itself
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
 
 
@@ -83,6 +83,12 @@ class PostgresSettings:
     notify_interval: float = 0.005
     """At most one NOTIFY per this many seconds per process."""
     connect_timeout: float = 10.0
+    rotate_every: int = 5_000
+    """Messages between rotations of the message partitions (postgres_maintenance)."""
+    rotate_max_move: int = 10_000
+    """A partition with more live rows than this waits to be rotated until it drains."""
+    maintenance_interval: float = 1.0
+    """Seconds between rotation checks (0: no maintenance thread)."""
 
 
 _RELAX = "AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
@@ -158,12 +164,19 @@ class PostgresBackend:
         self._notifier = Notifier(
             conninfo, self._kwargs, self._channel, self.settings.notify_interval
         )
+        self._maintainer = (
+            Maintainer(self, self.settings.maintenance_interval)
+            if self.settings.maintenance_interval > 0
+            else None
+        )
 
     # --- connections and units of work ---------------------------------------------
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._maintainer is not None:
+            self._maintainer.close()
         if self._listener is not None:
             self._listener.close()
         self._notifier.close()
@@ -316,30 +329,32 @@ class PostgresBackend:
         ):
             conn.execute(self._q[name])
 
-    def maintain(self) -> bool:
-        """Vacuum the messages table when dead rows outnumber live ones; True if it did.
+    def maintain(self, *, vacuum_too: bool = True) -> tuple[int | None, bool]:
+        """Rotate the message partitions if due, and vacuum them if needed.
 
-        Every acknowledgement leaves a dead row. Autovacuum normally clears them;
-        where it is off or lags, claims would wade through them, so the node that
-        gets the lock vacuums (one at a time, without waiting for each other).
+        Returns (the partition made current or None, whether it vacuumed); see
+        ``postgres_maintenance``. One node at a time; the others skip.
         """
         with self._conn() as conn:
             try:
-                if not conn.execute(
-                    "SELECT pg_try_advisory_lock(%s, 1)", (LOCK_CLASS,)
-                ).fetchone()[0]:  # type: ignore[index]
-                    return False
-                try:
-                    dead, live = conn.execute(self._q["dead_rows"]).fetchone() or (0, 0)
-                    if dead < _VACUUM_THRESHOLD or dead < live:
-                        return False
-                    conn.execute(f"VACUUM {quote_schema(self.schema)}.messages")
-                    return True
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s, 1)", (LOCK_CLASS,))
+                rotated = with_lock(
+                    conn,
+                    2,
+                    lambda: rotate(
+                        conn,
+                        self._q,
+                        self.schema,
+                        every=self.settings.rotate_every,
+                        max_move=self.settings.rotate_max_move,
+                    ),
+                )
+                vacuumed = bool(
+                    vacuum_too and with_lock(conn, 1, lambda: vacuum(conn, self._q, self.schema))
+                )
             except psycopg.Error as exc:
                 _rollback(conn)
                 raise _translate(exc) from exc
+        return rotated, vacuumed
 
     # --- catalog ---------------------------------------------------------------------
     def create_queue(self, spec: QueueSpec) -> None:

@@ -229,9 +229,6 @@ class Database:
                 )
             log.warning("sluice session lease was lost; continuing as session %s", self._session)
         self.recover()
-        maintain = getattr(self.backend, "maintain", None)
-        if maintain is not None:
-            maintain()
 
     def close(self) -> None:
         """End the session: whatever it still holds is rolled back. Idempotent."""

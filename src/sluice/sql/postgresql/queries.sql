@@ -80,9 +80,10 @@ WITH moved AS (
     RETURNING *
 ), ins AS (
     INSERT INTO {schema}.messages (
-        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
-        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-    SELECT queue_id, 1, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
+        slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes,
+        content_type, properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+    SELECT (SELECT slot FROM {schema}.rotation), queue_id, 1, priority, p_session, p_tx, p_num,
+           body, body_bytes, content_type,
            properties, correlation_id, reply_to, enqueued_at, available_at, expires_at
     FROM moved ORDER BY id
     RETURNING 1)
@@ -243,6 +244,17 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
 SELECT pg_notify(%(channel)s, %(payload)s);
 
 -- name: dead_rows
--- Dead and live row counts of the messages table, as the statistics system has them.
-SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables
-WHERE relid = '{schema}.messages'::regclass;
+-- Dead and live row counts of the message partitions, as the statistics system has them.
+SELECT coalesce(sum(n_dead_tup), 0), coalesce(sum(n_live_tup), 0) FROM pg_stat_user_tables
+WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = '{schema}.messages'::regclass);
+
+-- name: rotation_due
+-- Locks the rotation row: one rotation at a time.
+SELECT r.slot, (SELECT last_value FROM {schema}.message_ids) - r.rotated_at_id
+FROM {schema}.rotation AS r
+FOR UPDATE;
+
+-- name: rotation_done
+UPDATE {schema}.rotation
+SET slot = %(slot)s, rotated_at_id = (SELECT last_value FROM {schema}.message_ids),
+    rotated_at = {db_now};

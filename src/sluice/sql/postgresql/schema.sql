@@ -25,8 +25,20 @@ CREATE TABLE {schema}.sessions (
 -- so within a queue they follow commit order (see the backend's docstring).
 CREATE SEQUENCE {schema}.message_ids AS bigint;
 
+-- Messages live in four partitions used in turn (rotation): new messages go to
+-- the current slot; every few thousand messages the oldest partition's few
+-- remaining rows move to the current one and it is TRUNCATEd, which frees its
+-- dead rows even while a long transaction elsewhere keeps VACUUM from doing so.
+CREATE TABLE {schema}.rotation (
+    slot          smallint NOT NULL,   -- the partition new messages go to
+    rotated_at_id bigint   NOT NULL,   -- message_ids' position at the last rotation
+    rotated_at    double precision NOT NULL
+);
+INSERT INTO {schema}.rotation VALUES (0, 0, 0);
+
 CREATE TABLE {schema}.messages (
-    id             bigint   NOT NULL DEFAULT nextval('{schema}.message_ids') PRIMARY KEY,
+    id             bigint   NOT NULL DEFAULT nextval('{schema}.message_ids'),
+    slot           smallint NOT NULL,
     queue_id       integer  NOT NULL,
     state          smallint NOT NULL,
     priority       bigint   NOT NULL,
@@ -46,9 +58,14 @@ CREATE TABLE {schema}.messages (
     expires_at     double precision,
     attempts       integer  NOT NULL DEFAULT 0,
     error          text,
-    origin_queue   text
-);
+    origin_queue   text,
+    PRIMARY KEY (id, slot)
+) PARTITION BY LIST (slot);
 ALTER SEQUENCE {schema}.message_ids OWNED BY {schema}.messages.id;
+CREATE TABLE {schema}.messages_0 PARTITION OF {schema}.messages FOR VALUES IN (0);
+CREATE TABLE {schema}.messages_1 PARTITION OF {schema}.messages FOR VALUES IN (1);
+CREATE TABLE {schema}.messages_2 PARTITION OF {schema}.messages FOR VALUES IN (2);
+CREATE TABLE {schema}.messages_3 PARTITION OF {schema}.messages FOR VALUES IN (3);
 
 -- Claims read ready messages of a queue in delivery order.
 CREATE INDEX messages_queue ON {schema}.messages (queue_id, state, priority DESC, id);
@@ -86,7 +103,7 @@ BEGIN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
     IF in_ready THEN
-        PERFORM pg_advisory_xact_lock(1936482659, q.id) FROM (  -- 1936482659: "slic"
+        PERFORM pg_advisory_xact_lock(1936484707, q.id) FROM (  -- 1936484707: "slic"
             SELECT id FROM {schema}.queues
             WHERE name IN (SELECT e.queue FROM json_to_recordset(in_rows) AS e(queue text))
             UNION
@@ -95,9 +112,10 @@ BEGIN
             ORDER BY 1) AS q;
     END IF;
     INSERT INTO {schema}.messages (
-        queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
-        properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-    SELECT q.id, CASE WHEN in_ready THEN 1 ELSE 0 END, e.priority, in_session, in_tx, e.num,
+        slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes,
+        content_type, properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+    SELECT (SELECT slot FROM {schema}.rotation), q.id, CASE WHEN in_ready THEN 1 ELSE 0 END,
+           e.priority, in_session, in_tx, e.num,
            e.body, decode(e.body_b64, 'base64'), nullif(e.content_type, 'application/json'),
            e.properties, e.correlation_id, e.reply_to, e.enqueued_at, e.available_at,
            e.expires_at

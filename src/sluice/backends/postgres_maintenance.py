@@ -1,0 +1,144 @@
+"""Keeping the PostgreSQL queue table fast under churn: rotation, and vacuum where needed.
+
+Every acknowledged message leaves a dead row, and claims walk the dead index
+entries of their queue until they are cleaned up. VACUUM cleans them, but not
+while a long transaction anywhere in the database is open: then claims slow
+from milliseconds to hundreds of milliseconds, and the backlog grows
+(bench/soak.py measures it).
+
+So messages live in four partitions used in turn. Every ``rotate_every``
+messages, one node (whichever gets the lock) takes the oldest partition, moves
+its few remaining live rows (slow consumers, delayed or kept messages) to the
+current one, TRUNCATEs it and makes it current. TRUNCATE frees dead rows
+whatever other transactions are open. It needs the partition to itself for a
+moment: it waits at most ``lock_timeout`` for statements in flight and tries
+again later if a transaction keeps the table locked. A partition holding more
+than ``max_move`` live rows (a backlog) is not rotated until it drains.
+
+A vacuum check runs too, for databases whose autovacuum is off or lags.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from sluice.backends.postgres_schema import LOCK_CLASS, quote_schema
+
+if TYPE_CHECKING:
+    from sluice.backends.postgres import PostgresBackend
+
+__all__ = ["PARTITIONS", "Maintainer", "rotate", "vacuum"]
+
+log = logging.getLogger("sluice.postgres")
+
+PARTITIONS = 4
+_VACUUM_THRESHOLD = 10_000  # dead rows before sluice vacuums for itself
+_LOCK_TIMEOUT = "50ms"
+
+
+def rotate(
+    conn: psycopg.Connection[Any],
+    queries: dict[str, str],
+    schema: str,
+    *,
+    every: int,
+    max_move: int,
+) -> int | None:
+    """Rotate once if due; the partition made current, or None if nothing was done.
+
+    ``conn`` is an autocommit connection; the rotation is one transaction.
+    """
+    quoted = quote_schema(schema)
+    conn.execute("BEGIN")
+    try:
+        conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT}'")
+        row = conn.execute(queries["rotation_due"]).fetchone()
+        if row is None or row[1] < every:
+            conn.execute("ROLLBACK")
+            return None
+        current, oldest = int(row[0]), (int(row[0]) + 1) % PARTITIONS
+        target = f"{quoted}.messages_{oldest}"
+        conn.execute(f"LOCK TABLE {target} IN ACCESS EXCLUSIVE MODE")
+        live = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {target} LIMIT %s) AS r", (max_move + 1,)
+        ).fetchone()
+        if live is None or live[0] > max_move:
+            conn.execute("ROLLBACK")  # a backlog: rotate once it has drained
+            return None
+        # The survivors keep their ids, hence their places in the queues.
+        conn.execute(
+            f"INSERT INTO {quoted}.messages SELECT id, %s, {_OTHER_COLUMNS} FROM {target}",
+            (current,),
+        )
+        conn.execute(f"TRUNCATE {target}")
+        conn.execute(queries["rotation_done"], {"slot": oldest})
+        conn.execute("COMMIT")
+        return oldest
+    except psycopg.errors.LockNotAvailable:
+        conn.execute("ROLLBACK")
+        return None
+    except BaseException:
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+        raise
+
+
+_OTHER_COLUMNS = (
+    "queue_id, state, priority, p_session, p_tx, p_num, c_session, c_tx, body, body_bytes, "
+    "content_type, properties, correlation_id, reply_to, enqueued_at, available_at, "
+    "expires_at, attempts, error, origin_queue"
+)
+
+
+def vacuum(conn: psycopg.Connection[Any], queries: dict[str, str], schema: str) -> bool:
+    """Vacuum the message partitions if dead rows outnumber live ones; True if it did."""
+    row = conn.execute(queries["dead_rows"]).fetchone()
+    dead, live = row if row else (0, 0)
+    if dead < _VACUUM_THRESHOLD or dead < live:
+        return False
+    conn.execute(f"VACUUM {quote_schema(schema)}.messages")
+    return True
+
+
+class Maintainer:
+    """A daemon thread: a rotation check every ``interval`` seconds, a vacuum check every tenth.
+
+    Nodes take turns through an advisory lock, without waiting for each other.
+    """
+
+    def __init__(self, backend: PostgresBackend, interval: float) -> None:
+        self._backend = backend
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-maintain", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        ticks = 0
+        while not self._stop.wait(self._interval):
+            ticks += 1
+            try:
+                self._backend.maintain(vacuum_too=ticks % 10 == 0)
+            except Exception as exc:  # the database may be restarting: try again later
+                log.debug("sluice maintenance skipped: %s", exc)
+
+
+def with_lock(conn: psycopg.Connection[Any], key: int, work: Callable[[], Any]) -> Any:
+    """Run ``work`` if this session gets the advisory lock ``key``; None otherwise."""
+    got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
+    if not got or not got[0]:
+        return None
+    try:
+        return work()
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
