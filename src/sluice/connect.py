@@ -119,7 +119,7 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
         migrate=_flag("migrate", ours.get("migrate", True)),
         fallback=_number("fallback", ours.get("fallback", 1.0)),
         notify_interval=_number("notify_interval", ours.get("notify_interval", 0.005)),
-        rotate_every=int(_number("rotate_every", ours.get("rotate_every", 5000))),
+        rotate_every=int(_number("rotate_every", ours.get("rotate_every", 2000))),
         maintenance_interval=_number("maintenance_interval", ours.get("maintenance_interval", 1.0)),
     )
     return PostgresBackend(conninfo, settings)

@@ -83,7 +83,7 @@ class PostgresSettings:
     notify_interval: float = 0.005
     """At most one NOTIFY per this many seconds per process."""
     connect_timeout: float = 10.0
-    rotate_every: int = 5_000
+    rotate_every: int = 2_000
     """Messages between rotations of the message partitions (postgres_maintenance)."""
     rotate_max_move: int = 10_000
     """A partition with more live rows than this waits to be rotated until it drains."""
