@@ -426,3 +426,32 @@ def test_a_long_transaction_elsewhere_does_not_stop_rotation(
         assert sizes[rotated] == 0
         assert sum(sizes) <= 4 * one_round
         long_tx.rollback()
+
+
+def test_transient_queues_commit_without_waiting_for_the_flush(
+    pg_url: str, postgres_server: PostgresServer | str
+) -> None:
+    from sluice.backends.base import CommitPlan, Envelope
+    from sluice.backends.postgres import _commit_statements
+
+    with sluice.connect(pg_url) as db:
+        db.create_queue("metrics", durability="transient")
+        db.create_queue("orders")
+        envelope = Envelope("metrics", 1, 0, "1", "text/plain", None, None, None, 0.0, 0.0, None)
+        # The enqueue function relaxes the commit it runs in only when told to.
+        for durable, expected in ((False, "off"), (True, "on")):
+            name, params = _commit_statements(
+                CommitPlan(session=db.session, tx=99, enqueues=[envelope], durable=durable)
+            )[0]
+            with psycopg.connect(postgres_base_url(postgres_server)) as conn:
+                conn.execute(db.backend._q[name], params)  # type: ignore[attr-defined]
+                assert conn.execute("SHOW synchronous_commit").fetchone() == (expected,)
+                conn.rollback()
+        # And a transaction's durability follows its queues: transient alone, or not.
+        with db.transaction() as tx:
+            tx.enqueue("metrics", 1)
+            assert not tx._durable
+        with db.transaction() as tx:
+            tx.enqueue("metrics", 2)
+            tx.enqueue("orders", 3)
+            assert tx._durable
