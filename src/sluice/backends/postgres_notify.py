@@ -73,6 +73,9 @@ class Notifier:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = psycopg.connect(self._conninfo, autocommit=True, **self._kwargs)
+                    # A NOTIFY's transaction gets an xid, so its commit would wait for
+                    # a WAL flush: pointless for a wake-up, and on the latency path.
+                    self._conn.execute("SET synchronous_commit = off")
                 self._conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
                 return
             except psycopg.Error as exc:

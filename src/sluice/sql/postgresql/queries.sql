@@ -10,7 +10,7 @@ VALUES (%(host)s, %(pid)s, {db_now}, {db_now}, %(lease)s)
 RETURNING id;
 
 -- name: heartbeat
-UPDATE {schema}.sessions SET heartbeat_at = {db_now} WHERE id = %(session)s;
+UPDATE {schema}.sessions SET heartbeat_at = {db_now} WHERE id = %(session)s RETURNING id;
 
 -- name: close_session
 DELETE FROM {schema}.sessions WHERE id = %(session)s;
