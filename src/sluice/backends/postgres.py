@@ -392,8 +392,8 @@ class PostgresBackend:
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
-        self._run_checked([_enqueue(session, tx, envelopes, ready, durable)], envelopes)
-        if ready:
+        notified = self._run_checked([_enqueue(session, tx, envelopes, ready, durable)], envelopes)
+        if ready and not notified:
             self._notifier.signal()
 
     def _run_checked(
@@ -402,14 +402,22 @@ class PostgresBackend:
         envelopes: Sequence[Envelope],
         *,
         durable: bool = True,
-    ) -> None:
+    ) -> bool:
         """Run a unit whose ``expect()`` failures mean a missing queue or a lost lease.
 
         A single statement runs on its own, in one round trip (``enqueue`` relaxes
         its own commit where it may); several run as one pipelined transaction.
+        Returns whether the unit carried a wake-up NOTIFY itself.
         """
+        notified = False
         try:
-            if len(statements) == 1 and (durable or statements[0][0] == "enqueue"):
+            if len(statements) == 1 and statements[0][0] == "enqueue":
+                ((name, params),) = statements
+                if params["ready"] and self._notifier.take_turn():
+                    name, params = "enqueue_notify", params | {"channel": self._channel}
+                    notified = True
+                self._one(name, params)
+            elif len(statements) == 1 and durable:
                 self._one(*statements[0])
             else:
                 self._unit(statements, durable=durable)
@@ -417,6 +425,7 @@ class PostgresBackend:
             if exc.what == "queue not found":
                 raise self._queue_not_found(envelopes) from None
             raise
+        return notified
 
     def _queue_not_found(self, envelopes: Sequence[Envelope]) -> QueueNotFound:
         existing = {spec.name for spec in self.list_queues()}
@@ -448,11 +457,11 @@ class PostgresBackend:
             # Claims whose outcome was unknown go back; the known ones are settled.
             statements += [("release", key | {"ids": None})]
         try:
-            self._run_checked(statements, plan.enqueues, durable=plan.durable)
+            notified = self._run_checked(statements, plan.enqueues, durable=plan.durable)
         except _Expected as exc:
             raise _lease_lost(plan) from exc
         self._uncertain.discard((plan.session, plan.tx))
-        if plan.enqueues or plan.pending or plan.rejects:
+        if (plan.enqueues or plan.pending or plan.rejects) and not notified:
             self._notifier.signal()
 
     def abort(self, session: int, tx: int, held: Sequence[int]) -> None:

@@ -1,10 +1,12 @@
 """Wake-ups across processes for the PostgreSQL backend: LISTEN/NOTIFY, coalesced.
 
-A NOTIFY takes a cluster-wide lock when its transaction commits, so producers
-never notify inside their own commits. Each process has a ``Notifier`` thread
-that sends at most one NOTIFY per ``min_interval`` on its own connection, for
-everything committed meanwhile: an idle system is woken at once, a busy one
-sends a few hundred notifications a second however many commits it makes.
+A NOTIFY takes a cluster-wide lock when its transaction commits, so a process
+sends at most one per ``min_interval``, for everything committed meanwhile: an
+idle system is woken at once, a busy one sends a few hundred notifications a
+second however many commits it makes. The first commit after a quiet spell
+carries the NOTIFY itself (``take_turn``), the quickest wake-up there is; the
+others leave it to the ``Notifier`` thread, which sends one on its own
+connection once the interval has passed.
 
 The ``Listener`` thread holds a LISTEN connection and calls back on every
 notification. Notifications are only a shortcut: it also calls back every
@@ -38,6 +40,8 @@ class Notifier:
         self._channel = channel
         self._min_interval = min_interval
         self._wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._last = 0.0  # monotonic time of the last NOTIFY sent or handed out
         self._stop = False
         self._conn: psycopg.Connection[Any] | None = None
         self._thread = threading.Thread(target=self._run, name="sluice-notify", daemon=True)
@@ -47,6 +51,15 @@ class Notifier:
         """Messages became available: make sure a NOTIFY follows soon. Never blocks."""
         self._wanted.set()
 
+    def take_turn(self) -> bool:
+        """Whether the caller's commit may carry a NOTIFY itself (none sent for a while)."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < self._min_interval:
+                return False
+            self._last = now
+            return True
+
     def close(self) -> None:
         self._stop = True
         self._wanted.set()
@@ -54,16 +67,17 @@ class Notifier:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        last = 0.0
         while True:
             self._wanted.wait()
             if self._stop:
                 break
-            pause = last + self._min_interval - time.monotonic()
+            with self._lock:
+                pause = self._last + self._min_interval - time.monotonic()
             if pause > 0:  # coalesce: everything signalled meanwhile shares this NOTIFY
                 time.sleep(pause)
             self._wanted.clear()
-            last = time.monotonic()
+            with self._lock:
+                self._last = time.monotonic()
             self._send()
         if self._conn is not None:
             self._conn.close()

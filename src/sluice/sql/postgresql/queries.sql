@@ -71,6 +71,12 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM (
 -- name: enqueue
 SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(rows)s::json, %(durable)s);
 
+-- name: enqueue_notify
+-- As enqueue, with the wake-up NOTIFY delivered by this very commit: used when the
+-- process has sent none for a while (see postgres_notify), so it costs no contention.
+SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(rows)s::json, %(durable)s),
+       pg_notify(%(channel)s, '');
+
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids
 -- in commit order, like every other enqueue.
