@@ -206,8 +206,10 @@ class Backend(Protocol):
     def change_token(self) -> int:
         """A number that changes when another connection commits a change."""
 
-    def on_change(self, callback: Callable[[], None]) -> None:
-        """Have ``callback`` called when another process may have made messages available.
+    def on_change(self, callback: Callable[[str | None], None]) -> None:
+        """Have ``callback(queue)`` called when another process may have added to ``queue``.
+
+        ``queue`` None: to any queue.
 
         Backends that can push such news (PostgreSQL's LISTEN) do; the others
         leave waiters to poll ``change_token``.

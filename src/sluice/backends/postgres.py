@@ -61,7 +61,7 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
     ) from _missing
 
 from sluice.backends.postgres_maintenance import Maintainer, rotate, vacuum, with_lock
-from sluice.backends.postgres_notify import Listener, Notifier
+from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
 
 __all__ = ["PostgresBackend", "PostgresSettings"]
@@ -188,11 +188,16 @@ class PostgresBackend:
 
         return ConnectionBackend(self, connection)
 
-    def on_change(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` when another process may have made messages available."""
+    def on_change(self, callback: Callable[[str | None], None]) -> None:
+        """Call ``callback(queue)`` when another process may have made messages available."""
         if self._listener is None:
             self._listener = Listener(
-                self.conninfo, self._kwargs, self._channel, callback, self.settings.fallback
+                self.conninfo,
+                self._kwargs,
+                self._channel,
+                callback,
+                fallback=self.settings.fallback,
+                origin=self._notifier.origin,
             )
 
     @contextmanager
@@ -394,7 +399,7 @@ class PostgresBackend:
     ) -> None:
         notified = self._run_checked([_enqueue(session, tx, envelopes, ready, durable)], envelopes)
         if ready and not notified:
-            self._notifier.signal()
+            self._notifier.signal(e.queue for e in envelopes)
 
     def _run_checked(
         self,
@@ -414,7 +419,9 @@ class PostgresBackend:
             if len(statements) == 1 and statements[0][0] == "enqueue":
                 ((name, params),) = statements
                 if params["ready"] and self._notifier.take_turn():
-                    name, params = "enqueue_notify", params | {"channel": self._channel}
+                    note = payload(self._notifier.origin, (e.queue for e in envelopes))
+                    name = "enqueue_notify"
+                    params = params | {"channel": self._channel, "payload": note}
                     notified = True
                 self._one(name, params)
             elif len(statements) == 1 and durable:
@@ -461,8 +468,10 @@ class PostgresBackend:
         except _Expected as exc:
             raise _lease_lost(plan) from exc
         self._uncertain.discard((plan.session, plan.tx))
-        if (plan.enqueues or plan.pending or plan.rejects) and not notified:
-            self._notifier.signal()
+        if (plan.pending or plan.rejects) and not notified:
+            self._notifier.signal(None)  # which queues gained is not known here
+        elif plan.enqueues and not notified:
+            self._notifier.signal(e.queue for e in plan.enqueues)
 
     def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
         key = {"session": session, "tx": tx, "ids": None}  # all it holds, known or not

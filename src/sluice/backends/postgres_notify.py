@@ -8,8 +8,12 @@ carries the NOTIFY itself (``take_turn``), the quickest wake-up there is; the
 others leave it to the ``Notifier`` thread, which sends one on its own
 connection once the interval has passed.
 
-The ``Listener`` thread holds a LISTEN connection and calls back on every
-notification. Notifications are only a shortcut: it also calls back every
+A notification names the queues that gained messages ("*": any) and the
+process that sent it. The ``Listener`` thread holds a LISTEN connection and
+calls back for the named queues, except on notifications of its own Database:
+that Database woke its waiters already, and precisely.
+
+Notifications are only a shortcut: the listener also calls back every
 ``fallback`` seconds, and after reconnecting a lost connection, so waiters
 look for work themselves and nothing depends on a notification arriving.
 """
@@ -19,12 +23,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
 
-__all__ = ["Listener", "Notifier"]
+__all__ = ["ALL_QUEUES", "Listener", "Notifier", "payload"]
+
+ALL_QUEUES = "*"
+_MAX_PAYLOAD = 7900  # PostgreSQL's limit is 8000 bytes
+
+
+def payload(origin: str, queues: Iterable[str] | None) -> str:
+    """A notification's text: the sender, then the queues that gained messages."""
+    names = ALL_QUEUES if queues is None else " ".join(sorted(set(queues)))
+    text = f"{origin} {names}"
+    return text if len(text) <= _MAX_PAYLOAD else f"{origin} {ALL_QUEUES}"
+
 
 log = logging.getLogger("sluice.postgres")
 
@@ -39,6 +55,8 @@ class Notifier:
         self._kwargs = kwargs
         self._channel = channel
         self._min_interval = min_interval
+        self.origin = uuid.uuid4().hex[:12]
+        self._queues: set[str] | None = set()  # to announce; None: all of them
         self._wanted = threading.Event()
         self._lock = threading.Lock()
         self._last = 0.0  # monotonic time of the last NOTIFY sent or handed out
@@ -47,8 +65,13 @@ class Notifier:
         self._thread = threading.Thread(target=self._run, name="sluice-notify", daemon=True)
         self._thread.start()
 
-    def signal(self) -> None:
-        """Messages became available: make sure a NOTIFY follows soon. Never blocks."""
+    def signal(self, queues: Iterable[str] | None = None) -> None:
+        """Messages became available in ``queues`` (None: any): a NOTIFY follows soon."""
+        with self._lock:
+            if queues is None or self._queues is None:
+                self._queues = None
+            else:
+                self._queues.update(queues)
         self._wanted.set()
 
     def take_turn(self) -> bool:
@@ -78,11 +101,13 @@ class Notifier:
             self._wanted.clear()
             with self._lock:
                 self._last = time.monotonic()
-            self._send()
+                text = payload(self.origin, self._queues)
+                self._queues = set()
+            self._send(text)
         if self._conn is not None:
             self._conn.close()
 
-    def _send(self) -> None:
+    def _send(self, text: str) -> None:
         for delay in (*_RECONNECT_DELAYS, None):
             try:
                 if self._conn is None or self._conn.closed:
@@ -90,7 +115,7 @@ class Notifier:
                     # A NOTIFY's transaction gets an xid, so its commit would wait for
                     # a WAL flush: pointless for a wake-up, and on the latency path.
                     self._conn.execute("SET synchronous_commit = off")
-                self._conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+                self._conn.execute("SELECT pg_notify(%s, %s)", (self._channel, text))
                 return
             except psycopg.Error as exc:
                 if self._conn is not None:
@@ -104,16 +129,19 @@ class Notifier:
 
 
 class Listener:
-    """Calls ``callback`` on notifications, and every ``fallback`` seconds regardless."""
+    """Calls ``callback(queue)`` on notifications, ``callback(None)`` every ``fallback`` s."""
 
     def __init__(
         self,
         conninfo: str,
         kwargs: dict[str, Any],
         channel: str,
-        callback: Callable[[], None],
+        callback: Callable[[str | None], None],
+        *,
         fallback: float,
+        origin: str,
     ) -> None:
+        self._origin = origin
         self._conninfo = conninfo
         self._kwargs = kwargs
         self._channel = channel
@@ -137,7 +165,7 @@ class Listener:
                     conn.execute(f'LISTEN "{self._channel}"')
                     failures = 0
                     self.connected.set()
-                    self._callback()  # anything committed while not listening
+                    self._callback(None)  # anything committed while not listening
                     self._listen(conn)
             except psycopg.Error as exc:
                 self.connected.clear()
@@ -146,7 +174,7 @@ class Listener:
                 delay = _RECONNECT_DELAYS[min(failures, len(_RECONNECT_DELAYS) - 1)]
                 failures += 1
                 log.warning("sluice lost its notification connection (%s); reconnecting", exc)
-                self._callback()
+                self._callback(None)
                 self._stop.wait(delay)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
@@ -154,10 +182,17 @@ class Listener:
         # liveness probe run every `fallback` seconds.
         next_fallback = time.monotonic() + self._fallback
         while not self._stop.is_set():
-            for _ in conn.notifies(timeout=0.25):
+            for note in conn.notifies(timeout=0.25):
                 self.received += 1
-                self._callback()
+                sender, _, queues = note.payload.partition(" ")
+                if sender == self._origin:
+                    continue  # this Database woke its own waiters already
+                if not queues or queues == ALL_QUEUES:
+                    self._callback(None)
+                else:
+                    for queue in queues.split(" "):
+                        self._callback(queue)
             if time.monotonic() >= next_fallback:
                 conn.execute("SELECT 1")  # a dead connection raises here
                 next_fallback = time.monotonic() + self._fallback
-                self._callback()
+                self._callback(None)

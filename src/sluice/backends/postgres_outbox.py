@@ -31,6 +31,7 @@ from sluice.backends.postgres import (
     _rows,
     _translate,
 )
+from sluice.backends.postgres_notify import payload
 from sluice.errors import ConfigurationError, QueueNotFound
 
 __all__ = ["ConnectionBackend"]
@@ -77,8 +78,10 @@ class ConnectionBackend:
             raise
 
     def _notify(self) -> None:
-        # Inside the caller's transaction: delivered if, and when, it commits.
-        self._conn.execute(self._q["notify"], {"channel": self._backend._channel, "payload": ""})
+        # Inside the caller's transaction: delivered if, and when, it commits. From
+        # nobody in particular: this process's waiters need it as much as others.
+        note = payload("-", None)
+        self._conn.execute(self._q["notify"], {"channel": self._backend._channel, "payload": note})
 
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool

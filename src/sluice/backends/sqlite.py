@@ -445,7 +445,7 @@ class SQLiteBackend:
             row = conn.execute(self._q["next_due"], {"queue": queue, "now": time.time()}).fetchone()
         return None if row is None else row[0]
 
-    def on_change(self, callback: Callable[[], None]) -> None:
+    def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Nothing to subscribe to: waiters poll ``change_token`` (PRAGMA data_version)."""
 
     def change_token(self) -> int:

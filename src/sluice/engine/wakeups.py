@@ -51,14 +51,19 @@ class Wakeups:
         return self._counter, remote
 
     def notify(self, queue: str | None = None, count: int | None = None) -> None:
-        """Messages may have become available: ``count`` of them in ``queue``, or anywhere."""
+        """Messages may have become available: ``count`` (None: some) of them in ``queue``.
+
+        ``queue`` None: anywhere.
+        """
         with self._lock:
             self._counter += 1
             if queue is None or count is None:
-                for waiters in self._waiters.values():
-                    for w in waiters:
-                        w.event.set()
-                    waiters.clear()
+                groups = self._waiters.values() if queue is None else [self._waiters.get(queue)]
+                for waiters in groups:
+                    if waiters:
+                        for w in waiters:
+                            w.event.set()
+                        waiters.clear()
                 return
             pending = self._waiters.get(queue)
             while pending and count > 0:

@@ -75,7 +75,7 @@ SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(rows)s::json, %(durabl
 -- As enqueue, with the wake-up NOTIFY delivered by this very commit: used when the
 -- process has sent none for a while (see postgres_notify), so it costs no contention.
 SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(rows)s::json, %(durable)s),
-       pg_notify(%(channel)s, '');
+       pg_notify(%(channel)s, %(payload)s);
 
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids
