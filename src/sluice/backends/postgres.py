@@ -553,6 +553,7 @@ def _enqueue(
         "session": session,
         "tx": tx,
         "ready": ready,
+        "queues": sorted({e.queue for e in envelopes}),
         "rows": encode_json(rows),
         "durable": durable,
     }

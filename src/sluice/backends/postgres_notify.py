@@ -142,16 +142,22 @@ class Listener:
         origin: str,
     ) -> None:
         self._origin = origin
+        self._notify = callback
         self._conninfo = conninfo
         self._kwargs = kwargs
         self._channel = channel
-        self._callback = callback
         self._fallback = fallback
         self._stop = threading.Event()
         self.received = 0
         self.connected = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-listen", daemon=True)
         self._thread.start()
+
+    def _call(self, queue: str | None) -> None:
+        try:
+            self._notify(queue)
+        except Exception:  # a failing callback must not end the listening
+            log.exception("sluice wake-up callback failed")
 
     def close(self) -> None:
         """Stop listening; the thread ends within a quarter of a second, on its own."""
@@ -165,7 +171,7 @@ class Listener:
                     conn.execute(f'LISTEN "{self._channel}"')
                     failures = 0
                     self.connected.set()
-                    self._callback(None)  # anything committed while not listening
+                    self._call(None)  # anything committed while not listening
                     self._listen(conn)
             except psycopg.Error as exc:
                 self.connected.clear()
@@ -174,7 +180,7 @@ class Listener:
                 delay = _RECONNECT_DELAYS[min(failures, len(_RECONNECT_DELAYS) - 1)]
                 failures += 1
                 log.warning("sluice lost its notification connection (%s); reconnecting", exc)
-                self._callback(None)
+                self._call(None)
                 self._stop.wait(delay)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
@@ -188,11 +194,11 @@ class Listener:
                 if sender == self._origin:
                     continue  # this Database woke its own waiters already
                 if not queues or queues == ALL_QUEUES:
-                    self._callback(None)
+                    self._call(None)
                 else:
                     for queue in queues.split(" "):
-                        self._callback(queue)
+                        self._call(queue)
             if time.monotonic() >= next_fallback:
                 conn.execute("SELECT 1")  # a dead connection raises here
                 next_fallback = time.monotonic() + self._fallback
-                self._callback(None)
+                self._call(None)

@@ -88,11 +88,14 @@ BEGIN
 END $$;
 
 -- Enqueue: one JSON array of envelopes in, one statement. Ready messages first
--- take their queues' commit locks (held until the transaction ends), so that
--- their ids, drawn afterwards, follow commit order within each queue.
+-- take their queues' commit locks (held until the transaction ends; in_queues
+-- names them), so that their ids, drawn afterwards, follow commit order within
+-- each queue. A transaction that also publishes pending rows has taken the
+-- locks for those already (commit_lock); advisory locks nest.
 -- A non-durable call commits without waiting for the WAL flush.
 CREATE FUNCTION {schema}.enqueue(in_session bigint, in_tx bigint, in_ready boolean,
-                                 in_rows json, in_durable boolean) RETURNS bigint
+                                 in_queues text[], in_rows json, in_durable boolean)
+RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     inserted bigint;
@@ -102,12 +105,7 @@ BEGIN
     END IF;
     IF in_ready THEN
         PERFORM pg_advisory_xact_lock(1936484707, q.id) FROM (  -- 1936484707: "slic"
-            SELECT id FROM {schema}.queues
-            WHERE name IN (SELECT e.queue FROM json_to_recordset(in_rows) AS e(queue text))
-            UNION
-            SELECT queue_id FROM {schema}.messages
-            WHERE state = 0 AND p_session = in_session AND p_tx = in_tx
-            ORDER BY 1) AS q;
+            SELECT id FROM {schema}.queues WHERE name = ANY(in_queues) ORDER BY id) AS q;
     END IF;
     INSERT INTO {schema}.messages (
         slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes,
