@@ -69,12 +69,13 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM (
     ORDER BY 1) AS q;
 
 -- name: enqueue
-SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(queues)s, %(rows)s::json, %(durable)s);
+SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(queues)s::text[], %(rows)s::json,
+                        %(durable)s);
 
 -- name: enqueue_notify
 -- As enqueue, with the wake-up NOTIFY delivered by this very commit: used when the
 -- process has sent none for a while (see postgres_notify), so it costs no contention.
-SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(queues)s, %(rows)s::json,
+SELECT {schema}.enqueue(%(session)s, %(tx)s, %(ready)s, %(queues)s::text[], %(rows)s::json,
                         %(durable)s),
        pg_notify(%(channel)s, %(payload)s);
 
