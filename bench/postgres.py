@@ -342,7 +342,7 @@ async def _procrastinate(s: Settings) -> Outcome:
     )
     app = procrastinate.App(connector=connector)
 
-    @app.task(name="noop", queue=QUEUE)
+    @app.task(name="noop", queue=QUEUE)  # type: ignore[untyped-decorator, unused-ignore]
     async def noop(body: dict[str, Any]) -> None:
         meter.consumed[0] += 1
 
@@ -403,7 +403,7 @@ def _run_loop(coro: Coroutine[Any, Any, Outcome]) -> Outcome:
         import uvloop
     except ImportError:
         return asyncio.run(coro)
-    return uvloop.run(coro)
+    return uvloop.run(coro)  # type: ignore[no-any-return, unused-ignore]
 
 
 # ------------------------------------------------------------------------------ RabbitMQ
