@@ -8,11 +8,13 @@ happens completely or not at all, and a driver error surfaces as a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from sluice.catalog import QueueSpec
+from sluice.errors import QueueInUse
 
 __all__ = [
     "MESSAGE_COLUMNS",
@@ -22,6 +24,8 @@ __all__ = [
     "Row",
     "SessionInfo",
     "TxBackend",
+    "browse_params",
+    "queue_in_use",
 ]
 
 MESSAGE_COLUMNS = (
@@ -46,6 +50,31 @@ MESSAGE_COLUMNS = (
 """The order of the columns in every message row a backend returns."""
 
 Row = tuple[Any, ...]
+
+
+def browse_params(queue: str, state: str, limit: int, session: int, tx: int) -> dict[str, Any]:
+    """The parameters of every backend's browse query."""
+    return {
+        "queue": queue,
+        "state": state,
+        "limit": limit,
+        "session": session,
+        "tx": tx,
+        "now": time.time(),
+    }
+
+
+def queue_in_use(name: str, *, error_queue_of: Sequence[str] = (), busy: int = 0) -> QueueInUse:
+    """Why ``name`` cannot be dropped: other queues' error queue, or open transactions' work."""
+    if error_queue_of:
+        return QueueInUse(
+            f"queue {name!r} is the error queue of {', '.join(map(repr, error_queue_of))}; "
+            "alter those queues first"
+        )
+    return QueueInUse(
+        f"queue {name!r} has {busy} message(s) held or enqueued by open "
+        "transactions; drop it once they have ended"
+    )
 
 
 class Envelope(NamedTuple):

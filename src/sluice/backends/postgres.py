@@ -37,6 +37,8 @@ from sluice.backends.base import (
     Row,
     SessionInfo,
     TxBackend,
+    browse_params,
+    queue_in_use,
 )
 from sluice.catalog import QueueSpec
 from sluice.errors import (
@@ -44,7 +46,6 @@ from sluice.errors import (
     InvalidBody,
     LeaseLost,
     QueueExists,
-    QueueInUse,
     QueueNotFound,
     StorageError,
 )
@@ -373,16 +374,10 @@ class PostgresBackend:
                 raise QueueNotFound(f"queue {name!r} does not exist")
             users = [r[0] for r in conn.execute(self._q["queues_referencing"], params)]
             if users:
-                raise QueueInUse(
-                    f"queue {name!r} is the error queue of {', '.join(map(repr, users))}; "
-                    "alter those queues first"
-                )
+                raise queue_in_use(name, error_queue_of=users)
             busy = _first(conn.execute(self._q["queue_in_flight"], params).fetchall())
             if busy:
-                raise QueueInUse(
-                    f"queue {name!r} has {busy} message(s) held or enqueued by open "
-                    "transactions; drop it once they have ended"
-                )
+                raise queue_in_use(name, busy=busy)
             conn.execute(self._q["delete_queue_messages"], params)
             conn.execute(self._q["delete_queue"], params)
 
@@ -486,14 +481,7 @@ class PostgresBackend:
             self._notifier.signal()
 
     def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
-        params = {
-            "queue": queue,
-            "state": state,
-            "limit": limit,
-            "session": session,
-            "tx": tx,
-            "now": time.time(),
-        }
+        params = browse_params(queue, state, limit, session, tx)
         return _rows(self._one("browse", params))
 
     def purge(self, queue: str, state: str, before: float) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from sluice.backends.base import CommitPlan, Envelope, Row
+from sluice.backends.base import CommitPlan, Envelope, Row, browse_params
 from sluice.backends.postgres import (
     PostgresBackend,
     _commit_statements,
@@ -119,14 +119,7 @@ class ConnectionBackend:
         self._run(statements)
 
     def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
-        params = {
-            "queue": queue,
-            "state": state,
-            "limit": limit,
-            "session": session,
-            "tx": tx,
-            "now": time.time(),
-        }
+        params = browse_params(queue, state, limit, session, tx)
         return _rows(self._run([("browse", params)])[0])
 
     def next_due(self, queue: str) -> float | None:

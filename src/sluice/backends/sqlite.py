@@ -21,6 +21,8 @@ from sluice.backends.base import (
     Envelope,
     Row,
     SessionInfo,
+    browse_params,
+    queue_in_use,
 )
 from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
@@ -30,7 +32,6 @@ from sluice.errors import (
     LeaseLost,
     NotASluiceDatabase,
     QueueExists,
-    QueueInUse,
     QueueNotFound,
     SluiceError,
     StorageError,
@@ -258,16 +259,10 @@ class SQLiteBackend:
         with self._write() as conn:
             users = [r[0] for r in conn.execute(self._q["queues_referencing"], {"name": name})]
             if users:
-                raise QueueInUse(
-                    f"queue {name!r} is the error queue of {', '.join(map(repr, users))}; "
-                    "alter those queues first"
-                )
+                raise queue_in_use(name, error_queue_of=users)
             busy = conn.execute(self._q["queue_in_flight"], {"name": name}).fetchone()[0]
             if busy:
-                raise QueueInUse(
-                    f"queue {name!r} has {busy} message(s) held or enqueued by open "
-                    "transactions; drop it once they have ended"
-                )
+                raise queue_in_use(name, busy=busy)
             conn.execute(self._q["delete_queue_messages"], {"name": name})
             if conn.execute(self._q["delete_queue"], {"name": name}).rowcount == 0:
                 raise QueueNotFound(f"queue {name!r} does not exist")
@@ -411,14 +406,7 @@ class SQLiteBackend:
                     conn.execute(self._q[name], key)
 
     def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
-        params = {
-            "queue": queue,
-            "state": state,
-            "limit": limit,
-            "session": session,
-            "tx": tx,
-            "now": time.time(),
-        }
+        params = browse_params(queue, state, limit, session, tx)
         with self._read() as conn:
             return conn.execute(self._q["browse"], params).fetchall()
 
