@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -137,6 +138,7 @@ class PostgresBackend:
         if "application_name" not in conninfo:  # so operators can tell sluice's sessions apart
             self._kwargs["application_name"] = "sluice"
         self._uncertain: set[tuple[int, int]] = set()
+        self._due = threading.local()  # see _keep_due
         self._listener: Listener | None = None
         self._closed = False
         try:
@@ -227,7 +229,7 @@ class PostgresBackend:
                     if not durable:
                         conn.execute("SET LOCAL synchronous_commit TO off")
                     for name, params in statements:
-                        cursors.append(conn.execute(self._q[name], params, prepare=True))
+                        cursors.append(conn.execute(self._q[name], params))
                     conn.execute("COMMIT")
                 return [cur.fetchall() if cur.description else [] for cur in cursors]
             except psycopg.Error as exc:
@@ -240,7 +242,7 @@ class PostgresBackend:
             return self._unit([(name, params)], durable=False)[0]
         with self._conn() as conn:
             try:
-                cur = conn.execute(self._q[name], params, prepare=True)
+                cur = conn.execute(self._q[name], params)
                 return cur.fetchall() if cur.description else []
             except psycopg.Error as exc:
                 _rollback(conn)
@@ -445,6 +447,13 @@ class PostgresBackend:
                 # transaction's end must then settle rows it never heard of.
                 self._uncertain.add((session, tx))
             raise
+        return self._keep_due(queue, rows)
+
+    def _keep_due(self, queue: str, rows: list[Row]) -> list[Row]:
+        """Claimed rows; an empty claim's answer to ``next_due`` is kept for this thread."""
+        if rows and rows[0][0] is None:
+            self._due.answer = (queue, rows[0][12])
+            return []
         return _rows(rows)
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
@@ -503,6 +512,10 @@ class PostgresBackend:
         return counts
 
     def next_due(self, queue: str) -> float | None:
+        # Asked right after an empty claim, whose statement answered it already.
+        answer, self._due.answer = getattr(self._due, "answer", None), None
+        if answer is not None and answer[0] == queue:
+            return None if answer[1] is None else float(answer[1])
         rows = self._one("next_due", {"queue": queue, "now": time.time()})
         value = _first(rows)
         return None if value is None else float(value)

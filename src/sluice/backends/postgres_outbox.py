@@ -94,7 +94,7 @@ class ConnectionBackend:
     def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
         name = "claim_with_own_in_caller_tx" if own else "claim_in_caller_tx"
-        return _rows(self._run([(name, params)])[0])
+        return self._backend._keep_due(queue, self._run([(name, params)])[0])
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
         params = {"session": session, "tx": tx, "ids": list(refs)}
@@ -123,5 +123,4 @@ class ConnectionBackend:
         return _rows(self._run([("browse", params)])[0])
 
     def next_due(self, queue: str) -> float | None:
-        rows = self._run([("next_due", {"queue": queue, "now": time.time()})])[0]
-        return None if not rows or rows[0][0] is None else float(rows[0][0])
+        return self._backend.next_due(queue)  # answered by the empty claim, or asked anew

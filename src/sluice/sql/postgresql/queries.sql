@@ -115,7 +115,17 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
     RETURNING {message_columns})
-SELECT * FROM claimed ORDER BY priority DESC, id;
+(SELECT * FROM claimed)
+UNION ALL
+-- Nothing claimed: one row of NULLs but for available_at, which says when the
+-- queue's next delayed message is due (saves the waiting consumer a round trip).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT min(available_at) FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at > %(now)s),
+       NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT 1 FROM claimed)
+ORDER BY 3 DESC, 1;
 
 -- name: claim_with_own
 -- A transaction sees its own uncommitted enqueues; they keep state 0 until commit.
@@ -131,7 +141,17 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
     RETURNING {message_columns})
-SELECT * FROM claimed ORDER BY priority DESC, id;
+(SELECT * FROM claimed)
+UNION ALL
+-- Nothing claimed: one row of NULLs but for available_at, which says when the
+-- queue's next delayed message is due (saves the waiting consumer a round trip).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT min(available_at) FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at > %(now)s),
+       NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT 1 FROM claimed)
+ORDER BY 3 DESC, 1;
 
 -- name: delete_claimed
 WITH d AS (
