@@ -267,6 +267,20 @@ def test_notify_wakes_a_consumer_of_another_connection(pg_url: str) -> None:
         assert got == ["wake up"]
 
 
+def test_a_database_alone_sends_no_notifications_until_a_peer_says_hello(pg_url: str) -> None:
+    with sluice.connect(pg_url + "&fallback=60") as producer:
+        producer.create_queue("events")
+        notifier = producer.backend._notifier  # type: ignore[attr-defined]
+        assert not notifier.peers  # nobody else uses the schema: no NOTIFY is sent
+        with sluice.connect(pg_url + "&fallback=60") as consumer:
+            _await(lambda: notifier.peers, "the producer to hear the consumer's hello")
+            got: list[Any] = []
+            thread = _blocked_get(consumer, got)
+            producer.queue("events").put("heard you")
+            thread.join(10)
+            assert got == ["heard you"]
+
+
 def test_a_lost_notification_connection_is_reestablished(
     pg_url: str, admin: psycopg.Connection[Any]
 ) -> None:
@@ -276,7 +290,8 @@ def test_a_lost_notification_connection_is_reestablished(
         assert listener.connected.wait(10)
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE query LIKE 'LISTEN \"sluice_%%' AND backend_type = 'client backend'"
+            "WHERE (query LIKE 'LISTEN %%' OR query LIKE 'SELECT pg_notify(%%') "
+            "AND application_name = 'sluice'"
         )
         _await(lambda: not listener.connected.is_set(), "the listener to notice")
         assert listener.connected.wait(10)

@@ -70,6 +70,7 @@ __all__ = ["PostgresBackend", "PostgresSettings"]
 
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
 _DB_NOW = "extract(epoch FROM clock_timestamp())"
+_PEER_MEMORY = 60.0  # seconds a notification from another Database counts as a peer
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
 
 
@@ -139,6 +140,7 @@ class PostgresBackend:
             self._kwargs["application_name"] = "sluice"
         self._uncertain: set[tuple[int, int]] = set()
         self._due = threading.local()  # see _keep_due
+        self._peer_heard = float("-inf")
         self._listener: Listener | None = None
         self._closed = False
         try:
@@ -201,7 +203,12 @@ class PostgresBackend:
                 callback,
                 fallback=self.settings.fallback,
                 origin=self._notifier.origin,
+                on_peer=self._peer_seen,
             )
+
+    def _peer_seen(self) -> None:
+        self._peer_heard = time.monotonic()
+        self._notifier.peers = True
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -305,6 +312,10 @@ class PostgresBackend:
                 if not _first(locked.fetchall()):
                     return []  # another node is recovering right now
                 rows = conn.execute(self._q["list_sessions"], {"now": time.time()}).fetchall()
+                # Alone in the schema (and nobody heard lately, for a newcomer may say
+                # hello before its session is registered): no one to notify.
+                recent = time.monotonic() - self._peer_heard < _PEER_MEMORY
+                self._notifier.peers = len(rows) > 1 or recent
                 dead = [s.id for s in (SessionInfo(*r) for r in rows) if is_dead(s)]
                 for session in dead:
                     conn.execute(self._q["close_session"], {"session": session})

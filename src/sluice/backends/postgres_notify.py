@@ -13,6 +13,11 @@ process that sent it. The ``Listener`` thread holds a LISTEN connection and
 calls back for the named queues, except on notifications of its own Database:
 that Database woke its waiters already, and precisely.
 
+Nobody to tell, nothing to send: while no other session uses the schema (the
+sessions table says so at each recovery pass) a Database sends no NOTIFY at
+all. A Listener announces itself when it connects, and any notification from
+another Database counts as news of a peer, so senders resume at once.
+
 Notifications are only a shortcut: the listener also calls back every
 ``fallback`` seconds, and after reconnecting a lost connection, so waiters
 look for work themselves and nothing depends on a notification arriving.
@@ -57,6 +62,7 @@ class Notifier:
         self._min_interval = min_interval
         self.origin = uuid.uuid4().hex[:12]
         self._queues: set[str] | None = set()  # to announce; None: all of them
+        self.peers = True  # whether another session may be listening (see the docstring)
         self._wanted = threading.Event()
         self._lock = threading.Lock()
         self._last = 0.0  # monotonic time of the last NOTIFY sent or handed out
@@ -67,6 +73,8 @@ class Notifier:
 
     def signal(self, queues: Iterable[str] | None = None) -> None:
         """Messages became available in ``queues`` (None: any): a NOTIFY follows soon."""
+        if not self.peers:
+            return
         with self._lock:
             if queues is None or self._queues is None:
                 self._queues = None
@@ -76,6 +84,8 @@ class Notifier:
 
     def take_turn(self) -> bool:
         """Whether the caller's commit may carry a NOTIFY itself (none sent for a while)."""
+        if not self.peers:
+            return False
         with self._lock:
             now = time.monotonic()
             if now - self._last < self._min_interval:
@@ -140,8 +150,10 @@ class Listener:
         *,
         fallback: float,
         origin: str,
+        on_peer: Callable[[], None],
     ) -> None:
         self._origin = origin
+        self._on_peer = on_peer
         self._notify = callback
         self._conninfo = conninfo
         self._kwargs = kwargs
@@ -169,6 +181,8 @@ class Listener:
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, **self._kwargs) as conn:
                     conn.execute(f'LISTEN "{self._channel}"')
+                    # Hello: other Databases learn that someone listens now.
+                    conn.execute("SELECT pg_notify(%s, %s)", (self._channel, f"{self._origin} "))
                     failures = 0
                     self.connected.set()
                     self._call(None)  # anything committed while not listening
@@ -193,6 +207,7 @@ class Listener:
                 sender, _, queues = note.payload.partition(" ")
                 if sender == self._origin:
                     continue  # this Database woke its own waiters already
+                self._on_peer()
                 if not queues or queues == ALL_QUEUES:
                     self._call(None)
                 else:
