@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench bench-postgres soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ test: lint typecheck
 bench: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.concurrent
+
+# PostgreSQL at 127.0.0.1:5432 and RabbitMQ at 127.0.0.1:5672, as on this project's machines.
+bench-postgres: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.postgres
+	$(BIN)/python -m bench.wakeup
+
+soak: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.soak
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
