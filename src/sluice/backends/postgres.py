@@ -95,6 +95,7 @@ class PostgresSettings:
 
 
 _RELAX = "AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
+_READY_OR_OWN = "(state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))"
 
 
 def _load_queries(schema: str) -> dict[str, str]:
@@ -110,8 +111,12 @@ def _load_queries(schema: str) -> dict[str, str]:
         else f"m.{c}"
         for c in (*MESSAGE_COLUMNS, "body_bytes")
     )
+    named = dict(sql.queries("postgresql"))
+    claim = named.pop("claim")
+    named["claim"] = claim.replace("{claimable}", "state = 1")
+    named["claim_with_own"] = claim.replace("{claimable}", _READY_OR_OWN)
     queries: dict[str, str] = {}
-    for name, raw in sql.queries("postgresql").items():
+    for name, raw in named.items():
         text = (
             raw.replace("{message_columns}", columns)
             .replace("{schema}", quote_schema(schema))

@@ -101,6 +101,8 @@ SELECT {schema}.expect((SELECT count(*) FROM ins), %(pending)s, 'lease lost');
 DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s;
 
 -- name: claim
+-- Also loaded as claim_with_own, whose claimable rows include the transaction's own
+-- uncommitted enqueues (they keep state 0 until commit).
 -- The relax clause lets the claim commit without waiting for the WAL flush: it sits in the
 -- queue's lookup, which runs once per execution. One statement, one round trip.
 WITH claimed AS (
@@ -108,34 +110,8 @@ WITH claimed AS (
     FROM (
         SELECT id FROM {schema}.messages
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
-          AND state = 1 AND available_at <= %(now)s
+          AND {claimable} AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s)
-        ORDER BY priority DESC, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
-    RETURNING {message_columns})
-(SELECT * FROM claimed)
-UNION ALL
--- Nothing claimed: one row of NULLs but for available_at, which says when the
--- queue's next delayed message is due (saves the waiting consumer a round trip).
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT min(available_at) FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-          AND state = 1 AND available_at > %(now)s),
-       NULL, NULL, NULL, NULL, NULL
-WHERE NOT EXISTS (SELECT 1 FROM claimed)
-ORDER BY 3 DESC, 1;
-
--- name: claim_with_own
--- A transaction sees its own uncommitted enqueues; they keep state 0 until commit.
-WITH claimed AS (
-    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM (
-        SELECT id FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
-          AND (state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))
-          AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s)
         ORDER BY priority DESC, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
