@@ -154,8 +154,9 @@ class Backend(Protocol):
     """
 
     dialect: str
-    shared_across_processes: bool
-    """True when other processes may change the data, so waiters must also poll ``change_token``."""
+    polled_for_changes: bool
+    """True when other processes may change the data and the backend cannot push the news
+    (``on_change``), so waiters must poll ``change_token``."""
 
     def close(self) -> None:
         """Release the connection(s). Idempotent."""

@@ -15,7 +15,7 @@ __all__ = ["MemoryBackend"]
 class MemoryBackend(SQLiteBackend):
     """Queues held in this process's memory (see the module docstring)."""
 
-    shared_across_processes = False
+    polled_for_changes = False
 
     def __init__(self) -> None:
         # No file, so no fsync: FULL would only cost cycles without adding safety.

@@ -132,7 +132,7 @@ class PostgresBackend:
     """Queue storage in a PostgreSQL schema (see the module docstring)."""
 
     dialect = "postgresql"
-    shared_across_processes = True
+    polled_for_changes = False  # other processes' news arrives by LISTEN (on_change)
 
     def __init__(self, conninfo: str, settings: PostgresSettings | None = None) -> None:
         self.settings = settings or PostgresSettings()
@@ -217,48 +217,47 @@ class PostgresBackend:
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; whatever fails on it leaves no transaction open.
+
+        Driver errors become StorageError (``expect()`` failures the sluice error
+        they stand for); a broken connection is discarded by the pool.
+        """
         if self._closed:
             raise StorageError("the database connection is closed; call sluice.connect again")
         try:
             with self._pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except BaseException as exc:
+                    _rollback(conn)
+                    if isinstance(exc, psycopg.Error):
+                        raise _translate(exc) from exc
+                    raise
         except psycopg_pool.PoolTimeout as exc:
             raise StorageError(f"no PostgreSQL connection could be had: {exc}") from exc
 
     def _unit(
         self, statements: Sequence[tuple[str, Any]], *, durable: bool = True
     ) -> list[list[Row]]:
-        """Run statements as one transaction in one round trip; the rows of each.
-
-        ``expect()`` failures become the sluice error they stand for; driver
-        errors become StorageError (the connection is then discarded by the pool).
-        """
+        """Run statements as one transaction in one round trip; the rows of each."""
         with self._conn() as conn:
-            try:
-                cursors = []
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    if not durable:
-                        conn.execute("SET LOCAL synchronous_commit TO off")
-                    for name, params in statements:
-                        cursors.append(conn.execute(self._q[name], params))
-                    conn.execute("COMMIT")
-                return [cur.fetchall() if cur.description else [] for cur in cursors]
-            except psycopg.Error as exc:
-                _rollback(conn)
-                raise _translate(exc) from exc
+            cursors = []
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                if not durable:
+                    conn.execute("SET LOCAL synchronous_commit TO off")
+                for name, params in statements:
+                    cursors.append(conn.execute(self._q[name], params))
+                conn.execute("COMMIT")
+            return [cur.fetchall() if cur.description else [] for cur in cursors]
 
     def _one(self, name: str, params: Any, *, durable: bool = True) -> list[Row]:
         """One statement as its own transaction; durable ones need no BEGIN/COMMIT."""
         if not durable:
             return self._unit([(name, params)], durable=False)[0]
         with self._conn() as conn:
-            try:
-                cur = conn.execute(self._q[name], params)
-                return cur.fetchall() if cur.description else []
-            except psycopg.Error as exc:
-                _rollback(conn)
-                raise _translate(exc) from exc
+            cur = conn.execute(self._q[name], params)
+            return cur.fetchall() if cur.description else []
 
     def _retrying(self, work: Callable[[], Any]) -> Any:
         """Run idempotent work, retrying while the server is unreachable (a restart)."""
@@ -297,18 +296,11 @@ class PostgresBackend:
     def _transaction(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
         """A transaction over several round trips, for the rare paths that must decide."""
         with self._conn() as conn:
-            try:
-                conn.execute("BEGIN")
-                if not durable:
-                    conn.execute("SET LOCAL synchronous_commit TO off")
-                yield conn
-                conn.execute("COMMIT")
-            except psycopg.Error as exc:
-                _rollback(conn)
-                raise _translate(exc) from exc
-            except BaseException:
-                _rollback(conn)
-                raise
+            conn.execute("BEGIN")
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit TO off")
+            yield conn
+            conn.execute("COMMIT")
 
     def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
         def work() -> list[int]:
@@ -351,24 +343,20 @@ class PostgresBackend:
         ``postgres_maintenance``. One node at a time; the others skip.
         """
         with self._conn() as conn:
-            try:
-                rotated = with_lock(
+            rotated = with_lock(
+                conn,
+                2,
+                lambda: rotate(
                     conn,
-                    2,
-                    lambda: rotate(
-                        conn,
-                        self._q,
-                        self.schema,
-                        every=self.settings.rotate_every,
-                        max_move=self.settings.rotate_max_move,
-                    ),
-                )
-                vacuumed = bool(
-                    vacuum_too and with_lock(conn, 1, lambda: vacuum(conn, self._q, self.schema))
-                )
-            except psycopg.Error as exc:
-                _rollback(conn)
-                raise _translate(exc) from exc
+                    self._q,
+                    self.schema,
+                    every=self.settings.rotate_every,
+                    max_move=self.settings.rotate_max_move,
+                ),
+            )
+            vacuumed = bool(
+                vacuum_too and with_lock(conn, 1, lambda: vacuum(conn, self._q, self.schema))
+            )
         return rotated, vacuumed
 
     # --- catalog ---------------------------------------------------------------------
@@ -537,8 +525,8 @@ class PostgresBackend:
         return None if value is None else float(value)
 
     def change_token(self) -> int:
-        # Other processes' commits arrive as notifications; counting them is free.
-        return self._listener.received if self._listener is not None else 0
+        # Never polled (polled_for_changes is False): news arrives through on_change.
+        return 0
 
 
 # --- statements ----------------------------------------------------------------------

@@ -51,7 +51,8 @@ def rotate(
 ) -> int | None:
     """Rotate once if due; the partition made current, or None if nothing was done.
 
-    ``conn`` is an autocommit connection; the rotation is one transaction.
+    ``conn`` is an autocommit connection (from ``PostgresBackend._conn``, which rolls
+    back on failure); the rotation is one transaction.
     """
     quoted = quote_schema(schema)
     conn.execute("BEGIN")
@@ -82,10 +83,7 @@ def rotate(
     except psycopg.errors.LockNotAvailable:
         conn.execute("ROLLBACK")
         return None
-    except BaseException:
-        if not conn.closed:
-            conn.execute("ROLLBACK")
-        raise
+    # Any other failure: the caller's connection guard rolls back.
 
 
 _OTHER_COLUMNS = (

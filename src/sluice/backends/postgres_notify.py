@@ -160,7 +160,6 @@ class Listener:
         self._channel = channel
         self._fallback = fallback
         self._stop = threading.Event()
-        self.received = 0
         self.connected = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-listen", daemon=True)
         self._thread.start()
@@ -203,7 +202,6 @@ class Listener:
         next_fallback = time.monotonic() + self._fallback
         while not self._stop.is_set():
             for note in conn.notifies(timeout=0.25):
-                self.received += 1
                 sender, _, queues = note.payload.partition(" ")
                 if sender == self._origin:
                     continue  # this Database woke its own waiters already

@@ -62,7 +62,7 @@ class SQLiteBackend:
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"
-    shared_across_processes = True
+    polled_for_changes = True
 
     def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
         self.path = path

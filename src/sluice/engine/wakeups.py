@@ -47,7 +47,7 @@ class Wakeups:
 
     def token(self) -> Token:
         """Take before looking for work; ``wait`` returns early if anything changed since."""
-        remote = self._backend.change_token() if self._backend.shared_across_processes else 0
+        remote = self._backend.change_token() if self._backend.polled_for_changes else 0
         return self._counter, remote
 
     def notify(self, queue: str | None = None, count: int | None = None) -> None:
@@ -74,7 +74,7 @@ class Wakeups:
     def wait(self, token: Token, timeout: float, queue: str, limit: int = 1) -> None:
         """Block until news for ``queue`` came after ``token`` was taken, or ``timeout`` passed."""
         deadline = time.monotonic() + timeout
-        shared = self._backend.shared_across_processes
+        polled = self._backend.polled_for_changes
         waiter = _Waiter(limit)
         with self._lock:
             if self._counter != token[0]:
@@ -85,10 +85,10 @@ class Wakeups:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
-                if waiter.event.wait(min(remaining, self._poll) if shared else remaining):
+                if waiter.event.wait(min(remaining, self._poll) if polled else remaining):
                     return
                 # The backend may be busy with another thread's commit: checked unlocked.
-                if shared and self._backend.change_token() != token[1]:
+                if polled and self._backend.change_token() != token[1]:
                     return
         finally:
             with self._lock:
