@@ -110,3 +110,51 @@ def q(db: sluice.Database) -> sluice.Queue:
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh database that several processes can share: a SQLite file, or PostgreSQL."""
     return url_for(request.param, tmp_path, request)
+
+
+import typing  # noqa: E402  (appended with the Spark fixture)
+
+if typing.TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for every Spark test, stopped at the end of the run.
+
+    Without pyspark or Java the test is skipped locally and fails in CI.
+    """
+    import shutil
+    import sys
+
+    def unavailable(message: str) -> typing.NoReturn:
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        unavailable(f"pyspark is unavailable: {exc}")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        unavailable("Spark needs Java, and there is none (no java on PATH, no JAVA_HOME)")
+    # Workers must run this interpreter; a loopback address avoids slow host lookups.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("sluice-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "1")
+            .config("spark.default.parallelism", "2")
+            .getOrCreate()
+        )
+    except Exception as exc:  # the JVM did not start: Java missing or broken
+        unavailable(f"Spark did not start: {exc}")
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

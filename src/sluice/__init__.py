@@ -15,6 +15,7 @@ from sluice.engine.queue import Queue
 from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import (
     ConfigurationError,
+    ExpressionError,
     InvalidBody,
     LeaseLost,
     MessageError,
@@ -30,6 +31,8 @@ from sluice.errors import (
     StorageError,
     TransactionClosed,
     TransactionError,
+    TypeDefinitionError,
+    TypeViolation,
 )
 from sluice.message import Message, MessageState
 
@@ -39,6 +42,7 @@ __all__ = [
     "ConfigurationError",
     "Database",
     "EnqueueOptions",
+    "ExpressionError",
     "InvalidBody",
     "LeaseLost",
     "Message",
@@ -59,6 +63,8 @@ __all__ = [
     "Transaction",
     "TransactionClosed",
     "TransactionError",
+    "TypeDefinitionError",
+    "TypeViolation",
     "__version__",
     "connect",
 ]

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sluice.errors import ConfigurationError
 
-__all__ = ["DEFAULT_MAX_SIZE", "Durability", "QueueSpec", "check_queue_name"]
+__all__ = [
+    "ANY_TYPE",
+    "DEFAULT_MAX_SIZE",
+    "Durability",
+    "QueueSpec",
+    "check_name",
+    "check_queue_name",
+    "spec_from_row",
+    "spec_params",
+]
 
 Durability = Literal["persistent", "transient"]
 
@@ -18,11 +29,20 @@ DEFAULT_MAX_SIZE = 1024 * 1024
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}$")
 
 
+ANY_TYPE = "*"
+"""In a queue's priority functions: the one for messages no other entry names."""
+
+
 def check_queue_name(name: str) -> str:
     """Queue names travel in URLs, file names and CLI arguments: keep them plain."""
+    return check_name(name, "queue")
+
+
+def check_name(name: str, what: str) -> str:
+    """Names of queues, message types and properties follow the same plain rule."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigurationError(
-            f"invalid queue name {name!r}: use 1-200 letters, digits and _ . : - "
+            f"invalid {what} name {name!r}: use 1-200 letters, digits and _ . : - "
             "(not starting with . : or -)"
         )
     return name
@@ -37,6 +57,9 @@ class QueueSpec:
     ``durability``: ``persistent`` queues are durable at commit; ``transient``
     ones survive a process crash but not a power loss (no fsync at commit).
     ``max_size``: the largest body in bytes.
+    ``types``: the message types the queue accepts (empty: any message).
+    ``priority``: per message type (or ``"*"`` for the rest), an expression
+    giving the priority of a message enqueued without one.
     """
 
     name: str
@@ -44,6 +67,8 @@ class QueueSpec:
     error_queue: str | None = None
     durability: Durability = "persistent"
     max_size: int = DEFAULT_MAX_SIZE
+    types: tuple[str, ...] = ()
+    priority: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
@@ -63,3 +88,53 @@ class QueueSpec:
             )
         if not isinstance(self.max_size, int) or self.max_size < 1:
             raise ConfigurationError(f"max_size must be a positive integer, not {self.max_size!r}")
+        for name in self.types:
+            check_name(name, "message type")
+        if len(set(self.types)) != len(self.types):
+            raise ConfigurationError(f"queue {self.name!r} lists a message type twice")
+        for type_name, expression in self.priority:
+            if type_name != ANY_TYPE:
+                check_name(type_name, "message type")
+            if self.types and type_name not in (*self.types, ANY_TYPE):
+                raise ConfigurationError(
+                    f"queue {self.name!r} has a priority function for {type_name!r}, "
+                    "a type it does not accept"
+                )
+            # Imported here: sqlglot loads only once a queue has priority functions.
+            from sluice.expr import parse  # noqa: PLC0415
+
+            parse(expression, want="number")
+
+    @property
+    def priority_functions(self) -> dict[str, str]:
+        """The priority expressions by message type."""
+        return dict(self.priority)
+
+
+def spec_params(spec: QueueSpec) -> dict[str, object]:
+    """A queue's settings as the catalog tables store them."""
+    return {
+        "name": spec.name,
+        "max_attempts": spec.max_attempts,
+        "error_queue": spec.error_queue,
+        "durability": spec.durability,
+        "max_size": spec.max_size,
+        "types": json.dumps(list(spec.types)) if spec.types else None,
+        "priority_functions": json.dumps(dict(spec.priority)) if spec.priority else None,
+    }
+
+
+def spec_from_row(row: tuple[Any, ...]) -> QueueSpec:
+    """The inverse of spec_params, from (name, max_attempts, error_queue, durability,
+    max_size, types, priority_functions)."""
+    name, max_attempts, error_queue, durability, max_size, types, priority = row
+    functions: Mapping[str, str] = json.loads(priority) if priority else {}
+    return QueueSpec(
+        name,
+        max_attempts,
+        error_queue,
+        durability,
+        max_size,
+        tuple(json.loads(types)) if types else (),
+        tuple(functions.items()),
+    )

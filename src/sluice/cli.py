@@ -35,8 +35,19 @@ def _message_dict(m: Message) -> dict[str, Any]:
         "enqueued_at": m.enqueued_at.isoformat(),
         "properties": m.properties,
         "error": m.error,
+        "type": m.type,
         "body": body,
     }
+
+
+def _selection_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--where", help="only messages this expression holds for (docs/expressions.md)")
+    p.add_argument(
+        "--order-by",
+        action="append",
+        metavar="KEY",
+        help="order by this expression first ('body.total DESC'); repeatable",
+    )
 
 
 def _out(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -90,7 +101,7 @@ def cmd_put(args: argparse.Namespace, db: sluice.Database) -> int:
 
 
 def cmd_get(args: argparse.Namespace, db: sluice.Database) -> int:
-    m = db.queue(args.queue).get(wait=args.wait)
+    m = db.queue(args.queue).get(wait=args.wait, where=args.where, order_by=args.order_by)
     if m is None:
         _out(args, None, "(no message)")
         return 3
@@ -103,7 +114,9 @@ def cmd_get(args: argparse.Namespace, db: sluice.Database) -> int:
 
 
 def cmd_browse(args: argparse.Namespace, db: sluice.Database) -> int:
-    msgs = db.queue(args.queue).browse(args.limit, state=args.state)
+    msgs = db.queue(args.queue).browse(
+        args.limit, state=args.state, where=args.where, order_by=args.order_by
+    )
     rows = [_message_dict(m) for m in msgs]
     text = "\n".join(f"{r['id']}\tp={r['priority']}\t{json.dumps(r['body'])}" for r in rows)
     _out(args, rows, text or "(empty)")
@@ -186,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", help="queue name")
     p.add_argument("--wait", type=float, default=0.0, help="seconds to wait for one")
     p.add_argument("--release", action="store_true", help="give it back instead of acking")
+    _selection_options(p)
     p = add("browse", cmd_browse, "show messages without taking them")
     p.add_argument("queue", help="queue name")
     p.add_argument("--limit", type=int, default=20, help="at most this many")
@@ -195,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["ready", "delayed", "claimed", "expired", "failed"],
         help="which messages",
     )
+    _selection_options(p)
     p = add("stats", cmd_stats, "count a queue's messages by state")
     p.add_argument("queue", help="queue name")
     p = add("purge", cmd_purge, "delete kept expired or failed messages")

@@ -4,7 +4,9 @@ Some producer transactions abort, one consumer aborts often, one consumer
 process is killed (SIGKILL) while it holds messages. The summary checks, from
 the queues themselves, that every committed message was delivered exactly once,
 nothing uncommitted ever showed, and a single reader that aborts saw the
-messages in commit order.
+messages in commit order. Then the orders example (``demo_orders``) shows
+content-aware queuing: typed orders, a priority function and a selective
+ordering dequeue.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sluice
+from sluice.demo_orders import OrdersReport, format_orders, run_orders_demo
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -46,11 +49,13 @@ class DemoReport:
     ordered_reader_aborts: int = 0
     ordered_reader_in_commit_order: bool = False
     error_queue: int = 0
+    orders: OrdersReport = field(default_factory=OrdersReport)
 
     @property
     def ok(self) -> bool:
         return (
-            self.delivered == self.committed
+            self.orders.ok
+            and self.delivered == self.committed
             and not (self.delivered_twice or self.never_delivered or self.uncommitted_seen)
             and self.ordered_reader_in_commit_order
             and self.killed_consumer_held > 0
@@ -106,6 +111,7 @@ class _Demo:
         for th in consumers:
             th.join()
         self.summarise(report)
+        report.orders = run_orders_demo(db)
         return report
 
     def produce(self, p: int) -> None:
@@ -224,6 +230,7 @@ def format_report(report: DemoReport) -> str:
         f"{check[report.uncommitted_seen == 0]}",
         f"  single reader with {report.ordered_reader_aborts} aborts saw commit order: "
         f"{check[report.ordered_reader_in_commit_order]}",
+        format_orders(report.orders),
         f"  result: {'all checks passed' if report.ok else 'CHECKS FAILED'}",
     ]
     return "\n".join(lines)

@@ -8,6 +8,8 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
 
     SluiceError
     ├── ConfigurationError          bad URL, option or setting
+    │   ├── ExpressionError         an expression that does not parse or is not allowed
+    │   └── TypeDefinitionError     a message type that cannot be defined as given
     ├── StorageError                the database failed or cannot be used
     │   ├── NotASluiceDatabase      the file exists but is not a sluice database
     │   └── SchemaTooNew            the database was written by a newer sluice
@@ -18,6 +20,7 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     ├── MessageError
     │   ├── InvalidBody             a body that cannot be stored
     │   ├── PayloadTooLarge
+    │   ├── TypeViolation           a body that does not conform to its message type
     │   └── MessageStateError       ack twice, release a message not held, ...
     └── TransactionError
         ├── TransactionClosed       using a committed or aborted transaction
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "ExpressionError",
     "InvalidBody",
     "LeaseLost",
     "MessageError",
@@ -43,6 +47,8 @@ __all__ = [
     "StorageError",
     "TransactionClosed",
     "TransactionError",
+    "TypeDefinitionError",
+    "TypeViolation",
 ]
 
 
@@ -55,6 +61,14 @@ class SluiceError(Exception):
 
 class ConfigurationError(SluiceError):
     """A URL, option or setting is not valid; check the value against the documentation."""
+
+
+class ExpressionError(ConfigurationError):
+    """The expression does not parse, or uses something outside the expression language."""
+
+
+class TypeDefinitionError(ConfigurationError):
+    """The message type cannot be defined as given."""
 
 
 class StorageError(SluiceError):
@@ -95,6 +109,10 @@ class InvalidBody(MessageError):
 
 class PayloadTooLarge(MessageError):
     """The body is larger than the queue allows; send a reference to the data instead."""
+
+
+class TypeViolation(MessageError):
+    """The body does not conform to its message type; nothing was stored."""
 
 
 class MessageStateError(MessageError):

@@ -19,6 +19,7 @@ __all__ = [
     "JSON",
     "OCTETS",
     "TEXT",
+    "XML",
     "Body",
     "Message",
     "MessageState",
@@ -26,6 +27,8 @@ __all__ = [
     "decode_json",
     "encode_body",
     "encode_json",
+    "is_json",
+    "is_xml",
 ]
 
 JSON = "application/json"
@@ -94,6 +97,20 @@ def decode_json(text: str | bytes) -> Any:
         if end == len(text):
             return value
     return json.loads(text)
+
+
+XML = "application/xml"
+
+
+def is_xml(content_type: str) -> bool:
+    """application/xml, text/xml or a +xml type."""
+    base = content_type.split(";", 1)[0].strip().lower()
+    return base in ("application/xml", "text/xml") or base.endswith("+xml")
+
+
+def is_json(content_type: str) -> bool:
+    """application/json or a +json type."""
+    return _is_json(content_type)
 
 
 def _is_json(content_type: str) -> bool:
@@ -186,6 +203,8 @@ class Message(NamedTuple):
     state: MessageState
     error: str | None = None
     origin_queue: str | None = None
+    type: str | None = None
+    """The message type it conforms to, if it was enqueued with one."""
     ref: int = 0
     """The storage row; internal, valid while the message is held."""
     holder: Transaction | None = None

@@ -84,3 +84,20 @@ def test_demo_passes_all_its_checks(tmp_path: Path) -> None:
     again = sluice("demo", db=tmp_path / "demo.db")
     assert again.returncode == 2
     assert "needs a fresh database" in again.stderr
+
+
+def test_browse_and_get_select_and_order_by_content(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    assert sluice("create", "orders", db=db).returncode == 0
+    for body in ('{"c": "Smith", "t": 5}', '{"c": "Jones", "t": 9}', '{"c": "Smith", "t": 7}'):
+        assert sluice("put", "orders", body, "--json-body", db=db).returncode == 0
+    shown = sluice(
+        "browse", "orders", "--where", "body.c = 'Smith'", "--order-by", "body.t DESC", "--json",
+        db=db,
+    )  # fmt: skip
+    assert [m["body"]["t"] for m in json.loads(shown.stdout)] == [7, 5]
+    taken = sluice("get", "orders", "--where", "body.t > 8", "--json", db=db)
+    assert json.loads(taken.stdout)["body"] == {"c": "Jones", "t": 9}
+    bad = sluice("browse", "orders", "--where", "body.t > 'x' +", db=db)
+    assert bad.returncode == 2
+    assert "cannot parse" in bad.stderr

@@ -187,6 +187,18 @@ def test_outbox_dequeue_is_undone_by_the_callers_rollback(
     assert _orders(pg_url, business) == [3]
 
 
+def test_outbox_selective_dequeue_runs_in_the_callers_transaction(
+    pg_db: sluice.Database, business: psycopg.Connection[Any]
+) -> None:
+    pg_db.queue("events").put_many([{"order": n, "region": r} for n, r in [(4, "n"), (5, "s")]])
+    with pg_db.transaction(connection=business) as tx:
+        (m,) = tx.dequeue("events", where="body.region = 's'", order_by=["body.order DESC"])
+        assert m.body["order"] == 5
+        assert [b.body["order"] for b in tx.browse("events", where="body.order > 3")] == [4]
+    business.commit()
+    assert [m.body["order"] for m in pg_db.queue("events").browse()] == [4]
+
+
 def test_outbox_wants_a_transaction_and_postgresql(
     pg_db: sluice.Database, postgres_server: PostgresServer | str, tmp_path: Any
 ) -> None:

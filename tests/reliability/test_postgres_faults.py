@@ -70,6 +70,18 @@ def _await_lines(logs: list[Path], at_least: int, timeout: float = 60) -> None:
         time.sleep(0.05)  # the workers report through files: poll them
 
 
+def _await_each(logs: list[Path], timeout: float = 60) -> None:
+    """Every worker has logged once, so each is connected before the server goes away.
+
+    A worker still starting up when the server restarts would fail to open its
+    pool, which is a different test (sluice.connect against a server that is down).
+    """
+    deadline = time.monotonic() + timeout
+    while not all(_read(p) for p in logs):
+        assert time.monotonic() < deadline, "a worker never got going"
+        time.sleep(0.05)
+
+
 def test_server_restarts_under_load_lose_and_double_nothing(
     postgres_server: PostgresServer | str, tmp_path: Path
 ) -> None:
@@ -92,6 +104,7 @@ def test_server_restarts_under_load_lose_and_double_nothing(
             )
             for i, c in enumerate(consumed)
         ]
+        _await_each(produced + consumed)
         _await_lines(consumed, 100)
         postgres_server.restart("fast")  # clients are disconnected
         _await_lines(consumed, 300)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -13,7 +14,8 @@ def _objects(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
     rows = conn.execute(
         "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
     )
-    return [(t, n, " ".join(s.split())) for t, n, s in rows]
+    # ALTER TABLE ADD COLUMN leaves its own spacing in the stored text: compare tokens.
+    return [(t, n, re.sub(r"\s+([,)])", r"\1", " ".join(s.split()))) for t, n, s in rows]
 
 
 def test_migrations_from_zero_equal_schema(tmp_path: Path) -> None:
@@ -36,9 +38,10 @@ def test_migrations_are_numbered_without_gaps() -> None:
 def test_every_named_query_is_valid_sql() -> None:
     conn = sqlite3.connect(":memory:")
     conn.executescript(sql.schema("sqlite"))
-    from sluice.backends.sqlite import _load_queries
+    from sluice.backends.sqlite import _load_queries, _plain
 
-    for name, text in _load_queries().items():
+    for name, template in _load_queries().items():
+        text = _plain(template).replace("{slot}", "t1")
         conn.execute("EXPLAIN " + text, _dummy_params(text)).fetchall()
         assert name
 
@@ -47,5 +50,5 @@ def _dummy_params(text: str) -> dict[str, object] | tuple[object, ...]:
     import re
 
     if "?1" in text:
-        return (0,) * 14
+        return (0,) * len(set(re.findall(r"\?\d+", text)))
     return dict.fromkeys(re.findall(r":(\w+)", text), "[]")

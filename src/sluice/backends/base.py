@@ -9,19 +9,23 @@ happens completely or not at all, and a driver error surfaces as a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from sluice.catalog import QueueSpec
 from sluice.errors import QueueInUse
+from sluice.expr.nodes import Node
 
 __all__ = [
     "MESSAGE_COLUMNS",
+    "SLOTS",
     "Backend",
     "CommitPlan",
     "Envelope",
+    "PropertyDef",
     "Row",
+    "Selection",
     "SessionInfo",
     "TxBackend",
     "browse_params",
@@ -46,6 +50,7 @@ MESSAGE_COLUMNS = (
     "attempts",
     "error",
     "origin_queue",
+    "type",
 )
 """The order of the columns in every message row a backend returns."""
 
@@ -91,6 +96,37 @@ class Envelope(NamedTuple):
     enqueued_at: float
     available_at: float
     expires_at: float | None
+    type: str | None = None
+    keys: tuple[Any, ...] | None = None
+    """Declared properties' values in SLOTS order; None for a queue without properties."""
+
+
+SLOTS = ("t1", "t2", "t3", "t4", "n1", "n2", "n3", "n4")
+"""The columns declared properties are stored in: text in t1-t4, numbers in n1-n4."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """A selective or ordering dequeue: which messages, in which order (checked trees).
+
+    ``slots`` maps the queue's declared properties to their columns. ``key``
+    identifies the selection, so backends can cache what they compile from it.
+    """
+
+    key: str
+    where: Node | None
+    order: tuple[tuple[Node, bool], ...]
+    slots: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyDef:
+    """A declared property as the catalog records it, with its slot in one queue."""
+
+    name: str
+    expression: str
+    type: str
+    slot: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +166,16 @@ class TxBackend(Protocol):
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None: ...
 
-    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]: ...
+    def claim(
+        self,
+        session: int,
+        tx: int,
+        queue: str,
+        limit: int,
+        *,
+        own: bool,
+        select: Selection | None = None,
+    ) -> list[Row]: ...
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None: ...
 
@@ -138,7 +183,16 @@ class TxBackend(Protocol):
 
     def abort(self, session: int, tx: int, held: Sequence[int]) -> None: ...
 
-    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]: ...
+    def browse(
+        self,
+        queue: str,
+        state: str,
+        limit: int,
+        session: int,
+        tx: int,
+        *,
+        select: Selection | None = None,
+    ) -> list[Row]: ...
 
     def next_due(self, queue: str) -> float | None: ...
 
@@ -194,6 +248,25 @@ class Backend(Protocol):
     def list_queues(self) -> list[QueueSpec]:
         """All queues, by name."""
 
+    # --- content catalog: message types and declared properties ---------------------
+    def create_type(self, name: str, kind: str, definition: str) -> None:
+        """Record a message type; ConfigurationError if the name is taken."""
+
+    def message_types(self) -> dict[str, tuple[str, str]]:
+        """Every message type: name -> (kind, definition)."""
+
+    def create_property(
+        self, name: str, expression: str, type: str, fills: Mapping[str, tuple[str, str, Any]]
+    ) -> None:
+        """Declare a property on queues and compute it for the messages they hold already.
+
+        ``fills`` maps each queue to (slot, SQL expression of this dialect, its
+        parameters); the SQL reads the message row as ``m``. One transaction.
+        """
+
+    def queue_properties(self, queue: str) -> list[PropertyDef]:
+        """The properties declared on a queue, with their slots."""
+
     # --- messages --------------------------------------------------------------------
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
@@ -203,10 +276,20 @@ class Backend(Protocol):
         QueueNotFound (and nothing stored) if any target queue does not exist.
         """
 
-    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+    def claim(
+        self,
+        session: int,
+        tx: int,
+        queue: str,
+        limit: int,
+        *,
+        own: bool,
+        select: Selection | None = None,
+    ) -> list[Row]:
         """Claim up to ``limit`` available messages, highest priority first, FIFO within one.
 
-        ``own`` includes the transaction's own pending enqueues.
+        ``own`` includes the transaction's own pending enqueues. ``select`` keeps
+        only the messages its condition holds for, and orders by its keys first.
         """
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
@@ -221,8 +304,17 @@ class Backend(Protocol):
     def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
         """Undo the transaction: drop its pending enqueues, release what it holds. Idempotent."""
 
-    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
-        """Messages of a queue in delivery order, without claiming them."""
+    def browse(
+        self,
+        queue: str,
+        state: str,
+        limit: int,
+        session: int,
+        tx: int,
+        *,
+        select: Selection | None = None,
+    ) -> list[Row]:
+        """Messages of a queue in delivery order (or ``select``'s), without claiming them."""
 
     def purge(self, queue: str, state: str, before: float) -> int:
         """Delete the queue's ``expired`` or ``failed`` messages enqueued before ``before``."""

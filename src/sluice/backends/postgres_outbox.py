@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from sluice.backends.base import CommitPlan, Envelope, Row, browse_params
+from sluice.backends.base import CommitPlan, Envelope, Row, Selection, browse_params
 from sluice.backends.postgres import (
     PostgresBackend,
     _commit_statements,
@@ -91,10 +91,21 @@ class ConnectionBackend:
         if ready:
             self._notify()
 
-    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+    def claim(
+        self,
+        session: int,
+        tx: int,
+        queue: str,
+        limit: int,
+        *,
+        own: bool,
+        select: Selection | None = None,
+    ) -> list[Row]:
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        name = "claim_with_own_in_caller_tx" if own else "claim_in_caller_tx"
-        return self._backend._keep_due(queue, self._run([(name, params)])[0])
+        name, extra = self._backend._selected(
+            "claim_with_own_in_caller_tx" if own else "claim_in_caller_tx", select
+        )
+        return self._backend._keep_due(queue, self._run([(name, params | extra)])[0])
 
     def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
         params = {"session": session, "tx": tx, "ids": list(refs)}
@@ -118,9 +129,19 @@ class ConnectionBackend:
             statements += [("delete_own_claimed", key), ("dead_letter", key), ("release", key)]
         self._run(statements)
 
-    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
-        params = browse_params(queue, state, limit, session, tx)
-        return _rows(self._run([("browse", params)])[0])
+    def browse(
+        self,
+        queue: str,
+        state: str,
+        limit: int,
+        session: int,
+        tx: int,
+        *,
+        select: Selection | None = None,
+    ) -> list[Row]:
+        name, extra = self._backend._selected("browse", select)
+        params = browse_params(queue, state, limit, session, tx) | extra
+        return _rows(self._run([(name, params)])[0])
 
     def next_due(self, queue: str) -> float | None:
         return self._backend.next_due(queue)  # answered by the empty claim, or asked anew

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -19,16 +19,20 @@ from sluice.backends.base import (
     MESSAGE_COLUMNS,
     CommitPlan,
     Envelope,
+    PropertyDef,
     Row,
+    Selection,
     SessionInfo,
     browse_params,
     queue_in_use,
 )
 from sluice.backends.group_commit import GroupCommitter
+from sluice.backends.selection import compile_selection
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
-from sluice.catalog import QueueSpec
+from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.errors import (
+    ConfigurationError,
     LeaseLost,
     NotASluiceDatabase,
     QueueExists,
@@ -36,6 +40,7 @@ from sluice.errors import (
     SluiceError,
     StorageError,
 )
+from sluice.expr.sqlite import SQLiteCompiler, register_functions
 
 __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 
@@ -45,7 +50,11 @@ _UNCHANGED: AbstractContextManager[None] = nullcontext()
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
 
 
+_DELIVERY_ORDER = "priority DESC, id"
+
+
 def _load_queries() -> dict[str, str]:
+    """The named queries; those a selection can shape keep ``{select}`` and ``{order}``."""
     # The schema stores application/json as NULL; rows read back carry it spelled out.
     columns = ", ".join(
         "coalesce(content_type, 'application/json') AS content_type" if c == "content_type" else c
@@ -58,6 +67,10 @@ def _load_queries() -> dict[str, str]:
     return queries
 
 
+def _plain(template: str) -> str:
+    return template.replace("{select}", "").replace("{order}", _DELIVERY_ORDER)
+
+
 class SQLiteBackend:
     """Queue storage in a SQLite database file (see the module docstring)."""
 
@@ -67,7 +80,9 @@ class SQLiteBackend:
     def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
         self.path = path
         self.settings = settings or SQLiteSettings()
-        self._q = _load_queries()
+        self._templates = _load_queries()
+        self._q = {name: _plain(text) for name, text in self._templates.items()}
+        self._selections: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._syncs_at_commit = self.settings.synchronous in ("FULL", "EXTRA")
         # Grouping only pays where a commit waits for an fsync.
         self._group = (
@@ -101,6 +116,7 @@ class SQLiteBackend:
             conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
             conn.execute(f"PRAGMA cache_size=-{self.settings.cache_mib * 1024}")
             migrate(conn, self.path)
+            register_functions(conn)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.DatabaseError):
@@ -244,7 +260,7 @@ class SQLiteBackend:
     def create_queue(self, spec: QueueSpec) -> None:
         try:
             with self._write() as conn:
-                conn.execute(self._q["insert_queue"], _spec_params(spec) | {"now": time.time()})
+                conn.execute(self._q["insert_queue"], spec_params(spec) | {"now": time.time()})
         except StorageError as exc:
             if isinstance(exc.__cause__, sqlite3.IntegrityError):
                 raise QueueExists(f"queue {spec.name!r} exists already") from exc.__cause__
@@ -252,7 +268,7 @@ class SQLiteBackend:
 
     def alter_queue(self, spec: QueueSpec) -> None:
         with self._write() as conn:
-            if conn.execute(self._q["update_queue"], _spec_params(spec)).rowcount == 0:
+            if conn.execute(self._q["update_queue"], spec_params(spec)).rowcount == 0:
                 raise QueueNotFound(f"queue {spec.name!r} does not exist")
 
     def drop_queue(self, name: str) -> None:
@@ -264,17 +280,80 @@ class SQLiteBackend:
             if busy:
                 raise queue_in_use(name, busy=busy)
             conn.execute(self._q["delete_queue_messages"], {"name": name})
+            conn.execute(self._q["delete_queue_properties"], {"name": name})
             if conn.execute(self._q["delete_queue"], {"name": name}).rowcount == 0:
                 raise QueueNotFound(f"queue {name!r} does not exist")
 
     def get_queue(self, name: str) -> QueueSpec | None:
         with self._read() as conn:
             row = conn.execute(self._q["get_queue"], {"name": name}).fetchone()
-        return QueueSpec(*row) if row else None
+        return spec_from_row(row) if row else None
 
     def list_queues(self) -> list[QueueSpec]:
         with self._read() as conn:
-            return [QueueSpec(*r) for r in conn.execute(self._q["list_queues"])]
+            return [spec_from_row(r) for r in conn.execute(self._q["list_queues"])]
+
+    def create_type(self, name: str, kind: str, definition: str) -> None:
+        params = {"name": name, "kind": kind, "definition": definition, "now": time.time()}
+        try:
+            with self._write() as conn:
+                conn.execute(self._q["insert_type"], params)
+        except StorageError as exc:
+            if isinstance(exc.__cause__, sqlite3.IntegrityError):
+                raise ConfigurationError(f"message type {name!r} exists already") from None
+            raise
+
+    def message_types(self) -> dict[str, tuple[str, str]]:
+        with self._read() as conn:
+            return {n: (k, d) for n, k, d in conn.execute(self._q["list_types"])}
+
+    def create_property(
+        self, name: str, expression: str, type: str, fills: Mapping[str, tuple[str, str, Any]]
+    ) -> None:
+        params = {"name": name, "expression": expression, "type": type, "now": time.time()}
+        try:
+            with self._write() as conn:
+                conn.execute(self._q["insert_property"], params)
+                for queue, (slot, value, value_params) in fills.items():
+                    conn.execute(self._q["slot_index"].replace("{slot}", slot))
+                    link = {"queue": queue, "name": name, "slot": slot}
+                    if conn.execute(self._q["insert_queue_property"], link).rowcount != 1:
+                        raise _queue_not_found([queue])
+                    # Messages already queued get the value too: one statement per queue.
+                    conn.execute(
+                        f"UPDATE messages AS m SET {slot} = {value} "
+                        "WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)",
+                        value_params | {"queue": queue},
+                    )
+        except StorageError as exc:
+            if isinstance(exc.__cause__, sqlite3.IntegrityError):
+                raise ConfigurationError(
+                    f"property {name!r} exists already, or a queue has no free {type} slot"
+                ) from None
+            raise
+
+    def queue_properties(self, queue: str) -> list[PropertyDef]:
+        with self._read() as conn:
+            rows = conn.execute(self._q["queue_properties"], {"queue": queue}).fetchall()
+        return [PropertyDef(*r) for r in rows]
+
+    def expression_compiler(self) -> SQLiteCompiler:
+        """A compiler of expressions for this database's SQL."""
+        return SQLiteCompiler()
+
+    def _selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
+        """A query shaped by a selection, and the selection's parameters (cached)."""
+        if select is None:
+            return self._q[name], {}
+        cached = self._selections.get((name, select.key))
+        if cached is None:
+            where, order, params = compile_selection(select, SQLiteCompiler)
+            text = self._templates[name].replace("{select}", where)
+            cached = text.replace("{order}", order + _DELIVERY_ORDER), params
+            if len(self._selections) > 256:  # selections come from code: a few, reused
+                self._selections.clear()
+            self._selections[(name, select.key)] = cached
+        return cached
 
     # --- messages --------------------------------------------------------------------
     def append(
@@ -296,23 +375,40 @@ class SQLiteBackend:
         ids = dict(conn.execute(self._q["queue_ids"]).fetchall())
         if not names <= ids.keys():
             raise _queue_not_found(sorted(names - ids.keys()))
-        rows = [(state, session, tx, ids[e.queue], *e[1:]) for e in envelopes]
-        conn.executemany(self._q["insert_message_values"], rows)
+        if all(e.type is None and e.keys is None for e in envelopes):
+            rows = [(state, session, tx, ids[e.queue], *e[1:11]) for e in envelopes]
+            conn.executemany(self._q["insert_message_values"], rows)
+            return
+        typed = [
+            (state, session, tx, ids[e.queue], *e[1:11], e.type, *(e.keys or _NO_KEYS))
+            for e in envelopes
+        ]
+        conn.executemany(self._q["insert_typed_values"], typed)
 
-    def claim(self, session: int, tx: int, queue: str, limit: int, *, own: bool) -> list[Row]:
+    def claim(
+        self,
+        session: int,
+        tx: int,
+        queue: str,
+        limit: int,
+        *,
+        own: bool,
+        select: Selection | None = None,
+    ) -> list[Row]:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
         # would give back anyway; and the next durable commit's fsync covers it.
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
         if limit == 1:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
-            rows, _ = self._single(
-                self._q["claim_with_own_one" if own else "claim_one"], params, durable=False
-            )
+            query, extra = self._selected("claim_with_own_one" if own else "claim_one", select)
+            rows, _ = self._single(query, params | extra if extra else params, durable=False)
             return rows
         with self._write(durable=False) as conn:
-            select = self._q["select_claimable_with_own" if own else "select_claimable"]
-            rows = conn.execute(select, params).fetchall()
+            query, extra = self._selected(
+                "select_claimable_with_own" if own else "select_claimable", select
+            )
+            rows = conn.execute(query, params | extra).fetchall()
             if rows:
                 params["ids"] = _ids([row[0] for row in rows])
                 conn.execute(self._q["mark_claimed"], params)
@@ -341,9 +437,9 @@ class SQLiteBackend:
             if settled != len(plan.held):
                 raise _lease_lost(plan)
             return
-        if len(plan.enqueues) == 1 and not (plan.held or plan.pending):
+        if len(plan.enqueues) == 1 and not (plan.held or plan.pending or _typed(plan.enqueues[0])):
             (envelope,) = plan.enqueues
-            row = (1, plan.session, plan.tx, *envelope)
+            row = (1, plan.session, plan.tx, *envelope[:11])
             _, inserted = self._single(self._q["insert_message"], row, durable=plan.durable)
             if inserted != 1:
                 raise _queue_not_found([envelope.queue])
@@ -405,10 +501,20 @@ class SQLiteBackend:
                 for name in ("delete_own_claimed", "dead_letter", "release"):
                     conn.execute(self._q[name], key)
 
-    def browse(self, queue: str, state: str, limit: int, session: int, tx: int) -> list[Row]:
-        params = browse_params(queue, state, limit, session, tx)
+    def browse(
+        self,
+        queue: str,
+        state: str,
+        limit: int,
+        session: int,
+        tx: int,
+        *,
+        select: Selection | None = None,
+    ) -> list[Row]:
+        query, extra = self._selected("browse", select)
+        params = browse_params(queue, state, limit, session, tx) | extra
         with self._read() as conn:
-            return conn.execute(self._q["browse"], params).fetchall()
+            return conn.execute(query, params).fetchall()
 
     def purge(self, queue: str, state: str, before: float) -> int:
         code = {"expired": 3, "failed": 4}[state]
@@ -442,6 +548,13 @@ class SQLiteBackend:
             return value
 
 
+_NO_KEYS = (None,) * 8
+
+
+def _typed(envelope: Envelope) -> bool:
+    return envelope.type is not None or envelope.keys is not None
+
+
 def _delete_held(key: dict[str, object], held: Sequence[int]) -> tuple[str, dict[str, object]]:
     """The query that deletes a transaction's held messages, and its parameters."""
     if len(held) == 1:  # by id: json_each costs a tenth of a cycle for one message
@@ -452,16 +565,6 @@ def _delete_held(key: dict[str, object], held: Sequence[int]) -> tuple[str, dict
 def _ids(refs: Sequence[int]) -> str:
     # Bound as one JSON array and expanded by json_each: one statement for any count.
     return "[" + ",".join(map(str, refs)) + "]"
-
-
-def _spec_params(spec: QueueSpec) -> dict[str, object]:
-    return {
-        "name": spec.name,
-        "max_attempts": spec.max_attempts,
-        "error_queue": spec.error_queue,
-        "durability": spec.durability,
-        "max_size": spec.max_size,
-    }
 
 
 def _queue_not_found(names: Sequence[str]) -> QueueNotFound:

@@ -8,15 +8,24 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
-from sluice.backends.base import Backend
-from sluice.catalog import DEFAULT_MAX_SIZE, Durability, QueueSpec, check_queue_name
+from sluice.backends.base import SLOTS, Backend
+from sluice.catalog import (
+    DEFAULT_MAX_SIZE,
+    Durability,
+    QueueSpec,
+    check_name,
+    check_queue_name,
+)
 from sluice.engine import lease as leases
+from sluice.engine.content import QueueContent, free_slot
 from sluice.engine.queue import Queue
 from sluice.engine.transaction import Transaction
+from sluice.engine.types import TypeRegistry, definition_of
 from sluice.engine.wakeups import Wakeups
 from sluice.errors import ConfigurationError, QueueExists, QueueNotFound, SluiceError
 
@@ -63,6 +72,8 @@ class Database:
         self.max_message_size = max_message_size
         self._wakeups = Wakeups(backend, poll_interval)
         self._specs: dict[str, tuple[QueueSpec, float]] = {}
+        self._contents: dict[str, QueueContent] = {}
+        self._types = TypeRegistry(backend.message_types)
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
@@ -126,16 +137,26 @@ class Database:
         error_queue: str | None = None,
         durability: Durability = "persistent",
         max_size: int | None = None,
+        types: Sequence[str] = (),
+        priority: Mapping[str, str] | None = None,
         exist_ok: bool = False,
     ) -> Queue:
-        """Create a queue (and its error queue, if that does not exist yet)."""
+        """Create a queue (and its error queue, if that does not exist yet).
+
+        ``types``: the message types it accepts (default: any message);
+        ``priority``: per message type (``"*"``: any other), an expression that
+        gives a message enqueued without a priority its priority.
+        """
         spec = QueueSpec(
             name,
             max_attempts=max_attempts,
             error_queue=error_queue,
             durability=durability,
             max_size=self.max_message_size if max_size is None else max_size,
+            types=_names(types),
+            priority=tuple((priority or {}).items()),
         )
+        self._check_types(spec)
         if error_queue is not None and self.backend.get_queue(error_queue) is None:
             self.create_queue(error_queue, durability=durability, exist_ok=True)
         try:
@@ -162,6 +183,8 @@ class Database:
         error_queue: str | None = _UNSET,
         durability: Durability = _UNSET,
         max_size: int = _UNSET,
+        types: Sequence[str] = _UNSET,
+        priority: Mapping[str, str] = _UNSET,
     ) -> QueueSpec:
         """Change a queue's settings; arguments left out keep their value."""
         current = self._spec(name, fresh=True)
@@ -172,15 +195,124 @@ class Database:
                 ("error_queue", error_queue),
                 ("durability", durability),
                 ("max_size", max_size),
+                ("types", _UNSET if types is _UNSET else _names(types)),
+                ("priority", _UNSET if priority is _UNSET else tuple(priority.items())),
             )
             if value is not _UNSET
         }
         spec = replace(current, **changes)
+        self._check_types(spec)
         if spec.error_queue is not None and self.backend.get_queue(spec.error_queue) is None:
             self.create_queue(spec.error_queue, durability=spec.durability, exist_ok=True)
         self.backend.alter_queue(spec)
         self._specs.pop(name, None)
+        self._contents.pop(name, None)
         return spec
+
+    # --- content: message types and declared properties ------------------------------
+    def create_type(
+        self,
+        name: str | None = None,
+        *,
+        schema: dict[str, Any] | None = None,
+        model: type | None = None,
+        jpmq: str | None = None,
+        xml_schema: str | None = None,
+    ) -> str:
+        """Define a message type; returns its name.
+
+        Exactly one of: ``schema`` (a JSON Schema dict), ``model`` (a Pydantic
+        model class, which is also bound: bodies of this type come back as its
+        instances), ``jpmq`` (JPMQ's type definition language; its
+        MESSAGETYPE names the type) or ``xml_schema`` (XML Schema text, for XML
+        bodies). ``name`` may be left out when the definition names itself.
+        """
+        own_name, kind, definition = definition_of(
+            schema=schema, model=model, jpmq=jpmq, xml_schema=xml_schema
+        )
+        type_name = check_name(name or own_name or "", "message type")
+        self.backend.create_type(type_name, kind, definition)
+        if model is not None:
+            self._types.bind(type_name, model)
+        return type_name
+
+    def bind_model(self, model: type, name: str | None = None) -> None:
+        """Have bodies of type ``name`` (default: the class's name) come back as ``model``.
+
+        Binding is per process: a consumer binds the classes it wants to receive.
+        """
+        type_name = name or model.__name__
+        if self._types.get(type_name) is None:
+            raise ConfigurationError(f"message type {type_name!r} is not defined")
+        self._types.bind(type_name, model)
+
+    def message_types(self) -> dict[str, Any]:
+        """Every message type's definition: a JSON Schema dict, or XML Schema text."""
+        return {name: self._types.get(name).schema for name in self.backend.message_types()}  # type: ignore[union-attr]
+
+    def create_property(
+        self,
+        name: str,
+        expression: str,
+        *,
+        queues: Sequence[str],
+        type: str | None = None,
+    ) -> None:
+        """Declare a property: computed at enqueue, stored and indexed on ``queues``.
+
+        Selections may then name it (``customer = 'Smith'``); a selection that
+        spells out its expression uses the stored value as well. ``type`` is
+        text, number or boolean; a bare JSON path is text unless told otherwise.
+        Messages already in the queues get their value now.
+        """
+        from sluice.expr import parse  # noqa: PLC0415  (sqlglot loads when content is used)
+
+        check_name(name, "property")
+        if isinstance(queues, str) or not queues:
+            raise ConfigurationError("queues= takes a list of queue names")
+        node = parse(expression)
+        kind = type or (node.type if node.type in ("text", "number", "boolean") else "text")
+        if kind not in ("text", "number", "boolean"):
+            raise ConfigurationError(f"type must be text, number or boolean, not {kind!r}")
+        node = parse(expression, want=kind)  # type: ignore[arg-type]
+        fills = {}
+        for queue in queues:
+            self._spec(queue, fresh=True)
+            taken = [p.slot for p in self.backend.queue_properties(queue)]
+            slot = free_slot(kind, taken, queue)  # type: ignore[arg-type]
+            assert slot in SLOTS
+            fills[queue] = (slot, *self._compile_value(node))
+            self._contents.pop(queue, None)
+        self.backend.create_property(name, expression, kind, fills)
+
+    def _compile_value(self, node: Any) -> tuple[str, dict[str, Any]]:
+        compiler = getattr(self.backend, "expression_compiler", None)
+        if compiler is None:
+            raise ConfigurationError(
+                f"the {self.backend.dialect} backend cannot compile properties"
+            )
+        sql = compiler()
+        text = sql.compile(node)
+        if node.type == "boolean":  # stored as a number: 1 or 0
+            text = f"(CASE WHEN {text} THEN 1 WHEN NOT {text} THEN 0 END)"
+        return text, sql.params
+
+    def _check_types(self, spec: QueueSpec) -> None:
+        missing = [t for t in spec.types if self._types.get(t) is None]
+        missing += [t for t, _ in spec.priority if t != "*" and self._types.get(t) is None]
+        if missing:
+            raise ConfigurationError(
+                f"message type {', '.join(map(repr, sorted(set(missing))))} is not defined; "
+                "define it with db.create_type first"
+            )
+
+    def _content(self, name: str) -> QueueContent:
+        spec = self._spec(name)
+        content = self._contents.get(name)
+        if content is None or content.spec is not spec:
+            content = QueueContent.build(spec, self.backend.queue_properties(name))
+            self._contents[name] = content
+        return content
 
     def drop_queue(self, name: str) -> None:
         """Remove a queue and every message in it.
@@ -192,6 +324,7 @@ class Database:
         self.recover()
         self.backend.drop_queue(name)
         self._specs.pop(name, None)
+        self._contents.pop(name, None)
 
     def _spec(self, name: str, *, fresh: bool = False) -> QueueSpec:
         if self._forked:
@@ -255,3 +388,9 @@ class Database:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _names(types: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(types, str):
+        raise ConfigurationError("types= takes a list of message type names")
+    return tuple(types)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, Unpack
 
 from sluice.catalog import QueueSpec
@@ -48,23 +48,43 @@ class Queue:
         tx.commit()
         return ids
 
-    def get(self, *, wait: float = 0.0) -> Message | None:
+    def get(
+        self,
+        *,
+        wait: float = 0.0,
+        where: str | None = None,
+        order_by: Sequence[str] | None = None,
+    ) -> Message | None:
         """Take the next message, or None if none arrives within ``wait`` seconds.
 
-        Settle it with ``ack()``, ``release()`` or ``reject(reason)``; until then
-        nobody else sees it, and if this process dies it returns to its place.
+        ``where`` and ``order_by`` select and order by content, as for
+        ``Transaction.dequeue``. Settle it with ``ack()``, ``release()`` or
+        ``reject(reason)``; until then nobody else sees it, and if this process
+        dies it returns to its place.
         """
         tx = Transaction(self._db, implicit=True)
-        messages = tx.dequeue(self.name, limit=1, wait=wait)
+        messages = tx.dequeue(self.name, limit=1, wait=wait, where=where, order_by=order_by)
         if not messages:
             tx.commit()
             return None
         return messages[0]
 
-    def browse(self, limit: int = 100, *, state: BrowseState = "ready") -> list[Message]:
-        """Messages in delivery order without taking them (``state`` picks which)."""
+    def browse(
+        self,
+        limit: int = 100,
+        *,
+        state: BrowseState = "ready",
+        where: str | None = None,
+        order_by: Sequence[str] | None = None,
+    ) -> list[Message]:
+        """Messages in delivery order without taking them (``state`` picks which).
+
+        ``where`` and ``order_by`` select and order by content.
+        """
         self._db._spec(self.name)
-        return browse(self._db, self.name, limit=limit, state=state, tx=None)
+        return browse(
+            self._db, self.name, limit=limit, state=state, tx=None, where=where, order_by=order_by
+        )
 
     def purge(self, state: Literal["expired", "failed"], *, older_than: float = 0.0) -> int:
         """Delete kept ``expired`` or ``failed`` messages enqueued over ``older_than`` seconds ago.

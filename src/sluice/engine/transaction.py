@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, get_args
 
 from sluice.backends.base import CommitPlan, Envelope, Row, TxBackend
+from sluice.engine.enqueue import plain_bodies as _plain_bodies
+from sluice.engine.enqueue import typed_envelope
 from sluice.errors import (
     ConfigurationError,
     LeaseLost,
@@ -55,6 +57,7 @@ class EnqueueOptions(TypedDict, total=False):
     content_type: str | None
     correlation_id: str | None
     reply_to: str | None
+    type: str | None
 
 
 class TxState(Enum):
@@ -141,18 +144,23 @@ class Transaction:
         content_type: str | None = None,
         correlation_id: str | None = None,
         reply_to: str | None = None,
+        type: str | None = None,
     ) -> list[str]:
         """Add several messages with the same options; returns their ids in order.
 
-        ``priority``: higher first (default 0); ``properties``: a dict of JSON
-        values; ``delay``: seconds until visible; ``ttl``: seconds until it
-        expires; ``content_type``: recorded with the body (chosen from its type
-        when None); ``correlation_id`` and ``reply_to``: free text for replies.
-        The options are checked once, so this is the fast way to enqueue a
-        batch. If any body is refused, none of them is added.
+        ``priority``: higher first (default 0, or the queue's priority function
+        for the message's type); ``properties``: a dict of JSON values;
+        ``delay``: seconds until visible; ``ttl``: seconds until it expires;
+        ``content_type``: recorded with the body (chosen from its type when
+        None); ``correlation_id`` and ``reply_to``: free text for replies;
+        ``type``: the message type the bodies must conform to (a Pydantic
+        instance names its bound type itself; a queue that accepts one type
+        needs no name). The options are checked once, so this is the fast way
+        to enqueue a batch. If any body is refused, none of them is added.
         """
         self._check_active()
-        spec = self._db._spec(queue)
+        content = self._db._content(queue)
+        spec = content.spec
         now = time.time()
         options = (
             _priority(priority),
@@ -165,21 +173,21 @@ class Transaction:
         )
         prio, props, correlation, reply, enqueued, available, expires = options
         first = self._count + 1
-        added = [
-            Envelope(
-                queue,
-                first + n,
-                prio,
-                *encode_body(body, content_type, spec.max_size),
-                props,
-                correlation,
-                reply,
-                enqueued,
-                available,
-                expires,
-            )
-            for n, body in enumerate(bodies)
-        ]
+        if not isinstance(bodies, list | tuple):
+            bodies = list(bodies)
+        if not content.plain or type is not None or not _plain_bodies(bodies):
+            base = Envelope(queue, 0, prio, "", content_type or "", props, correlation, reply,
+                            enqueued, available, expires, type)  # fmt: skip
+            added = [
+                typed_envelope(self._db, content, base, num=first + n, body=body,
+                               priority=priority, properties=properties)
+                for n, body in enumerate(bodies)
+            ]  # fmt: skip
+        else:
+            added = _plain_envelopes(
+                queue, first, bodies, content_type=content_type, max_size=spec.max_size,
+                options=options,
+            )  # fmt: skip
         self._count += len(added)
         self._buffer.extend(added)
         self._buffered_queues.add(queue)
@@ -200,14 +208,27 @@ class Transaction:
             self._buffered_queues = set()
 
     # --- dequeue ---------------------------------------------------------------------
-    def dequeue(self, queue: str, *, limit: int = 1, wait: float = 0.0) -> list[Message]:
+    def dequeue(
+        self,
+        queue: str,
+        *,
+        limit: int = 1,
+        wait: float = 0.0,
+        where: str | None = None,
+        order_by: Sequence[str] | None = None,
+    ) -> list[Message]:
         """Take up to ``limit`` messages, waiting up to ``wait`` seconds for the first.
 
-        They are done when this transaction commits and return to their
-        original place if it aborts.
+        ``where``: an expression (docs/expressions.md) a message must satisfy;
+        ``order_by``: keys such as ``"body.total DESC"`` taken in that order,
+        ahead of priority order, for this call only. Both run in the database.
+        The messages are done when this transaction commits and return to
+        their original place if it aborts.
         """
         self._check_active()
-        spec = self._db._spec(queue)
+        content = self._db._content(queue)
+        spec = content.spec
+        select = content.selection(where, order_by)
         if not isinstance(limit, int) or limit < 1:
             raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
         wait = _seconds("wait", wait, allow_zero=True)
@@ -218,7 +239,7 @@ class Transaction:
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
-            rows = backend.claim(self.session, self.number, queue, limit, own=own)
+            rows = backend.claim(self.session, self.number, queue, limit, own=own, select=select)
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break
@@ -230,8 +251,9 @@ class Transaction:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
         messages = []
+        models = self._db._types.models
         for row in rows:
-            m = to_message(queue, row, self)
+            m = to_message(queue, row, self, models)
             messages.append(m)
             self._held[m.ref] = m
             if row[3] == self.session and row[4] == self.number:  # its own enqueue
@@ -257,14 +279,23 @@ class Transaction:
         self._rejects[message.ref] = reason
 
     def browse(
-        self, queue: str, *, limit: int = 100, state: BrowseState = "ready"
+        self,
+        queue: str,
+        *,
+        limit: int = 100,
+        state: BrowseState = "ready",
+        where: str | None = None,
+        order_by: Sequence[str] | None = None,
     ) -> list[Message]:
         """Look at a queue as this transaction sees it, without taking anything."""
         self._check_active()
         self._db._spec(queue)
         if queue in self._buffered_queues:
             self._flush()
-        return browse(self._db, queue, limit=limit, state=state, tx=self, backend=self._backend)
+        return browse(
+            self._db, queue, limit=limit, state=state, tx=self, backend=self._backend,
+            where=where, order_by=order_by,
+        )  # fmt: skip
 
     # --- ending ----------------------------------------------------------------------
     def commit(self) -> None:
@@ -349,16 +380,54 @@ class Transaction:
             )
 
 
-def to_message(queue: str, row: Row, holder: Transaction | None) -> Message:
-    """A Message from a backend row (columns in MESSAGE_COLUMNS order)."""
+def _plain_envelopes(
+    queue: str,
+    first: int,
+    bodies: Iterable[Body],
+    *,
+    content_type: str | None,
+    max_size: int,
+    options: tuple[Any, ...],
+) -> list[Envelope]:
+    """Envelopes of a queue without content rules: the fast path."""
+    prio, props, correlation, reply, enqueued, available, expires = options
+    return [
+        Envelope(
+            queue,
+            first + n,
+            prio,
+            *encode_body(body, content_type, max_size),
+            props,
+            correlation,
+            reply,
+            enqueued,
+            available,
+            expires,
+        )
+        for n, body in enumerate(bodies)
+    ]
+
+
+def to_message(
+    queue: str, row: Row, holder: Transaction | None, models: Mapping[str, Any]
+) -> Message:
+    """A Message from a backend row (columns in MESSAGE_COLUMNS order).
+
+    A typed body comes back as its bound Pydantic model where one is bound.
+    """
     (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
      correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
-     error, origin_queue) = row  # fmt: skip
+     error, origin_queue, type_name) = row  # fmt: skip
+    value = decode_json(body) if content_type == JSON else decode_body(body, content_type)
+    if type_name is not None and models:
+        model = models.get(type_name)
+        if model is not None:
+            value = model.model_validate(value)
     # Positional, in Message's field order: this runs for every message dequeued.
     return Message(
         f"{p_session}/{p_tx}/{p_num}",
         queue,
-        decode_json(body) if content_type == JSON else decode_body(body, content_type),
+        value,
         content_type,
         priority,
         decode_json(properties) if properties else {},
@@ -371,6 +440,7 @@ def to_message(queue: str, row: Row, holder: Transaction | None) -> Message:
         _STATES[state],
         error,
         origin_queue,
+        type_name,
         ref,
         holder,
     )
@@ -387,15 +457,19 @@ def browse(
     state: str,
     tx: Transaction | None,
     backend: TxBackend | None = None,
+    where: str | None = None,
+    order_by: Sequence[str] | None = None,
 ) -> list[Message]:
-    """Messages of a queue in delivery order, as ``tx`` (or anyone) sees them."""
+    """Messages of a queue in delivery order (or ``order_by``), as ``tx`` (or anyone) sees them."""
     if state not in _BROWSE_STATES:
         raise ConfigurationError(f"state must be one of {', '.join(_BROWSE_STATES)}, not {state!r}")
     if not isinstance(limit, int) or limit < 1:
         raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
     session, number = (tx.session, tx.number) if tx else (0, 0)
-    rows = (backend or db.backend).browse(queue, state, limit, session, number)
-    return [to_message(queue, row, None) for row in rows]
+    select = db._content(queue).selection(where, order_by)
+    rows = (backend or db.backend).browse(queue, state, limit, session, number, select=select)
+    models = db._types.models
+    return [to_message(queue, row, None, models) for row in rows]
 
 
 def _priority(priority: int | None) -> int:

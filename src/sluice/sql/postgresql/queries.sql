@@ -2,6 +2,9 @@
 -- {schema} is the quoted schema name; {message_columns} the columns of a message row
 -- (sluice.backends.base.MESSAGE_COLUMNS, then body_bytes) over the alias m.
 -- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed.
+-- {select} and {order}: a selective or ordering dequeue's condition and keys (compiled
+-- expressions over the claim's row `s` or the browse's `m`); by default nothing and
+-- delivery order.
 -- Times: sessions use the database's clock (db_now), messages the producer's.
 
 -- name: open_session
@@ -25,21 +28,25 @@ FOR UPDATE;
 SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
 
 -- name: insert_queue
-INSERT INTO {schema}.queues (name, max_attempts, error_queue, durability, max_size, created_at)
-VALUES (%(name)s, %(max_attempts)s, %(error_queue)s, %(durability)s, %(max_size)s, %(now)s);
+INSERT INTO {schema}.queues (name, max_attempts, error_queue, durability, max_size, types,
+                             priority_functions, created_at)
+VALUES (%(name)s, %(max_attempts)s, %(error_queue)s, %(durability)s, %(max_size)s, %(types)s,
+        %(priority_functions)s, %(now)s);
 
 -- name: update_queue
 UPDATE {schema}.queues
 SET max_attempts = %(max_attempts)s, error_queue = %(error_queue)s,
-    durability = %(durability)s, max_size = %(max_size)s
+    durability = %(durability)s, max_size = %(max_size)s, types = %(types)s,
+    priority_functions = %(priority_functions)s
 WHERE name = %(name)s;
 
 -- name: get_queue
-SELECT name, max_attempts, error_queue, durability, max_size FROM {schema}.queues
-WHERE name = %(name)s;
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+FROM {schema}.queues WHERE name = %(name)s;
 
 -- name: list_queues
-SELECT name, max_attempts, error_queue, durability, max_size FROM {schema}.queues ORDER BY name;
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+FROM {schema}.queues ORDER BY name;
 
 -- name: queues_referencing
 SELECT name FROM {schema}.queues WHERE error_queue = %(name)s AND name <> %(name)s ORDER BY name;
@@ -54,8 +61,40 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s) AND stat
 -- name: delete_queue_messages
 DELETE FROM {schema}.messages WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s);
 
+-- name: delete_queue_properties
+DELETE FROM {schema}.queue_properties
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s);
+
 -- name: delete_queue
 DELETE FROM {schema}.queues WHERE name = %(name)s;
+
+-- name: insert_type
+INSERT INTO {schema}.message_types (name, kind, definition, created_at)
+VALUES (%(name)s, %(kind)s, %(definition)s, %(now)s);
+
+-- name: list_types
+SELECT name, kind, definition FROM {schema}.message_types ORDER BY name;
+
+-- name: insert_property
+INSERT INTO {schema}.properties (name, expression, type, created_at)
+VALUES (%(name)s, %(expression)s, %(type)s, %(now)s);
+
+-- name: insert_queue_property
+INSERT INTO {schema}.queue_properties (queue_id, property_id, slot)
+SELECT q.id, p.id, %(slot)s FROM {schema}.queues AS q, {schema}.properties AS p
+WHERE q.name = %(queue)s AND p.name = %(name)s;
+
+-- name: slot_index
+-- Made when a property first uses the slot: until then no enqueue pays for it. A
+-- selection on the property seeks to its value and reads on in delivery order.
+CREATE INDEX IF NOT EXISTS messages_{slot} ON {schema}.messages
+    (queue_id, state, {slot}, priority DESC, id) WHERE {slot} IS NOT NULL;
+
+-- name: queue_properties
+SELECT p.name, p.expression, p.type, qp.slot
+FROM {schema}.queue_properties AS qp JOIN {schema}.properties AS p ON p.id = qp.property_id
+WHERE qp.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+ORDER BY qp.slot;
 
 -- name: commit_lock
 -- Taken just before a transaction's messages get their ids and held until it
@@ -89,10 +128,12 @@ WITH moved AS (
 ), ins AS (
     INSERT INTO {schema}.messages (
         slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes,
-        content_type, properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+        content_type, properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
+        type, t1, t2, t3, t4, n1, n2, n3, n4)
     SELECT (SELECT slot FROM {schema}.rotation), queue_id, 1, priority, p_session, p_tx, p_num,
            body, body_bytes, content_type,
-           properties, correlation_id, reply_to, enqueued_at, available_at, expires_at
+           properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
+           type, t1, t2, t3, t4, n1, n2, n3, n4
     FROM moved ORDER BY id
     RETURNING 1)
 SELECT {schema}.expect((SELECT count(*) FROM ins), %(pending)s, 'lease lost');
@@ -108,11 +149,11 @@ DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
-        SELECT id FROM {schema}.messages
+        SELECT id FROM {schema}.messages AS s
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
           AND {claimable} AND available_at <= %(now)s
-          AND (expires_at IS NULL OR expires_at > %(now)s)
-        ORDER BY priority DESC, id
+          AND (expires_at IS NULL OR expires_at > %(now)s){select}
+        ORDER BY {order}
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
@@ -125,7 +166,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT min(available_at) FROM {schema}.messages
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
           AND state = 1 AND available_at > %(now)s),
-       NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
 ORDER BY 3 DESC, 1;
 
@@ -224,8 +265,8 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
      OR (%(state)s = 'delayed' AND state = 1 AND available_at > %(now)s)
      OR (%(state)s = 'claimed' AND state = 2)
      OR (%(state)s = 'expired' AND state = 3)
-     OR (%(state)s = 'failed' AND state = 4))
-ORDER BY priority DESC, id
+     OR (%(state)s = 'failed' AND state = 4)){select}
+ORDER BY {order}
 LIMIT %(limit)s;
 
 -- name: purge

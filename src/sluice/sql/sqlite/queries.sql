@@ -1,6 +1,8 @@
 -- Named queries of the SQLite backend. A section starts with "-- name: <query>".
 -- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed.
 -- Columns read back for a message are always those of `message_columns` in sluice.backends.sqlite.
+-- {select} and {order}: a selective or ordering dequeue's condition and keys (compiled
+-- expressions over the row `m`); by default nothing and delivery order.
 
 -- name: open_session
 INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease)
@@ -16,20 +18,25 @@ DELETE FROM sessions WHERE id = :session;
 SELECT id, host, pid, heartbeat_at, lease FROM sessions;
 
 -- name: insert_queue
-INSERT INTO queues (name, max_attempts, error_queue, durability, max_size, created_at)
-VALUES (:name, :max_attempts, :error_queue, :durability, :max_size, :now);
+INSERT INTO queues (name, max_attempts, error_queue, durability, max_size, types,
+                    priority_functions, created_at)
+VALUES (:name, :max_attempts, :error_queue, :durability, :max_size, :types,
+        :priority_functions, :now);
 
 -- name: update_queue
 UPDATE queues
 SET max_attempts = :max_attempts, error_queue = :error_queue,
-    durability = :durability, max_size = :max_size
+    durability = :durability, max_size = :max_size, types = :types,
+    priority_functions = :priority_functions
 WHERE name = :name;
 
 -- name: get_queue
-SELECT name, max_attempts, error_queue, durability, max_size FROM queues WHERE name = :name;
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+FROM queues WHERE name = :name;
 
 -- name: list_queues
-SELECT name, max_attempts, error_queue, durability, max_size FROM queues ORDER BY name;
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+FROM queues ORDER BY name;
 
 -- name: queues_referencing
 SELECT name FROM queues WHERE error_queue = :name AND name <> :name ORDER BY name;
@@ -41,11 +48,43 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :name) AND state IN (0, 2);
 -- name: delete_queue_messages
 DELETE FROM messages WHERE queue_id = (SELECT id FROM queues WHERE name = :name);
 
+-- name: delete_queue_properties
+DELETE FROM queue_properties WHERE queue_id = (SELECT id FROM queues WHERE name = :name);
+
 -- name: delete_queue
 DELETE FROM queues WHERE name = :name;
 
+-- name: insert_type
+INSERT INTO message_types (name, kind, definition, created_at)
+VALUES (:name, :kind, :definition, :now);
+
+-- name: list_types
+SELECT name, kind, definition FROM message_types ORDER BY name;
+
+-- name: insert_property
+INSERT INTO properties (name, expression, type, created_at)
+VALUES (:name, :expression, :type, :now);
+
+-- name: insert_queue_property
+INSERT INTO queue_properties (queue_id, property_id, slot)
+SELECT q.id, p.id, :slot FROM queues AS q, properties AS p
+WHERE q.name = :queue AND p.name = :name;
+
+-- name: slot_index
+-- Made when a property first uses the slot: until then no enqueue pays for it. A
+-- selection on the property seeks to its value and reads on in delivery order.
+CREATE INDEX IF NOT EXISTS messages_{slot} ON messages (queue_id, state, {slot}, priority DESC, id)
+WHERE {slot} IS NOT NULL;
+
+-- name: queue_properties
+SELECT p.name, p.expression, p.type, qp.slot
+FROM queue_properties AS qp JOIN properties AS p ON p.id = qp.property_id
+WHERE qp.queue_id = (SELECT id FROM queues WHERE name = :queue)
+ORDER BY qp.slot;
+
 -- name: insert_message
--- Positional: ?1 state, ?2 session, ?3 tx, then the fields of an Envelope in order.
+-- Positional: ?1 state, ?2 session, ?3 tx, then the first 11 fields of an Envelope in order
+-- (a message without type or properties: binding nine NULLs would cost a third of an insert).
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
 SELECT id, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14
@@ -60,13 +99,23 @@ INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, c
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
 VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14);
 
+-- name: insert_typed_values
+-- As insert_message_values, then ?15 the message type and ?16-?23 the slots t1-t4, n1-n4.
+INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
+                      properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
+                      type, t1, t2, t3, t4, n1, n2, n3, n4)
+VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14,
+        ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23);
+
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids
 -- in commit order, so a reader that follows ids never skips a late commit.
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
-                      properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
+                      properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
+                      type, t1, t2, t3, t4, n1, n2, n3, n4)
 SELECT queue_id, 1, priority, p_session, p_tx, p_num, body, content_type,
-       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at
+       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
+       type, t1, t2, t3, t4, n1, n2, n3, n4
 FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx ORDER BY id;
 
 -- name: delete_pending
@@ -75,10 +124,10 @@ DELETE FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx;
 -- name: claim
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id IN (
-    SELECT id FROM messages
+    SELECT id FROM messages AS m
     WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-      AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now)
-    ORDER BY priority DESC, id
+      AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+    ORDER BY {order}
     LIMIT :limit)
 RETURNING {message_columns};
 
@@ -86,28 +135,28 @@ RETURNING {message_columns};
 -- A transaction sees its own uncommitted enqueues; they keep state 0 until commit.
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id IN (
-    SELECT id FROM messages
+    SELECT id FROM messages AS m
     WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
       AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
-      AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now)
-    ORDER BY priority DESC, id
+      AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+    ORDER BY {order}
     LIMIT :limit)
 RETURNING {message_columns};
 
 -- name: select_claimable
 -- Batch claims select in delivery order, then mark by id (cheaper than RETURNING many rows).
-SELECT {message_columns} FROM messages
+SELECT {message_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-  AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now)
-ORDER BY priority DESC, id
+  AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+ORDER BY {order}
 LIMIT :limit;
 
 -- name: select_claimable_with_own
-SELECT {message_columns} FROM messages
+SELECT {message_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
-  AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now)
-ORDER BY priority DESC, id
+  AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+ORDER BY {order}
 LIMIT :limit;
 
 -- name: mark_claimed
@@ -193,7 +242,7 @@ UPDATE messages SET state = 3
 WHERE state = 1 AND expires_at IS NOT NULL AND expires_at <= :now;
 
 -- name: browse
-SELECT {message_columns} FROM messages
+SELECT {message_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND (
         (:state = 'ready' AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
@@ -201,8 +250,8 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
      OR (:state = 'delayed' AND state = 1 AND available_at > :now)
      OR (:state = 'claimed' AND state = 2)
      OR (:state = 'expired' AND state = 3)
-     OR (:state = 'failed' AND state = 4))
-ORDER BY priority DESC, id
+     OR (:state = 'failed' AND state = 4)){select}
+ORDER BY {order}
 LIMIT :limit;
 
 -- name: purge

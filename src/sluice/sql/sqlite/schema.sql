@@ -1,6 +1,10 @@
 -- The sluice schema for SQLite, as the numbered migrations leave it.
 -- A test proves that applying migrations/ from zero yields exactly this.
 
+-- queues.types: JSON array of the message types a queue accepts (NULL: any);
+-- queues.priority_functions: JSON object, message type -> priority expression.
+-- messages.type: the message's type; t1-t4, n1-n4: declared properties' values
+-- (text and numbers), in the slots queue_properties assigns.
 CREATE TABLE queues (
     id           INTEGER PRIMARY KEY,
     name         TEXT    NOT NULL UNIQUE,
@@ -8,7 +12,9 @@ CREATE TABLE queues (
     error_queue  TEXT,
     durability   TEXT    NOT NULL CHECK (durability IN ('persistent', 'transient')),
     max_size     INTEGER NOT NULL,
-    created_at   REAL    NOT NULL
+    created_at   REAL    NOT NULL,
+    types        TEXT,
+    priority_functions TEXT
 );
 
 CREATE TABLE sessions (
@@ -40,7 +46,10 @@ CREATE TABLE messages (
     expires_at     REAL,
     attempts       INTEGER NOT NULL DEFAULT 0,
     error          TEXT,
-    origin_queue   TEXT
+    origin_queue   TEXT,
+    type           TEXT,
+    t1 TEXT, t2 TEXT, t3 TEXT, t4 TEXT,
+    n1 REAL, n2 REAL, n3 REAL, n4 REAL
 );
 
 -- One index serves claims (state 1 in delivery order), counts by state and
@@ -50,3 +59,28 @@ CREATE INDEX messages_queue ON messages (queue_id, state, priority DESC, id, ava
 CREATE INDEX messages_pending ON messages (p_session, p_tx) WHERE state = 0;
 
 CREATE INDEX messages_expiring ON messages (expires_at) WHERE state = 1 AND expires_at IS NOT NULL;
+
+CREATE TABLE message_types (
+    id         INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL UNIQUE,
+    kind       TEXT NOT NULL CHECK (kind IN ('json', 'xml')),
+    definition TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+
+CREATE TABLE properties (
+    id         INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL UNIQUE,
+    expression TEXT NOT NULL,
+    type       TEXT NOT NULL CHECK (type IN ('text', 'number', 'boolean')),
+    created_at REAL NOT NULL
+);
+
+CREATE TABLE queue_properties (
+    queue_id    INTEGER NOT NULL,
+    property_id INTEGER NOT NULL,
+    slot        TEXT    NOT NULL CHECK (slot IN ('t1', 't2', 't3', 't4', 'n1', 'n2', 'n3', 'n4')),
+    PRIMARY KEY (queue_id, property_id),
+    UNIQUE (queue_id, slot)
+);
+

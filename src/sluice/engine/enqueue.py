@@ -1,0 +1,105 @@
+"""Enqueue with content rules: a message's type checked, its priority computed by
+the queue's priority function and its declared properties evaluated, before it
+is stored. Plain queues never come here (see ``Transaction.enqueue_many``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sluice.backends.base import SLOTS, Envelope
+from sluice.engine.content import QueueContent, priority_value
+from sluice.errors import TypeViolation
+from sluice.message import XML, Body, decode_json, encode_body, is_json, is_xml
+
+if TYPE_CHECKING:
+    from sluice.engine.database import Database
+
+__all__ = ["plain_bodies", "typed_envelope"]
+
+
+def plain_bodies(bodies: Sequence[Body]) -> bool:
+    """No Pydantic instance among the bodies (those need their type's treatment)."""
+    return not any(hasattr(b, "model_dump") and not isinstance(b, type) for b in bodies)
+
+
+def typed_envelope(
+    db: Database,
+    content: QueueContent,
+    base: Envelope,
+    *,
+    num: int,
+    body: Body,
+    priority: int | None,
+    properties: dict[str, Any] | None,
+) -> Envelope:
+    """The envelope of one message, checked against its type and with computed values.
+
+    ``base`` carries the options shared by the batch; ``priority`` None means
+    the producer gave none, so the priority function decides.
+    """
+    spec = content.spec
+    type_name = base.type
+    if hasattr(body, "model_dump") and not isinstance(body, type):
+        type_name = type_name or db._types.name_of(type(body))
+        body = body.model_dump(mode="json")
+    if type_name is None and len(spec.types) == 1:
+        type_name = spec.types[0]
+    if spec.types and type_name not in spec.types:
+        accepted = ", ".join(map(repr, spec.types))
+        said = f"of type {type_name!r}" if type_name else "without a type"
+        raise TypeViolation(
+            f"queue {spec.name!r} accepts messages of type {accepted}, not one {said}; "
+            "pass type=... (or a bound Pydantic instance); nothing was stored"
+        )
+    message_type = db._types.get(type_name) if type_name is not None else None
+    if type_name is not None and message_type is None:
+        raise TypeViolation(
+            f"message type {type_name!r} is not defined; define it with db.create_type first"
+        )
+    xml_text = (
+        isinstance(body, str | bytes) and message_type is not None and message_type.kind == "xml"
+    )
+    wanted = base.content_type or (XML if xml_text else None)
+    stored, content_type = encode_body(body, wanted, spec.max_size)
+    decoded = decode_json(stored) if is_json(content_type) else None
+    if is_xml(content_type):
+        from sluice.expr.xml import parse_xml  # noqa: PLC0415  (lxml is optional)
+
+        parse_xml(stored)  # malformed XML is refused like malformed JSON
+    if message_type is not None:
+        expected = is_xml(content_type) if message_type.kind == "xml" else is_json(content_type)
+        if not expected:
+            raise TypeViolation(
+                f"type {type_name!r} is {message_type.kind.upper()}, but the body is "
+                f"{content_type}; nothing was stored"
+            )
+        message_type.check(decoded, stored)
+    row = {
+        "body": decoded,
+        "raw": stored,
+        "props": properties or {},
+        "priority": base.priority,
+        "type": type_name,
+        "enqueued_at": base.enqueued_at,
+        "available_at": base.available_at,
+        "expires_at": base.expires_at,
+        "attempts": 0,
+        "correlation_id": base.correlation_id,
+        "reply_to": base.reply_to,
+        "content_type": content_type,
+        "properties": {},
+    }
+    fields: list[Any] = list(base)
+    fields[1], fields[3], fields[4], fields[11] = num, stored, content_type, type_name
+    if priority is None:
+        function = content.priority_function(type_name)
+        if function is not None:
+            fields[2] = row["priority"] = priority_value(function(row))
+    if content.values:
+        keys: list[Any] = [None] * len(SLOTS)
+        for index, kind, evaluate in content.values:
+            value = evaluate(row)
+            keys[index] = float(value) if kind == "boolean" and value is not None else value
+        fields[12] = tuple(keys)
+    return Envelope(*fields)

@@ -1,0 +1,21 @@
+"""The one expression language: SQL expressions over a message, parsed once and
+compiled for SQLite, PostgreSQL, Spark SQL and Python (see docs/expressions.md)."""
+
+from sluice.expr.check import COLUMNS, FUNCTIONS, Scope, parse, parse_order
+from sluice.expr.nodes import Node, Type
+from sluice.expr.python import Row, compile_python
+from sluice.expr.sql import Compiled, Source
+
+__all__ = [
+    "COLUMNS",
+    "FUNCTIONS",
+    "Compiled",
+    "Node",
+    "Row",
+    "Scope",
+    "Source",
+    "Type",
+    "compile_python",
+    "parse",
+    "parse_order",
+]

@@ -1,0 +1,651 @@
+"""From text to a checked tree: sqlglot parses, this module admits only the allow-list.
+
+Everything not named here (statements, subqueries, tables, functions off the
+list) is refused with an ExpressionError that quotes the offending part. JSON
+values get their type from where they are used (``body.total > 10`` reads a
+number), so the engines never have to guess.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, ClassVar, Final
+
+import sqlglot
+from sqlglot import exp
+from sqlglot import parser as sqlglot_parser
+from sqlglot.dialects.dialect import Dialect
+
+from sluice.errors import ExpressionError
+from sluice.expr.nodes import (
+    ArrayAgg,
+    Binary,
+    Case,
+    Cast,
+    Coerce,
+    Column,
+    Compare,
+    Func,
+    In,
+    IsNull,
+    Like,
+    Lit,
+    Logic,
+    Node,
+    Not,
+    Path,
+    Prop,
+    Step,
+    Type,
+    Var,
+    XPath,
+)
+
+__all__ = [
+    "COLUMNS",
+    "FUNCTIONS",
+    "MAX_LENGTH",
+    "MAX_NODES",
+    "Scope",
+    "check",
+    "parse",
+    "parse_order",
+]
+
+MAX_LENGTH: Final = 10_000
+"""The longest expression text accepted."""
+
+_MAX_DEPTH: Final = 64
+
+MAX_NODES: Final = 20_000
+"""The most parts a checked expression may have, counting each use of a shared one."""
+
+COLUMNS: Final[Mapping[str, Type]] = {
+    "priority": "number",
+    "enqueued_at": "number",
+    "available_at": "number",
+    "expires_at": "number",
+    "attempts": "number",
+    "type": "text",
+    "correlation_id": "text",
+    "reply_to": "text",
+    "content_type": "text",
+}
+"""A message's own fields, as expressions see them (times in seconds since the epoch)."""
+
+FUNCTIONS: Final[Mapping[str, tuple[tuple[Type, ...], int, Type]]] = {
+    # name: (argument types, how many of them are required, result type)
+    "lower": (("text",), 1, "text"),
+    "upper": (("text",), 1, "text"),
+    "length": (("text",), 1, "number"),
+    "trim": (("text",), 1, "text"),
+    "substr": (("text", "number", "number"), 2, "text"),
+    "replace": (("text", "text", "text"), 3, "text"),
+    "abs": (("number",), 1, "number"),
+    "round": (("number", "number"), 1, "number"),
+    "floor": (("number",), 1, "number"),
+    "ceil": (("number",), 1, "number"),
+    "epoch": (("text",), 1, "number"),
+    "year": (("text",), 1, "number"),
+    "month": (("text",), 1, "number"),
+    "day": (("text",), 1, "number"),
+}
+"""Scalar functions: each compiler implements exactly these, with the same meaning."""
+
+_ALIASES: Final = {"substring": "substr", "ceiling": "ceil", "char_length": "length"}
+_AGGREGATES: Final = ("count", "sum", "min", "max", "avg", "exists")
+_XPATH: Final[Mapping[str, Type]] = {
+    "xpath": "text",
+    "xpath_string": "text",
+    "xpath_number": "number",
+    "xpath_double": "number",
+    "xpath_boolean": "boolean",
+    "xpath_bool": "boolean",
+}
+_CASTS: Final[Mapping[str, Type]] = {
+    "DOUBLE": "number",
+    "FLOAT": "number",
+    "DECIMAL": "number",
+    "INT": "number",
+    "BIGINT": "number",
+    "TEXT": "text",
+    "VARCHAR": "text",
+    "BOOLEAN": "boolean",
+}
+_INTEGER_CASTS: Final = ("INT", "BIGINT")
+_ORDER: Final = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
+
+
+class _Dialect(Dialect):
+    """SQL as sqlglot reads it, but every function call left as a plain call.
+
+    sqlglot would otherwise check SQL's own arity (sum takes one argument) and
+    turn calls into its own node kinds; the allow-list below decides instead.
+    """
+
+    class Parser(sqlglot_parser.Parser):
+        FUNCTIONS: ClassVar[dict[str, Any]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The names an expression may use beyond the message's own fields."""
+
+    properties: Mapping[str, Type] = field(default_factory=dict)
+    """Declared properties and their types."""
+
+
+def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) -> Node:
+    """Parse and check ``text``; ``want`` is the type the result must have.
+
+    Raises ExpressionError, and nothing else, for any input.
+    """
+    tree = _syntax(text)
+    node = _Checker(scope or Scope()).node(tree, 0)
+    if want is not None:
+        node = _as(node, want, text)
+    # BETWEEN and simple CASE use their operand more than once: nested, that doubles
+    # at each level, and every engine evaluates the expanded tree.
+    size = _size(node, {})
+    if size > MAX_NODES:
+        raise ExpressionError(
+            f"the expression is too large: {size} parts once expanded, at most {MAX_NODES}"
+        )
+    return node
+
+
+def parse_order(text: str, scope: Scope | None = None) -> tuple[Node, bool]:
+    """An ordering key, ``expr [ASC|DESC]``: the checked expression and whether descending."""
+    if not isinstance(text, str):
+        raise ExpressionError(f"an ordering key must be a str, not {type(text).__name__}")
+    match = _ORDER.search(text)
+    descending = bool(match and match.group(1).lower() == "desc")
+    node = parse(text[: match.start()] if match else text, scope)
+    if node.type == "json":
+        raise ExpressionError(f"cannot order by {text!r}: it is an object or array")
+    return node, descending
+
+
+def check(node: Node, want: Type, text: str) -> Node:
+    """``node`` as a ``want`` value, or ExpressionError."""
+    return _as(node, want, text)
+
+
+def _syntax(text: str) -> exp.Expression:
+    if not isinstance(text, str):
+        raise ExpressionError(f"an expression must be a str, not {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise ExpressionError(f"the expression is {len(text)} characters; at most {MAX_LENGTH}")
+    if not text.strip():
+        raise ExpressionError("the expression is empty")
+    try:
+        trees = sqlglot.parse(text, read=_Dialect)
+    # sqlglot reports malformed input with several exception types (and deep
+    # nesting with RecursionError); to the caller they are all the same mistake.
+    except Exception as exc:
+        raise ExpressionError(f"cannot parse {text!r}: {_first_line(exc)}") from None
+    if len(trees) != 1 or not isinstance(trees[0], exp.Expression):
+        raise ExpressionError(f"{text!r} is not one expression; statements are not allowed")
+    return trees[0]
+
+
+def _first_line(exc: BaseException) -> str:
+    message = str(exc).strip().splitlines()
+    return re.sub(r"\x1b\[[0-9;]*m", "", message[0]) if message else type(exc).__name__
+
+
+class _Checker:
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.vars: list[str] = []
+
+    def node(self, e: exp.Expression, depth: int) -> Node:  # noqa: PLR0911, PLR0912  (one case per kind)
+        if depth > _MAX_DEPTH:
+            raise ExpressionError(f"the expression nests deeper than {_MAX_DEPTH} levels")
+        d = depth + 1
+        if isinstance(e, exp.Paren):
+            return self.node(e.this, d)
+        if isinstance(e, exp.Literal):
+            return _literal(e)
+        if isinstance(e, exp.Boolean):
+            return Lit(bool(e.this), "boolean")
+        if isinstance(e, exp.Null):
+            return Lit(None, "any")
+        if isinstance(e, exp.Column | exp.Dot | exp.Bracket | exp.Identifier):
+            return self.reference(e)
+        if isinstance(e, exp.Neg):
+            arg = self.typed(e.this, "number", d)
+            if isinstance(arg, Lit) and isinstance(arg.value, int | float):
+                return Lit(-arg.value, "number")
+            return Binary("-", Lit(0, "number"), arg, "number")
+        if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
+            op = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}[type(e)]
+            left, right = self.typed(e.this, "number", d), self.typed(e.expression, "number", d)
+            return Binary(op, left, right, "number")  # type: ignore[arg-type]
+        if isinstance(e, exp.DPipe):
+            left, right = self.typed(e.this, "text", d), self.typed(e.expression, "text", d)
+            return Binary("||", left, right, "text")
+        if isinstance(e, exp.EQ | exp.NEQ | exp.LT | exp.LTE | exp.GT | exp.GTE):
+            return self.compare(e, d)
+        if isinstance(e, exp.And | exp.Or):
+            # a OR b OR c is one Logic of three: a long chain nests neither here nor
+            # in the SQL it compiles to.
+            op = "and" if isinstance(e, exp.And) else "or"
+            args = tuple(self.typed(a, "boolean", d) for a in _operands(e, type(e)))
+            return Logic(op, args)  # type: ignore[arg-type]
+        if isinstance(e, exp.Not):
+            inner = e.this
+            if isinstance(inner, exp.Is):
+                return self.is_null(inner, d, negated=True)
+            if isinstance(inner, exp.In):
+                return self.in_list(inner, d, negated=True)
+            if isinstance(inner, exp.Like):
+                return self.like(inner, d, negated=True)
+            return Not(self.typed(inner, "boolean", d))
+        if isinstance(e, exp.Is):
+            return self.is_null(e, d, negated=False)
+        if isinstance(e, exp.In):
+            return self.in_list(e, d, negated=False)
+        if isinstance(e, exp.Like):
+            return self.like(e, d, negated=False)
+        if isinstance(e, exp.Between):
+            return self.between(e, d)
+        if isinstance(e, exp.Case):
+            return self.case(e, d)
+        if isinstance(e, exp.Cast | exp.TryCast):
+            return self.cast(e, d)
+        if isinstance(e, exp.Anonymous):
+            return self.call(e.name, list(e.expressions), e, d)
+        if isinstance(e, exp.Func) and not isinstance(e, exp.AggFunc | exp.Predicate):
+            # Calls sqlglot parses into its own node kinds even so (floor, round, ...).
+            return self.call(e.sql_name(), _arguments(e), e, d)
+        raise ExpressionError(f"{_sql(e)!r} is not allowed in an expression ({_what(e)})")
+
+    def typed(self, e: exp.Expression, want: Type, depth: int) -> Node:
+        return _as(self.node(e, depth), want, _sql(e))
+
+    # --- references ------------------------------------------------------------------
+    def reference(self, e: exp.Expression) -> Node:
+        parts = _parts(e)
+        head, steps = parts[0], tuple(parts[1:])
+        if not isinstance(head, str):
+            raise ExpressionError(f"{_sql(e)!r}: a path starts with a name")
+        if head in self.vars:
+            return Path(Var(head), steps)
+        for step in steps:
+            # SQLite matches a key as written in the stored JSON, where such a key
+            # can be spelt neither quoted nor bare (see sluice.expr.sqlite._label).
+            if isinstance(step, str) and '"' in step and ("." in step or "[" in step):
+                raise ExpressionError(
+                    f"{_sql(e)!r}: a key holding both a double quote and '.' or '[' "
+                    "cannot be used in a path"
+                )
+        if head in ("body", "props"):
+            return Path(head, steps)  # type: ignore[arg-type]
+        if steps:
+            raise ExpressionError(
+                f"{_sql(e)!r} reaches outside the message: paths start with body, props "
+                "or an array function's variable"
+            )
+        if head in COLUMNS:
+            return Column(head, COLUMNS[head])
+        if head in self.scope.properties:
+            return Prop(head, self.scope.properties[head])
+        raise ExpressionError(
+            f"unknown name {head!r}: use body.<path>, props.<name>, a declared property, "
+            f"or one of {', '.join(COLUMNS)}"
+        )
+
+    # --- operators -------------------------------------------------------------------
+    def compare(self, e: exp.Expression, depth: int) -> Node:
+        ops: dict[type[exp.Expression], str] = {
+            exp.EQ: "=",
+            exp.NEQ: "<>",
+            exp.LT: "<",
+            exp.LTE: "<=",
+            exp.GT: ">",
+            exp.GTE: ">=",
+        }
+        op = ops[type(e)]
+        left, right = self.node(e.this, depth), self.node(e.expression, depth)
+        operand = _common([left, right], _sql(e))
+        if operand == "boolean" and op not in ("=", "<>"):
+            raise ExpressionError(f"{_sql(e)!r}: booleans are compared with = and <> only")
+        left, right = _as(left, operand, _sql(e)), _as(right, operand, _sql(e))
+        return Compare(op, left, right, operand)  # type: ignore[arg-type]
+
+    def is_null(self, e: exp.Is, depth: int, *, negated: bool) -> Node:
+        if not isinstance(e.expression, exp.Null):
+            raise ExpressionError(f"{_sql(e)!r}: only IS NULL and IS NOT NULL are supported")
+        return IsNull(self.node(e.this, depth), negated != _negated(e))
+
+    def in_list(self, e: exp.In, depth: int, *, negated: bool) -> Node:
+        if e.args.get("query") or e.args.get("unnest") or e.args.get("field"):
+            raise ExpressionError(f"{_sql(e)!r}: IN takes a list of values, not a subquery")
+        arg = self.node(e.this, depth)
+        items = [self.node(i, depth) for i in e.expressions]
+        if not items:
+            raise ExpressionError(f"{_sql(e)!r}: IN needs at least one value")
+        operand = _common([arg, *items], _sql(e))
+        return In(
+            _as(arg, operand, _sql(e)),
+            tuple(_as(i, operand, _sql(e)) for i in items),
+            negated != _negated(e),
+            operand,
+        )
+
+    def like(self, e: exp.Like, depth: int, *, negated: bool) -> Node:
+        pattern = e.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise ExpressionError(f"{_sql(e)!r}: the LIKE pattern must be a quoted text literal")
+        # sqlglot marks ``a NOT LIKE b`` on the Like itself, not with a Not around it.
+        return Like(self.typed(e.this, "text", depth), pattern.this, negated != _negated(e))
+
+    def between(self, e: exp.Between, depth: int) -> Node:
+        arg = self.node(e.this, depth)
+        low, high = self.node(e.args["low"], depth), self.node(e.args["high"], depth)
+        operand = _common([arg, low, high], _sql(e))
+        if operand == "boolean":
+            raise ExpressionError(f"{_sql(e)!r}: BETWEEN needs numbers or text")
+        arg, low, high = (_as(n, operand, _sql(e)) for n in (arg, low, high))
+        both = Logic("and", (Compare(">=", arg, low, operand), Compare("<=", arg, high, operand)))
+        return Not(both) if _negated(e) else both
+
+    def case(self, e: exp.Case, depth: int) -> Node:
+        subject = e.this
+        conditions: list[Node] = []
+        results: list[Node] = []
+        for branch in e.args.get("ifs") or []:
+            when = branch.this
+            cond = exp.EQ(this=subject.copy(), expression=when) if subject else when
+            conditions.append(self.typed(cond, "boolean", depth))
+            results.append(self.node(branch.args["true"], depth))
+        default = self.node(e.args["default"], depth) if e.args.get("default") else None
+        kind = _common([*results, *([default] if default else [])], _sql(e))
+        return Case(
+            tuple(zip(conditions, (_as(r, kind, _sql(e)) for r in results), strict=True)),
+            _as(default, kind, _sql(e)) if default else None,
+            kind,
+        )
+
+    def cast(self, e: exp.Cast | exp.TryCast, depth: int) -> Node:
+        to = e.args["to"]
+        name = to.this.name if isinstance(to, exp.DataType) else str(to)
+        # VARCHAR(3) or DECIMAL(10, 2) would promise a truncation or rounding that
+        # the language does not do: only the bare type names are accepted.
+        if name not in _CASTS or (isinstance(to, exp.DataType) and to.expressions):
+            raise ExpressionError(
+                f"{_sql(e)!r}: cannot cast to {_sql(to)}; use DOUBLE, INT, TEXT or BOOLEAN"
+            )
+        arg = self.node(e.this, depth)
+        if arg.type == "json":
+            raise ExpressionError(f"{_sql(e)!r}: an object or array cannot be cast")
+        target = _CASTS[name]
+        node: Node
+        if isinstance(arg, Lit) and arg.value is None:
+            node = Lit(None, target)
+        elif arg.type == "any":
+            # A JSON value converts from whichever type it turns out to have: exactly
+            # one of the typed readings is not NULL, so each engine only ever
+            # converts between known types.
+            node = Func(
+                "coalesce",
+                tuple(_cast(Coerce(arg, source), target) for source in _SCALARS),
+                target,
+            )
+        else:
+            node = _cast(arg, target)
+        if name in _INTEGER_CASTS:  # INT truncates toward zero, as SQL does
+            node = Func("trunc", (node,), "number")
+        return node
+
+    # --- calls -----------------------------------------------------------------------
+    def call(self, called: str, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
+        name = _ALIASES.get(called.lower(), called.lower())
+        if name in _AGGREGATES:
+            return self.aggregate(name, args, e, depth)
+        if name in _XPATH:
+            return _xpath(name, args, e)
+        if name == "coalesce":
+            return self.coalesce(args, e, depth)
+        if name == "json_array_length":
+            return self.aggregate("count", args, e, depth)
+        if name == "now":
+            if args:
+                raise ExpressionError(f"{_sql(e)!r}: now takes no arguments")
+            return Func("now", (), "number")
+        if name not in FUNCTIONS:
+            raise ExpressionError(f"{_sql(e)!r}: function {name!r} is not allowed")
+        types, required, result = FUNCTIONS[name]
+        if not required <= len(args) <= len(types):
+            count = str(required) if required == len(types) else f"{required} to {len(types)}"
+            raise ExpressionError(f"{_sql(e)!r}: {name} takes {count} argument(s)")
+        checked = tuple(self.typed(a, t, depth) for a, t in zip(args, types, strict=False))
+        return Func(name, checked, result)
+
+    def coalesce(self, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
+        if not args:
+            raise ExpressionError(f"{_sql(e)!r}: coalesce needs at least one argument")
+        nodes = [self.node(a, depth) for a in args]
+        kind = _common(nodes, _sql(e))
+        return Func("coalesce", tuple(_as(n, kind, _sql(e)) for n in nodes), kind)
+
+    def aggregate(self, op: str, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
+        if not args or len(args) > 2:
+            raise ExpressionError(f"{_sql(e)!r}: {op} takes an array and optionally a lambda")
+        source, where = args[0], None
+        if isinstance(source, exp.ArrayFilter):  # filter(array, x -> condition)
+            source, where = source.this, source.expression
+        elif isinstance(source, exp.Anonymous) and source.name.lower() == "filter":
+            if len(source.expressions) != 2:
+                raise ExpressionError(f"{_sql(source)!r}: filter takes an array and a lambda")
+            source, where = source.expressions
+        array = self.node(source, depth)
+        if not isinstance(array, Path):
+            raise ExpressionError(f"{_sql(e)!r}: {op} applies to an array inside the message")
+        lambdas = [where] if where is not None else []
+        if len(args) == 2:
+            lambdas.append(args[1])
+        var = self.lambda_var(lambdas, e)
+        self.vars.append(var.name)
+        try:
+            element: Node = Path(var, ())
+            kept = self.typed(where.this, "boolean", depth) if where is not None else None
+            value = self.node(args[1].this, depth) if len(args) == 2 else None
+        finally:
+            self.vars.pop()
+        if op in ("count", "exists"):
+            if value is not None:  # count(a, x -> cond): a condition, as filter's
+                value = _as(value, "boolean", _sql(e))
+                kept = value if kept is None else Logic("and", (kept, value))
+            if op == "exists" and kept is None:
+                raise ExpressionError(f"{_sql(e)!r}: exists needs a condition, x -> ...")
+            return ArrayAgg(op, array, var, None, kept, "number" if op == "count" else "boolean")  # type: ignore[arg-type]  # fmt: skip
+        value = _as(value if value is not None else element, "number", _sql(e))
+        return ArrayAgg(op, array, var, value, kept, "number")  # type: ignore[arg-type]
+
+    def lambda_var(self, lambdas: list[exp.Expression], e: exp.Expression) -> Var:
+        if not lambdas:  # count(body.lines): a name no expression can spell
+            return Var(f"#{len(self.vars)}")
+        names = set()
+        for fn in lambdas:
+            if not isinstance(fn, exp.Lambda) or len(fn.expressions) != 1:
+                raise ExpressionError(f"{_sql(e)!r}: expected a lambda of one variable, x -> ...")
+            names.add(fn.expressions[0].name)
+        if len(names) != 1:
+            raise ExpressionError(f"{_sql(e)!r}: use the same variable name in both lambdas")
+        (name,) = names
+        if name in ("body", "props") or name in COLUMNS or name in self.scope.properties:
+            raise ExpressionError(f"{_sql(e)!r}: the variable {name!r} hides a field; rename it")
+        if name in self.vars:
+            raise ExpressionError(
+                f"{_sql(e)!r}: {name!r} already names an element of an enclosing array "
+                "function; give the inner lambda another variable"
+            )
+        return Var(name)
+
+
+_SCALARS: Final[tuple[Type, ...]] = ("number", "text", "boolean")
+
+
+def _cast(arg: Node, target: Type) -> Node:
+    return arg if arg.type == target else Cast(arg, arg.type, target)
+
+
+def _xpath(name: str, args: list[exp.Expression], e: exp.Expression) -> Node:
+    if len(args) != 2 or _parts_or_none(args[0]) != ["body"]:
+        raise ExpressionError(f"{_sql(e)!r}: write {name}(body, '/an/xpath')")
+    path = args[1]
+    if not (isinstance(path, exp.Literal) and path.is_string):
+        raise ExpressionError(f"{_sql(e)!r}: the XPath must be a quoted text literal")
+    from sluice.expr.xml import check_xpath  # noqa: PLC0415  (lxml is optional: only XPath needs it)
+
+    check_xpath(path.this)
+    return XPath(path.this, _XPATH[name])
+
+
+def _operands(e: exp.Expression, kind: type[exp.Expression]) -> list[exp.Expression]:
+    """The operands of a chain of ``kind`` (AND or OR), parentheses included, in order."""
+    out: list[exp.Expression] = []
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        inner = node
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, kind):
+            stack.extend((inner.expression, inner.this))
+        else:
+            out.append(node)
+    return out
+
+
+def _size(node: Node, seen: dict[int, int]) -> int:
+    """How many nodes ``node`` has once shared subtrees are counted each time they occur."""
+    known = seen.get(id(node))
+    if known is not None:
+        return known
+    total = 1
+    for f in fields(node):
+        value = getattr(node, f.name)
+        for item in value if isinstance(value, tuple) else (value,):
+            for child in item if isinstance(item, tuple) else (item,):
+                if is_dataclass(child) and not isinstance(child, Var | type):
+                    total += _size(child, seen)  # type: ignore[arg-type]
+    seen[id(node)] = total
+    return total
+
+
+def _negated(e: exp.Expression) -> bool:
+    return bool(e.args.get("negate"))
+
+
+def _arguments(e: exp.Func) -> list[exp.Expression]:
+    args: list[exp.Expression] = []
+    for key in e.arg_types:
+        value = e.args.get(key)
+        if isinstance(value, list):
+            args.extend(v for v in value if isinstance(v, exp.Expression))
+        elif isinstance(value, exp.Expression):
+            args.append(value)
+    return args
+
+
+def _literal(e: exp.Literal) -> Lit:
+    if e.is_string:
+        return Lit(e.this, "text")
+    text = e.this
+    try:
+        value: int | float = int(text) if re.fullmatch(r"\d+", text) else float(text)
+    except ValueError:
+        raise ExpressionError(f"{text!r} is not a number") from None
+    if (isinstance(value, int) and value >= 2**63) or (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
+        raise ExpressionError(f"the number {text} is out of range")
+    return Lit(value, "number")
+
+
+def _parts(e: exp.Expression) -> list[Step]:
+    parts = _parts_or_none(e)
+    if parts is None:
+        raise ExpressionError(f"{_sql(e)!r} is not a path: use names, .name and [index]")
+    return parts
+
+
+def _parts_or_none(e: exp.Expression) -> list[Step] | None:  # noqa: PLR0911  (one per form)
+    if isinstance(e, exp.Identifier):
+        return [e.this]
+    if isinstance(e, exp.Column):
+        names = [e.args.get(k) for k in ("catalog", "db", "table", "this")]
+        if not all(isinstance(n, exp.Identifier) or n is None for n in names):
+            return None
+        return [n.this for n in names if n is not None]
+    if isinstance(e, exp.Dot):
+        head = _parts_or_none(e.this)
+        tail = e.expression
+        if head is None or not isinstance(tail, exp.Identifier):
+            return None
+        return [*head, tail.this]
+    if isinstance(e, exp.Bracket) and len(e.expressions) == 1:
+        head = _parts_or_none(e.this)
+        index = e.expressions[0]
+        if head is None or not isinstance(index, exp.Literal):
+            return None
+        if index.is_string:
+            return [*head, index.this]
+        if not re.fullmatch(r"\d{1,9}", index.this):
+            return None
+        return [*head, int(index.this)]
+    return None
+
+
+def _common(nodes: list[Node], text: str) -> Type:
+    """The type values must share to be compared or chosen between."""
+    known = {n.type for n in nodes if n.type != "any"}
+    if "json" in known:
+        raise ExpressionError(f"{text!r}: an object or array cannot be compared or chosen")
+    if len(known) > 1:
+        raise ExpressionError(
+            f"{text!r} mixes {' and '.join(sorted(known))}; CAST one side to the other's type"
+        )
+    if not known:
+        if all(isinstance(n, Lit) for n in nodes):
+            return "text"  # NULL = NULL and the like: any type gives NULL
+        raise ExpressionError(
+            f"{text!r}: cannot tell whether the JSON values are numbers or text here; "
+            "CAST one of them, e.g. CAST(body.x AS DOUBLE)"
+        )
+    return known.pop()
+
+
+def _as(node: Node, want: Type, text: str) -> Node:
+    if node.type == want:
+        return node
+    if node.type == "any":
+        if isinstance(node, Lit):
+            return Lit(None, want)
+        return Coerce(node, want)
+    raise ExpressionError(f"{text!r} is {_a(node.type)}, where {_a(want)} is expected")
+
+
+def _a(kind: Type) -> str:
+    return {"json": "an object or array", "any": "a JSON value"}.get(kind, f"a {kind}")
+
+
+def _sql(e: exp.Expression) -> str:
+    try:
+        return e.sql()
+    except Exception:  # only used to quote the input back in messages
+        return type(e).__name__
+
+
+def _what(e: exp.Expression) -> str:
+    if isinstance(e, exp.Query | exp.Subquery):
+        return "subqueries and statements cannot be used"
+    if isinstance(e, exp.Func):
+        return f"function {e.sql_name().lower()} is not on the allow-list"
+    return f"{type(e).__name__} is not part of the expression language"

@@ -1,0 +1,196 @@
+"""The expression language compiled for PostgreSQL: jsonb for bodies, native xpath
+for XML, and the helper functions of sluice's schema where a cast could fail."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sluice.expr.nodes import ArrayAgg, Path, Type
+from sluice.expr.sql import Source, SqlCompiler
+
+__all__ = ["PostgresCompiler"]
+
+_JSON_TYPES: Final[dict[str, str]] = {"number": "number", "text": "string", "boolean": "boolean"}
+_READ: Final[dict[str, str]] = {
+    "number": "({v})::float8",
+    "text": "({v}) #>> '{{}}'",
+    "boolean": "({v})::boolean",
+}
+# What sluice.message.is_json and is_xml say of a content type (before any ';',
+# stripped, in any case); NULL is application/json itself.
+_IS_JSON: Final = (
+    r"({a}.content_type IS NULL "
+    r"OR {a}.content_type ~* '^\s*(application/json|[^;]*\+json)\s*(;|$)')"
+)
+_IS_XML: Final = r"({a}.content_type ~* '^\s*(application/xml|text/xml|[^;]*\+xml)\s*(;|$)')"
+_ICU: Final = '"und-x-icu"'  # full Unicode case mapping, whatever the database's locale
+# The dates and times the language reads: 'YYYY-MM-DD' or 'YYYY-MM-DDTHH:MM:SS[.f][Z]'.
+# The schema's functions take more (a space for T, 24:00:00 as the next midnight,
+# :60 as a leap second); they are guarded here rather than changed, so that
+# existing schemas agree too. They still refuse impossible dates (2023-02-29).
+_ISO_TIME: Final = (
+    r"'^([0-9]{4}-[0-9]{2}-[0-9]{2}(T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z?)?)$'"
+)
+_INT_MAX: Final = 2_147_483_647
+_XML_ESCAPES: Final = (("&lt;", "'<'"), ("&gt;", "'>'"), ("&#x0d;", "chr(13)"), ("&amp;", "'&'"))
+
+
+class PostgresCompiler(SqlCompiler):
+    def __init__(self, source: Source | None = None, *, schema: str, prefix: str = "x") -> None:
+        super().__init__(source, prefix=prefix)
+        self.schema = schema
+
+    def placeholder(self, name: str) -> str:
+        return f"%({name})s"
+
+    def literal(self, value: object, kind: Type) -> str:
+        if value is None:
+            return {"number": "NULL::float8", "boolean": "NULL::boolean"}.get(kind, "NULL::text")
+        cast = {"number": "float8", "boolean": "boolean"}.get(kind, "text")
+        return f"{self.bind(value)}::{cast}"
+
+    def column(self, name: str) -> str:
+        a = self.source.alias
+        if name == "content_type":
+            return f"coalesce({a}.content_type, 'application/json')"
+        if name in ("priority", "attempts"):
+            return f"{a}.{name}::float8"
+        return f"{a}.{name}"
+
+    def _value(self, path: Path) -> str:
+        """The jsonb value at ``path`` (NULL where there is none)."""
+        a = self.source.alias
+        if path.root == "body":
+            sql = f"(CASE WHEN {_IS_JSON.format(a=a)} THEN {a}.body::jsonb END)"
+        elif path.root == "props":
+            sql = f"{a}.properties::jsonb"
+        else:
+            sql = f"{self.var(path.root)}.v"
+        for step in path.steps:
+            # -> with an integer reads arrays only, with text objects only: as JSON paths do.
+            cast = "int" if isinstance(step, int) else "text"
+            sql += f" -> {self.bind(step)}::{cast}"
+        return f"({sql})"
+
+    def json_typed(self, path: Path, kind: Type) -> str:
+        value = self._value(path)
+        read = _READ[kind].format(v=value)
+        return f"(CASE WHEN jsonb_typeof({value}) = '{_JSON_TYPES[kind]}' THEN {read} END)"
+
+    def json_is_null(self, path: Path) -> str:
+        return f"(coalesce(jsonb_typeof({self._value(path)}), 'null') = 'null')"
+
+    def aggregate(self, node: ArrayAgg, alias: str) -> str:
+        assert isinstance(node.array, Path)
+        array = self._value(node.array)
+        kept = f" WHERE {self.compile(node.where)}" if node.where is not None else ""
+        elements = f"jsonb_array_elements({array}) AS {alias}(v){kept}"
+        if node.value is None:
+            result = "count(*) > 0" if node.op == "exists" else "count(*)::float8"
+            select = f"SELECT {result} FROM {elements}"
+        else:
+            # The values are computed in a subquery of their own: an aggregate over a
+            # value that names only the message (sum(a, x -> priority)) would otherwise
+            # belong to the enclosing query, as SQL has it, and aggregate the messages.
+            value = self.compile(node.value)
+            result = {
+                "sum": f"coalesce(sum({alias}_r.x), 0)",
+                "min": f"min({alias}_r.x)",
+                "max": f"max({alias}_r.x)",
+                "avg": f"avg({alias}_r.x)",
+            }[node.op]
+            select = f"SELECT {result} FROM (SELECT {value} AS x FROM {elements}) AS {alias}_r"
+        return f"(CASE WHEN jsonb_typeof({array}) = 'array' THEN ({select}) END)"
+
+    def cast(self, sql: str, source: Type, target: Type) -> str:
+        if target == "text":
+            # Each operand appears once in what it compiles to: a nested expression
+            # repeated at every level would grow exponentially.
+            if source == "boolean":
+                return f"(CASE {sql} WHEN true THEN 'true' WHEN false THEN 'false' END)"
+            # float8's text is the shortest that reads back (Python's repr); through
+            # numeric it loses its exponent, and trim_scale any trailing zeros.
+            return f"trim_scale(({sql})::text::numeric)::text"
+        if target == "number":
+            if source == "boolean":
+                return f"({sql})::int::float8"
+            return f"{self.schema}.sluice_to_number({sql})"
+        if source == "number":
+            return f"({sql} <> 0)"
+        return f"(CASE lower(btrim({sql}, ' ')) WHEN 'true' THEN true WHEN 'false' THEN false END)"
+
+    def function(self, name: str, args: list[str]) -> str:  # noqa: PLR0911  (one form per name)
+        x = args[0] if args else ""
+        simple = {
+            "lower": f"lower(({x}) COLLATE {_ICU})",
+            "upper": f"upper(({x}) COLLATE {_ICU})",
+            "length": f"char_length({x})::float8",
+            "trim": f"btrim({x}, ' ')",
+            "abs": f"abs({x})",
+            "floor": f"floor({x})",
+            "ceil": f"ceil({x})",
+            "trunc": f"trunc({x})",
+            "now": "extract(epoch FROM clock_timestamp())::float8",
+        }
+        if name in simple:
+            return simple[name]
+        if name in ("epoch", "year", "month", "day"):
+            # substring(... from pattern) is the text if it matches, else NULL.
+            text = f"substring({x} from {_ISO_TIME})"
+            if name == "epoch":
+                return f"{self.schema}.sluice_epoch({text})"
+            return f"{self.schema}.sluice_date_part('{name}', {text})"
+        if name == "replace":
+            return f"replace({', '.join(args)})"
+        if name == "round":
+            # Through text: float8::numeric keeps only 15 digits, which can move a half.
+            # round takes at most 2000 places either way itself; int4 must not overflow
+            # (and least or greatest would skip a NULL).
+            if len(args) == 1:
+                return f"round(({x})::text::numeric)::float8"
+            n = args[1]
+            digits = (
+                f"(CASE WHEN {n} > 2000 THEN 2000 WHEN {n} < -2000 THEN -2000 ELSE trunc({n}) END)"
+            )
+            return f"round(({x})::text::numeric, {digits}::int)::float8"
+        if name == "substr":
+            # A start below 1 or a negative length is NULL, not an error; past the int
+            # range is past the end of any text.
+            start, *length = (
+                f"(CASE WHEN {n} >= {low} THEN least(floor({n}), {_INT_MAX})::int END)"
+                for n, low in zip(args[1:], (1, 0), strict=False)
+            )
+            return f"substr({', '.join([x, start, *length])})"
+        raise AssertionError(f"no PostgreSQL form for {name}")
+
+    def divide(self, left: str, right: str) -> str:
+        return f"(({left})::float8 / NULLIF({right}, 0))"
+
+    def like(self, sql: str, pattern: str) -> str:
+        # No escape character: PostgreSQL's default, backslash, would make 'a\b' match 'ab'.
+        return f"({sql} LIKE {self.bind(pattern)} ESCAPE '')"
+
+    def text_order(self, sql: str) -> str:
+        return f'({sql} COLLATE "C")'
+
+    def xpath(self, path: str, kind: Type) -> str:
+        a = self.source.alias
+        wrapped = {"text": "string", "number": "number", "boolean": "boolean"}[kind]
+        # Only an XML body has nodes: a text body that happens to parse has none.
+        xml = (
+            f"(CASE WHEN {_IS_XML.format(a=a)} AND xml_is_well_formed_document({a}.body) "
+            f"THEN {a}.body::xml END)"
+        )
+        value = f"(xpath({self.bind(f'{wrapped}({path})')}::text, {xml}))[1]::text"
+        if kind == "number":  # NaN and infinities are no numbers
+            number = f"({value})::float8"
+            for special in ("NaN", "Infinity", "-Infinity"):
+                number = f"NULLIF({number}, '{special}')"
+            return number
+        if kind == "boolean":
+            return f"({value})::boolean"
+        # A string result comes back as XML text, with & < > and CR escaped: undone,
+        # &amp; last so that an escaped entity is not undone twice.
+        for escaped, char in _XML_ESCAPES:
+            value = f"replace({value}, '{escaped}', {char})"
+        return f"coalesce({value}, CASE WHEN {xml} IS NOT NULL THEN '' END)"

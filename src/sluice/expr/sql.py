@@ -1,0 +1,212 @@
+"""What the SQL compilers share: the walk over a checked tree, parameters, and the
+parts of SQL every engine spells the same way.
+
+Each dialect says how to reach the message's fields and how to read JSON,
+which is where engines differ and transpilers go wrong (SQLite's ``->``
+returns JSON text, ``->>`` a value). Constants are always bound parameters.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sluice.errors import ExpressionError
+from sluice.expr.nodes import (
+    ArrayAgg,
+    Binary,
+    Case,
+    Cast,
+    Coerce,
+    Column,
+    Compare,
+    Func,
+    In,
+    IsNull,
+    Like,
+    Lit,
+    Logic,
+    Node,
+    Not,
+    Path,
+    Prop,
+    Type,
+    Var,
+    XPath,
+)
+
+__all__ = ["Compiled", "Source", "SqlCompiler"]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a message's parts are in the SQL the expression is spliced into."""
+
+    alias: str = "m"
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Declared property name -> the stored column holding it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """SQL text and the parameters it names."""
+
+    sql: str
+    params: dict[str, Any]
+
+
+_INFIX: Final = {"and": " AND ", "or": " OR "}
+
+MAX_SQL_LENGTH: Final = 1_000_000
+"""The most SQL one expression may compile to."""
+
+
+class SqlCompiler(ABC):
+    """One compilation: ``compile`` may be called for several expressions sharing parameters."""
+
+    def __init__(self, source: Source | None = None, *, prefix: str = "x") -> None:
+        self.source = source or Source()
+        self.params: dict[str, Any] = {}
+        self._prefix = prefix
+        self._vars: dict[str, str] = {}
+
+    # --- what each dialect provides --------------------------------------------------
+    @abstractmethod
+    def placeholder(self, name: str) -> str: ...
+
+    @abstractmethod
+    def column(self, name: str) -> str:
+        """A message field of ``sluice.expr.check.COLUMNS`` as SQL."""
+
+    @abstractmethod
+    def json_typed(self, path: Path, kind: Type) -> str:
+        """The JSON value at ``path`` if it has JSON type ``kind``, else NULL."""
+
+    @abstractmethod
+    def json_is_null(self, path: Path) -> str: ...
+
+    @abstractmethod
+    def aggregate(self, node: ArrayAgg, alias: str) -> str: ...
+
+    @abstractmethod
+    def cast(self, sql: str, source: Type, target: Type) -> str: ...
+
+    @abstractmethod
+    def function(self, name: str, args: list[str]) -> str: ...
+
+    @abstractmethod
+    def xpath(self, path: str, kind: Type) -> str: ...
+
+    def text_order(self, sql: str) -> str:
+        """Text as compared and sorted: by code point on every engine."""
+        return sql
+
+    def literal(self, value: Any, kind: Type) -> str:
+        return "NULL" if value is None else self.bind(value)
+
+    def divide(self, left: str, right: str) -> str:
+        return f"({left} / NULLIF({right}, 0))"
+
+    def like(self, sql: str, pattern: str) -> str:
+        return f"({sql} LIKE {self.bind(pattern)})"
+
+    # --- the walk --------------------------------------------------------------------
+    def bind(self, value: Any) -> str:
+        name = f"{self._prefix}{len(self.params)}"
+        self.params[name] = value
+        return self.placeholder(name)
+
+    def var(self, var: Var) -> str:
+        return self._vars[var.name]
+
+    def compile(self, node: Node) -> str:
+        """``node`` as SQL of this dialect, its constants bound in ``params``.
+
+        A dialect may spell an operand more than once (x >= 1 AND ... x ...): nested
+        such forms grow exponentially, so the SQL is checked for size as it grows.
+        """
+        sql = self._node(node)
+        if len(sql) > MAX_SQL_LENGTH:
+            raise ExpressionError(
+                f"the expression is too large once compiled (over {MAX_SQL_LENGTH} characters "
+                "of SQL); simplify it"
+            )
+        return sql
+
+    def _node(self, node: Node) -> str:  # noqa: PLR0911, PLR0912  (one case per kind)
+        if isinstance(node, Lit):
+            return self.literal(node.value, node.type)
+        if isinstance(node, Column):
+            return self.column(node.name)
+        if isinstance(node, Prop):
+            stored = f"{self.source.alias}.{self.source.properties[node.name]}"
+            # Boolean properties are stored as numbers, 1 or 0.
+            return f"({stored} <> 0)" if node.type == "boolean" else stored
+        if isinstance(node, Coerce):
+            assert isinstance(node.arg, Path)  # the checker coerces only JSON paths
+            return self.json_typed(node.arg, node.type)
+        if isinstance(node, Path):
+            raise AssertionError("a JSON path is always read through Coerce or IS NULL")
+        if isinstance(node, Cast):
+            return self.cast(self.compile(node.arg), node.source, node.type)
+        if isinstance(node, Binary):
+            left, right = self.compile(node.left), self.compile(node.right)
+            if node.op == "/":
+                return self.divide(left, right)
+            return f"({left} {node.op} {right})"
+        if isinstance(node, Compare):
+            left, right = self.compile(node.left), self.compile(node.right)
+            if node.operand == "text" and node.op not in ("=", "<>"):
+                # Both sides: one collation given on each side cannot clash with the other.
+                left, right = self.text_order(left), self.text_order(right)
+            return f"({left} {node.op} {right})"
+        if isinstance(node, Logic):
+            return "(" + _INFIX[node.op].join(self.compile(a) for a in node.args) + ")"
+        if isinstance(node, Not):
+            return f"(NOT {self.compile(node.arg)})"
+        if isinstance(node, IsNull):
+            if isinstance(node.arg, Path):
+                test = self.json_is_null(node.arg)
+                return f"(NOT {test})" if node.negated else test
+            return f"({self.compile(node.arg)} IS {'NOT ' if node.negated else ''}NULL)"
+        if isinstance(node, In):
+            items = ", ".join(self.compile(i) for i in node.items)
+            return f"({self.compile(node.arg)} {'NOT ' if node.negated else ''}IN ({items}))"
+        if isinstance(node, Like):
+            test = self.like(self.compile(node.arg), node.pattern)
+            return f"(NOT {test})" if node.negated else test
+        if isinstance(node, Case):
+            whens = " ".join(
+                f"WHEN {self.compile(c)} THEN {self.compile(v)}" for c, v in node.whens
+            )
+            default = f" ELSE {self.compile(node.default)}" if node.default else ""
+            return f"(CASE {whens}{default} END)"
+        if isinstance(node, Func):
+            if node.name == "coalesce":
+                return "COALESCE(" + ", ".join(self.compile(a) for a in node.args) + ")"
+            return self.function(node.name, [self.compile(a) for a in node.args])
+        if isinstance(node, ArrayAgg):
+            alias = f"_e{len(self._vars)}"
+            self._vars[node.var.name] = alias
+            try:
+                return self.aggregate(node, alias)
+            finally:
+                del self._vars[node.var.name]
+        if isinstance(node, XPath):
+            return self.xpath(node.path, node.type)
+        raise AssertionError(f"unknown node {node!r}")
+
+    def order_key(self, node: Node, descending: bool) -> list[str]:
+        """ORDER BY terms for one key; values that are NULL go last either way."""
+        direction = " DESC" if descending else ""
+        if node.type == "any":
+            # A JSON value of unknown type: numbers (by value) before text.
+            assert isinstance(node, Path)
+            keys = [self.json_typed(node, "number"), self.text_order(self.json_typed(node, "text"))]
+        elif node.type == "text":
+            keys = [self.text_order(self.compile(node))]
+        else:
+            keys = [self.compile(node)]
+        return [f"{k}{direction} NULLS LAST" for k in keys]

@@ -1,0 +1,1 @@
+"""Message type definition languages, mapped onto JSON Schema for body validation."""
