@@ -16,6 +16,7 @@ from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import (
     ConfigurationError,
     ExpressionError,
+    IncompleteBlock,
     InvalidBody,
     LeaseLost,
     MessageError,
@@ -43,6 +44,7 @@ __all__ = [
     "Database",
     "EnqueueOptions",
     "ExpressionError",
+    "IncompleteBlock",
     "InvalidBody",
     "LeaseLost",
     "Message",

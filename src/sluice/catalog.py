@@ -13,7 +13,9 @@ from sluice.errors import ConfigurationError
 __all__ = [
     "ANY_TYPE",
     "DEFAULT_MAX_SIZE",
+    "ISOLATION_LEVELS",
     "Durability",
+    "Isolation",
     "QueueSpec",
     "check_name",
     "check_queue_name",
@@ -22,6 +24,9 @@ __all__ = [
 ]
 
 Durability = Literal["persistent", "transient"]
+
+Isolation = Literal["none", "ordered", "blockwise", "ordered_blockwise"]
+ISOLATION_LEVELS: tuple[str, ...] = ("none", "ordered", "blockwise", "ordered_blockwise")
 
 DEFAULT_MAX_SIZE = 1024 * 1024
 """Largest body a queue accepts unless told otherwise: 1 MiB."""
@@ -60,6 +65,8 @@ class QueueSpec:
     ``types``: the message types the queue accepts (empty: any message).
     ``priority``: per message type (or ``"*"`` for the rest), an expression
     giving the priority of a message enqueued without one.
+    ``isolation``: how concurrent readers are isolated from each other's
+    writers and blocks (docs/isolation.md).
     """
 
     name: str
@@ -69,9 +76,14 @@ class QueueSpec:
     max_size: int = DEFAULT_MAX_SIZE
     types: tuple[str, ...] = ()
     priority: tuple[tuple[str, str], ...] = ()
+    isolation: Isolation = "none"
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
+        if self.isolation not in ISOLATION_LEVELS:
+            raise ConfigurationError(
+                f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {self.isolation!r}"
+            )
         if self.error_queue is not None:
             check_queue_name(self.error_queue)
             if self.error_queue == self.name:
@@ -121,13 +133,14 @@ def spec_params(spec: QueueSpec) -> dict[str, object]:
         "max_size": spec.max_size,
         "types": json.dumps(list(spec.types)) if spec.types else None,
         "priority_functions": json.dumps(dict(spec.priority)) if spec.priority else None,
+        "isolation": spec.isolation,
     }
 
 
 def spec_from_row(row: tuple[Any, ...]) -> QueueSpec:
     """The inverse of spec_params, from (name, max_attempts, error_queue, durability,
-    max_size, types, priority_functions)."""
-    name, max_attempts, error_queue, durability, max_size, types, priority = row
+    max_size, types, priority_functions, isolation)."""
+    name, max_attempts, error_queue, durability, max_size, types, priority, isolation = row
     functions: Mapping[str, str] = json.loads(priority) if priority else {}
     return QueueSpec(
         name,
@@ -137,4 +150,5 @@ def spec_from_row(row: tuple[Any, ...]) -> QueueSpec:
         max_size,
         tuple(json.loads(types)) if types else (),
         tuple(functions.items()),
+        isolation,
     )

@@ -24,7 +24,8 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   └── MessageStateError       ack twice, release a message not held, ...
     └── TransactionError
         ├── TransactionClosed       using a committed or aborted transaction
-        └── LeaseLost               the owner was taken for dead and rolled back
+        ├── LeaseLost               the owner was taken for dead and rolled back
+        └── IncompleteBlock         a blockwise commit holding part of a block
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigurationError",
     "ExpressionError",
+    "IncompleteBlock",
     "InvalidBody",
     "LeaseLost",
     "MessageError",
@@ -129,3 +131,8 @@ class TransactionClosed(TransactionError):
 
 class LeaseLost(TransactionError):
     """The transaction's session lost its lease and was rolled back; redo the work in a new one."""
+
+
+class IncompleteBlock(TransactionError):
+    """The transaction holds part of a writer's block on a blockwise queue; take the rest
+    of the block and commit again, or abort. The transaction is still open."""

@@ -205,6 +205,9 @@ class Message(NamedTuple):
     origin_queue: str | None = None
     type: str | None = None
     """The message type it conforms to, if it was enqueued with one."""
+    group: str | None = None
+    """The group it was enqueued in: a group's messages are taken in order, by one
+    transaction at a time (docs/isolation.md)."""
     ref: int = 0
     """The storage row; internal, valid while the message is held."""
     holder: Transaction | None = None

@@ -23,12 +23,15 @@ __all__ = [
     "Backend",
     "CommitPlan",
     "Envelope",
+    "Lane",
     "PropertyDef",
     "Row",
     "Selection",
     "SessionInfo",
     "TxBackend",
     "browse_params",
+    "isolation_in_use",
+    "lane_of",
     "queue_in_use",
 ]
 
@@ -51,6 +54,8 @@ MESSAGE_COLUMNS = (
     "error",
     "origin_queue",
     "type",
+    "grp",
+    "lane",
 )
 """The order of the columns in every message row a backend returns."""
 
@@ -67,6 +72,14 @@ def browse_params(queue: str, state: str, limit: int, session: int, tx: int) -> 
         "tx": tx,
         "now": time.time(),
     }
+
+
+def isolation_in_use(name: str) -> QueueInUse:
+    """Why a queue's isolation level cannot change now."""
+    return QueueInUse(
+        f"queue {name!r} holds messages: its isolation level can change only while it is "
+        "empty (messages get their lanes when enqueued)"
+    )
 
 
 def queue_in_use(name: str, *, error_queue_of: Sequence[str] = (), busy: int = 0) -> QueueInUse:
@@ -99,6 +112,29 @@ class Envelope(NamedTuple):
     type: str | None = None
     keys: tuple[Any, ...] | None = None
     """Declared properties' values in SLOTS order; None for a queue without properties."""
+    group: str | None = None
+    lane: str | None = None
+    """The ordering unit the message waits in (see ``lane_of``); None: free."""
+
+
+Lane = tuple[str, str]
+"""A lane of a queue: (queue name, lane key)."""
+
+
+def lane_of(isolation: str, group: str | None, session: int, tx: int) -> str | None:
+    """The lane a message enters: its group, else its writer or block as the level says.
+
+    A lane's messages are taken one after the other in enqueue order, and by
+    one reader transaction at a time (docs/isolation.md). The prefixes keep a
+    group named like a writer apart from it.
+    """
+    if group is not None:
+        return f"g:{group}"
+    if isolation in ("ordered", "ordered_blockwise"):
+        return f"w:{session}"
+    if isolation == "blockwise":
+        return f"b:{session}.{tx}"
+    return None
 
 
 SLOTS = ("t1", "t2", "t3", "t4", "n1", "n2", "n3", "n4")
@@ -157,6 +193,8 @@ class CommitPlan:
     held: Sequence[int] = ()
     rejects: dict[int, str] = field(default_factory=dict)
     durable: bool = True
+    lanes: Sequence[Lane] = ()
+    """Lanes whose head may change: those of held messages and of enqueues."""
 
 
 class TxBackend(Protocol):
@@ -175,13 +213,22 @@ class TxBackend(Protocol):
         *,
         own: bool,
         select: Selection | None = None,
+        lanes: Sequence[str] = (),
     ) -> list[Row]: ...
 
-    def release(self, session: int, tx: int, refs: Sequence[int]) -> None: ...
+    def release(
+        self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
+    ) -> None: ...
 
     def commit(self, plan: CommitPlan) -> None: ...
 
-    def abort(self, session: int, tx: int, held: Sequence[int]) -> None: ...
+    def abort(
+        self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()
+    ) -> None: ...
+
+    def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """For each lane, the writer and transaction of its oldest message still waiting."""
+        ...
 
     def browse(
         self,
@@ -285,24 +332,34 @@ class Backend(Protocol):
         *,
         own: bool,
         select: Selection | None = None,
+        lanes: Sequence[str] = (),
     ) -> list[Row]:
         """Claim up to ``limit`` available messages, highest priority first, FIFO within one.
 
         ``own`` includes the transaction's own pending enqueues. ``select`` keeps
         only the messages its condition holds for, and orders by its keys first.
+        Of a lane only its head is claimable; ``lanes``, those the transaction
+        holds messages of, offer their next message too. When ``limit`` asks for
+        more, the lanes taken in this call offer theirs as well.
         """
 
-    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+    def release(
+        self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
+    ) -> None:
         """Give back held messages to their original place.
 
         Each counts an attempt; a message out of attempts goes to its error queue.
+        ``lanes``: the lanes of the messages, whose heads are then put right.
         """
 
     def commit(self, plan: CommitPlan) -> None:
         """Publish the transaction's enqueues and settle what it holds, all at once."""
 
-    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+    def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         """Undo the transaction: drop its pending enqueues, release what it holds. Idempotent."""
+
+    def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """For each lane, the writer and transaction of its oldest message still waiting."""
 
     def browse(
         self,

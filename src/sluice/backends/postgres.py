@@ -36,12 +36,14 @@ from sluice.backends.base import (
     SLOTS,
     CommitPlan,
     Envelope,
+    Lane,
     PropertyDef,
     Row,
     Selection,
     SessionInfo,
     TxBackend,
     browse_params,
+    isolation_in_use,
     queue_in_use,
 )
 from sluice.backends.selection import compile_selection
@@ -74,7 +76,7 @@ from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
 
 __all__ = ["PostgresBackend", "PostgresSettings"]
 
-_STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
+_STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed", 5: "ready"}
 _DB_NOW = "extract(epoch FROM clock_timestamp())"
 _PEER_MEMORY = 60.0  # seconds a notification from another Database counts as a peer
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
@@ -123,9 +125,10 @@ def _load_queries(schema: str) -> dict[str, str]:
         for c in (*MESSAGE_COLUMNS, "body_bytes")
     )
     named = dict(sql.queries("postgresql"))
-    claim = named.pop("claim")
-    named["claim"] = claim.replace("{claimable}", "state = 1")
-    named["claim_with_own"] = claim.replace("{claimable}", _READY_OR_OWN)
+    for name in ("claim", "claim_lanes"):
+        claim = named.pop(name)
+        named[name] = claim.replace("{claimable}", "state = 1")
+        named[name.replace("claim", "claim_with_own")] = claim.replace("{claimable}", _READY_OR_OWN)
     queries: dict[str, str] = {}
     for name, raw in named.items():
         text = (
@@ -346,6 +349,7 @@ class PostgresBackend:
     def _roll_back_orphans(self, conn: psycopg.Connection[Any]) -> None:
         # Whatever a session no longer registered holds is rolled back here, so a
         # session recovered while it still worked cannot leave claims behind.
+        lanes = conn.execute(self._q["dead_sessions_lanes"]).fetchall()
         for name in (
             "dead_sessions_pending",
             "dead_sessions_own_claims",
@@ -353,6 +357,8 @@ class PostgresBackend:
             "dead_sessions_release",
         ):
             conn.execute(self._q[name])
+        if lanes:
+            conn.execute(self._q["promote"], _lanes_params(lanes))
 
     def maintain(self, *, vacuum_too: bool = True) -> tuple[int | None, bool]:
         """Rotate the message partitions if due, and vacuum them if needed.
@@ -389,6 +395,8 @@ class PostgresBackend:
     def alter_queue(self, spec: QueueSpec) -> None:
         with self._transaction() as conn:
             if conn.execute(self._q["update_queue"], spec_params(spec)).rowcount == 0:
+                if conn.execute(self._q["get_queue"], {"name": spec.name}).fetchall():
+                    raise isolation_in_use(spec.name)
                 raise QueueNotFound(f"queue {spec.name!r} does not exist")
 
     def drop_queue(self, name: str) -> None:
@@ -492,7 +500,11 @@ class PostgresBackend:
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
-        notified = self._run_checked([_enqueue(session, tx, envelopes, ready, durable)], envelopes)
+        statements = [_enqueue(session, tx, envelopes, ready, durable)]
+        lanes = sorted({(e.queue, e.lane) for e in envelopes if e.lane is not None})
+        if ready and lanes:
+            statements.append(("promote", _lanes_params(lanes)))
+        notified = self._run_checked(statements, envelopes, durable=durable)
         if ready and not notified:
             self._notifier.signal(e.queue for e in envelopes)
 
@@ -543,19 +555,41 @@ class PostgresBackend:
         *,
         own: bool,
         select: Selection | None = None,
+        lanes: Sequence[str] = (),
     ) -> list[Row]:
-        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        name, extra = self._selected("claim_with_own" if own else "claim", select)
+        return claim_rounds(
+            lambda name, params: self._claim(session, tx, name, params),
+            self._selected,
+            session=session,
+            tx=tx,
+            queue=queue,
+            limit=limit,
+            own=own,
+            select=select,
+            lanes=lanes,
+            suffix="",
+        )
+
+    def _claim(self, session: int, tx: int, name: str, params: dict[str, Any]) -> list[Row]:
         try:
             # One statement that relaxes its own commit: one round trip.
-            rows = self._one(name, params | extra if extra else params)
+            rows = self._one(name, params)
         except StorageError as exc:
             if isinstance(exc.__cause__, psycopg.OperationalError):
                 # The claim may have committed before the connection broke: the
                 # transaction's end must then settle rows it never heard of.
                 self._uncertain.add((session, tx))
             raise
-        return self._keep_due(queue, rows)
+        return self._keep_due(params["queue"], rows)
+
+    def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
+        statements = [("lane_front", {"queue": queue, "lane": lane}) for lane in lanes]
+        results = self._unit(statements, durable=False)
+        return {
+            lane: (rows[0][0], rows[0][1])
+            for lane, rows in zip(lanes, results, strict=True)
+            if rows
+        }
 
     def _keep_due(self, queue: str, rows: list[Row]) -> list[Row]:
         """Claimed rows; an empty claim's answer to ``next_due`` is kept for this thread."""
@@ -564,9 +598,14 @@ class PostgresBackend:
             return []
         return _rows(rows)
 
-    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+    def release(
+        self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
+    ) -> None:
         params = {"session": session, "tx": tx, "ids": list(refs)}
-        self._unit([("dead_letter", params), ("release", params)], durable=False)
+        statements = [("dead_letter", params), ("release", params)]
+        if lanes:
+            statements.append(("promote", _lanes_params(lanes)))
+        self._unit(statements, durable=False)
         self._notifier.signal()
 
     def commit(self, plan: CommitPlan) -> None:
@@ -585,13 +624,11 @@ class PostgresBackend:
         elif plan.enqueues and not notified:
             self._notifier.signal(e.queue for e in plan.enqueues)
 
-    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+    def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": None}  # all it holds, known or not
         # Idempotent, so it is retried through a server restart: an abort that
         # failed would leave claims behind until the session ends.
-        statements = [("delete_pending", key)]
-        if held or (session, tx) in self._uncertain:
-            statements += [("delete_own_claimed", key), ("dead_letter", key), ("release", key)]
+        statements = abort_statements(key, bool(held) or (session, tx) in self._uncertain, lanes)
         self._retrying(lambda: self._unit(statements, durable=False))
         self._uncertain.discard((session, tx))
         if held:
@@ -625,7 +662,7 @@ class PostgresBackend:
             [("expire", {"now": now}), ("stats", {"queue": queue, "now": now})], durable=False
         )
         for state, delayed, n in rows:
-            name = "delayed" if state == 1 and delayed else _STATE_NAMES[state]
+            name = "delayed" if state in (1, 5) and delayed else _STATE_NAMES[state]
             counts[name] += n
         return counts
 
@@ -666,6 +703,7 @@ def _enqueue(
             "available_at": e.available_at,
             "expires_at": e.expires_at,
             "type": e.type,
+            **({"grp": e.group, "lane": e.lane} if e.lane is not None else {}),
             **_slot_values(e),
         }
         for e in envelopes
@@ -686,9 +724,75 @@ def _slot_values(e: Envelope) -> dict[str, Any]:
     return dict(zip(SLOTS, e.keys, strict=True)) if e.keys is not None else {}
 
 
+def fronts(lanes: Sequence[str], results: Sequence[list[Row]]) -> dict[str, tuple[int, int]]:
+    """lane_front's answers by lane (a lane with nothing waiting has none)."""
+    return {
+        lane: (rows[0][0], rows[0][1]) for lane, rows in zip(lanes, results, strict=True) if rows
+    }
+
+
+def _lanes_params(lanes: Sequence[Lane] | Sequence[Row]) -> dict[str, Any]:
+    return {"lane_queues": [q for q, _ in lanes], "lane_keys": [lane for _, lane in lanes]}
+
+
+def abort_statements(
+    key: dict[str, Any], held: bool, lanes: Sequence[Lane]
+) -> list[tuple[str, Any]]:
+    """An abort's statements: pending rows go, held ones go back, their lanes get heads."""
+    statements: list[tuple[str, Any]] = [("delete_pending", key)]
+    if held:
+        statements += [("delete_own_claimed", key), ("dead_letter", key), ("release", key)]
+        if lanes:
+            statements.append(("promote", _lanes_params(lanes)))
+    return statements
+
+
+def claim_rounds(
+    run: Callable[[str, dict[str, Any]], list[Row]],
+    selected: Callable[[str, Selection | None], tuple[str, dict[str, Any]]],
+    *,
+    session: int,
+    tx: int,
+    queue: str,
+    limit: int,
+    own: bool,
+    select: Selection | None,
+    lanes: Sequence[str],
+    suffix: str,
+) -> list[Row]:
+    """Claim in rounds: of a lane only the head is claimable, or the next message for the
+    lane's holder, so lanes taken in one round offer their next message to the next.
+
+    Without lanes involved this is one statement, as always.
+    """
+    base = "claim_with_own" if own else "claim"
+    owned = set(lanes)
+    rows: list[Row] = []
+    while len(rows) < limit:
+        name, extra = selected(f"{base}_lanes{suffix}" if owned else f"{base}{suffix}", select)
+        params = {"session": session, "tx": tx, "queue": queue, "limit": limit - len(rows),
+                  "now": time.time()} | extra  # fmt: skip
+        if owned:
+            params["lanes"] = sorted(owned)
+        taken = run(name, params)
+        if not taken:
+            break
+        rows += taken
+        more = {r[19] for r in taken if r[19] is not None and (r[3], r[4]) != (session, tx)}
+        if not more:
+            break  # no lane took part: this round took all there was
+        owned |= more
+    return rows
+
+
 def _commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[tuple[str, Any]]:
     key = {"session": plan.session, "tx": plan.tx}
     statements: list[tuple[str, Any]] = []
+    if plan.lanes and (plan.pending or plan.enqueues):
+        # Queue locks before lane locks, in every transaction that takes both (the
+        # enqueue takes its queues' locks, promote its lanes'): no deadlocks.
+        queues = sorted({e.queue for e in plan.enqueues})
+        statements.append(("commit_lock", key | {"lock_class": LOCK_CLASS, "queues": queues}))
     if plan.held:
         for ref, reason in plan.rejects.items():
             statements.append(("reject", key | {"id": ref, "reason": reason}))
@@ -704,8 +808,10 @@ def _commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[
         statements += [("commit_lock", lock), ("publish_pending", key | {"pending": plan.pending})]
     if plan.enqueues:
         # Inside a larger unit the unit decides durability; alone, enqueue does.
-        durable = plan.durable or len(statements) > 0 or in_caller_tx
+        durable = plan.durable or len(statements) > 0 or in_caller_tx or bool(plan.lanes)
         statements.append(_enqueue(plan.session, plan.tx, plan.enqueues, True, durable))
+    if plan.lanes:
+        statements.append(("promote", _lanes_params(plan.lanes)))
     return statements
 
 
@@ -719,7 +825,7 @@ def _text(body: str) -> str:
 
 def _rows(rows: list[Row]) -> list[Row]:
     """Message rows in MESSAGE_COLUMNS order: a binary body takes the body's place."""
-    return [r[:18] if r[18] is None else (*r[:6], bytes(r[18]), *r[7:18]) for r in rows]
+    return [r[:20] if r[20] is None else (*r[:6], bytes(r[20]), *r[7:20]) for r in rows]
 
 
 def _first(rows: list[Row]) -> Any:

@@ -14,22 +14,24 @@ transaction: producers to the same queues wait for it meanwhile.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from sluice.backends.base import CommitPlan, Envelope, Row, Selection, browse_params
+from sluice.backends.base import CommitPlan, Envelope, Lane, Row, Selection, browse_params
 from sluice.backends.postgres import (
     PostgresBackend,
     _commit_statements,
     _enqueue,
     _Expected,
+    _lanes_params,
     _lease_lost,
     _rows,
     _translate,
+    abort_statements,
+    claim_rounds,
 )
 from sluice.backends.postgres_notify import payload
 from sluice.errors import ConfigurationError, QueueNotFound
@@ -87,7 +89,11 @@ class ConnectionBackend:
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
         # durable=True: the caller's commit is flushed as the caller has it.
-        self._checked([_enqueue(session, tx, envelopes, ready, True)], envelopes)
+        statements = [_enqueue(session, tx, envelopes, ready, True)]
+        lanes = sorted({(e.queue, e.lane) for e in envelopes if e.lane is not None})
+        if ready and lanes:
+            statements.append(("promote", _lanes_params(lanes)))
+        self._checked(statements, envelopes)
         if ready:
             self._notify()
 
@@ -100,16 +106,38 @@ class ConnectionBackend:
         *,
         own: bool,
         select: Selection | None = None,
+        lanes: Sequence[str] = (),
     ) -> list[Row]:
-        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        name, extra = self._backend._selected(
-            "claim_with_own_in_caller_tx" if own else "claim_in_caller_tx", select
+        return claim_rounds(
+            lambda name, params: self._backend._keep_due(queue, self._run([(name, params)])[0]),
+            self._backend._selected,
+            session=session,
+            tx=tx,
+            queue=queue,
+            limit=limit,
+            own=own,
+            select=select,
+            lanes=lanes,
+            suffix="_in_caller_tx",
         )
-        return self._backend._keep_due(queue, self._run([(name, params | extra)])[0])
 
-    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+    def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
+        # On the caller's connection: its own claims are not yet visible elsewhere.
+        results = self._run([("lane_front", {"queue": queue, "lane": lane}) for lane in lanes])
+        return {
+            lane: (rows[0][0], rows[0][1])
+            for lane, rows in zip(lanes, results, strict=True)
+            if rows
+        }
+
+    def release(
+        self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
+    ) -> None:
         params = {"session": session, "tx": tx, "ids": list(refs)}
-        self._run([("dead_letter", params), ("release", params)])
+        statements = [("dead_letter", params), ("release", params)]
+        if lanes:
+            statements.append(("promote", _lanes_params(lanes)))
+        self._run(statements)
         self._notify()
 
     def commit(self, plan: CommitPlan) -> None:
@@ -119,15 +147,12 @@ class ConnectionBackend:
             raise _lease_lost(plan) from exc
         except QueueNotFound:
             raise
-        if plan.enqueues or plan.pending or plan.rejects:
+        if plan.enqueues or plan.pending or plan.rejects or plan.lanes:
             self._notify()
 
-    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+    def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": None}
-        statements = [("delete_pending", key)]
-        if held:
-            statements += [("delete_own_claimed", key), ("dead_letter", key), ("release", key)]
-        self._run(statements)
+        self._run(abort_statements(key, bool(held), lanes))
 
     def browse(
         self,

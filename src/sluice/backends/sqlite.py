@@ -7,6 +7,7 @@ SQLite's write lock (WAL lets readers carry on) and wait up to ``busy_timeout``.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -19,11 +20,13 @@ from sluice.backends.base import (
     MESSAGE_COLUMNS,
     CommitPlan,
     Envelope,
+    Lane,
     PropertyDef,
     Row,
     Selection,
     SessionInfo,
     browse_params,
+    isolation_in_use,
     queue_in_use,
 )
 from sluice.backends.group_commit import GroupCommitter
@@ -47,7 +50,7 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
 
-_STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed"}
+_STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed", 5: "ready"}
 
 
 _DELIVERY_ORDER = "priority DESC, id"
@@ -64,6 +67,11 @@ def _load_queries() -> dict[str, str]:
     for name in ("claim", "claim_with_own"):
         # One message: a scalar subquery is cheaper than materialising an id list.
         queries[f"{name}_one"] = queries.pop(name).replace("WHERE id IN (", "WHERE id = (", 1)
+    lanes = queries.pop("select_claimable_lanes")
+    queries["select_claimable_lanes"] = lanes.replace("{claimable}", "state = 1")
+    queries["select_claimable_with_own_lanes"] = lanes.replace(
+        "{claimable}", "(state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))"
+    )
     return queries
 
 
@@ -242,12 +250,13 @@ class SQLiteBackend:
             for session in dead:
                 conn.execute(self._q["close_session"], {"session": session})
             self._roll_back_orphans(conn)
-            conn.execute(self._q["expire"], {"now": time.time()})
+            self._expire(conn)
             return dead
 
     def _roll_back_orphans(self, conn: sqlite3.Connection) -> None:
         # Whatever a session no longer registered holds is rolled back here, so a
         # session recovered while it still worked cannot leave claims behind.
+        lanes = [tuple(r) for r in conn.execute(self._q["dead_sessions_lanes"])]
         for name in (
             "dead_sessions_pending",
             "dead_sessions_own_claims",
@@ -255,6 +264,14 @@ class SQLiteBackend:
             "dead_sessions_release",
         ):
             conn.execute(self._q[name])
+        self._promote(conn, lanes)
+
+    def _expire(self, conn: sqlite3.Connection) -> None:
+        """Expire overdue messages; a lane whose head expired gets the next as head."""
+        now = {"now": time.time()}
+        lanes = [tuple(r) for r in conn.execute(self._q["expiring_lanes"], now)]
+        conn.execute(self._q["expire"], now)
+        self._promote(conn, lanes)
 
     # --- catalog ---------------------------------------------------------------------
     def create_queue(self, spec: QueueSpec) -> None:
@@ -269,6 +286,8 @@ class SQLiteBackend:
     def alter_queue(self, spec: QueueSpec) -> None:
         with self._write() as conn:
             if conn.execute(self._q["update_queue"], spec_params(spec)).rowcount == 0:
+                if conn.execute(self._q["get_queue"], {"name": spec.name}).fetchone():
+                    raise isolation_in_use(spec.name)
                 raise QueueNotFound(f"queue {spec.name!r} does not exist")
 
     def drop_queue(self, name: str) -> None:
@@ -375,14 +394,15 @@ class SQLiteBackend:
         ids = dict(conn.execute(self._q["queue_ids"]).fetchall())
         if not names <= ids.keys():
             raise _queue_not_found(sorted(names - ids.keys()))
-        if all(e.type is None and e.keys is None for e in envelopes):
+        if not any(map(_typed, envelopes)):
             rows = [(state, session, tx, ids[e.queue], *e[1:11]) for e in envelopes]
             conn.executemany(self._q["insert_message_values"], rows)
             return
         typed = [
-            (state, session, tx, ids[e.queue], *e[1:11], e.type, *(e.keys or _NO_KEYS))
+            (state, session, tx, ids[e.queue], *e[1:11], e.type, *(e.keys or _NO_KEYS),
+             e.group, e.lane)
             for e in envelopes
-        ]
+        ]  # fmt: skip
         conn.executemany(self._q["insert_typed_values"], typed)
 
     def claim(
@@ -394,32 +414,64 @@ class SQLiteBackend:
         *,
         own: bool,
         select: Selection | None = None,
+        lanes: Sequence[str] = (),
     ) -> list[Row]:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
         # would give back anyway; and the next durable commit's fsync covers it.
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
-        if limit == 1:
+        if limit == 1 and not lanes:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
             query, extra = self._selected("claim_with_own_one" if own else "claim_one", select)
             rows, _ = self._single(query, params | extra if extra else params, durable=False)
             return rows
+        name = "select_claimable_with_own" if own else "select_claimable"
+        rows = []
+        owned = set(lanes)
         with self._write(durable=False) as conn:
-            query, extra = self._selected(
-                "select_claimable_with_own" if own else "select_claimable", select
-            )
-            rows = conn.execute(query, params | extra).fetchall()
-            if rows:
-                params["ids"] = _ids([row[0] for row in rows])
+            # Of a lane only the head is claimable, or the next message for the lane's
+            # holder: each round takes what is claimable now, and lanes it took from
+            # offer their next message to the following round.
+            while len(rows) < limit:
+                params["limit"] = limit - len(rows)
+                query, extra = self._selected(f"{name}_lanes" if owned else name, select)
+                if owned:
+                    extra = extra | {"lanes": json.dumps(sorted(owned))}
+                taken = conn.execute(query, params | extra).fetchall()
+                if not taken:
+                    break
+                params["ids"] = _ids([row[0] for row in taken])
                 conn.execute(self._q["mark_claimed"], params)
+                rows += taken
+                more = {r[19] for r in taken if r[19] is not None and not _own(r, session, tx)}
+                if not more:
+                    break  # no lane took part: this round took all there was
+                owned |= more
         # Rows come back as they were selected; the state column says what they are now.
         return [(r[0], 2, *r[2:]) for r in rows]
 
-    def release(self, session: int, tx: int, refs: Sequence[int]) -> None:
+    def release(
+        self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
+    ) -> None:
         params = {"session": session, "tx": tx, "ids": _ids(refs)}
         with self._write(durable=False) as conn:
             conn.execute(self._q["dead_letter"], params)
             conn.execute(self._q["release"], params)
+            self._promote(conn, lanes)
+
+    def _promote(self, conn: sqlite3.Connection, lanes: Sequence[Lane] | set[Lane]) -> None:
+        """Give each of ``lanes`` its head, if it has none (see the promote query)."""
+        if lanes:
+            conn.execute(self._q["promote"], {"lanes": json.dumps(sorted(lanes))})
+
+    def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
+        fronts: dict[str, tuple[int, int]] = {}
+        with self._read() as conn:
+            for lane in lanes:
+                row = conn.execute(self._q["lane_front"], {"queue": queue, "lane": lane}).fetchone()
+                if row is not None:
+                    fronts[lane] = (row[0], row[1])
+        return fronts
 
     def commit(self, plan: CommitPlan) -> None:
         if plan.durable and self._group is not None:
@@ -429,7 +481,7 @@ class SQLiteBackend:
 
     def _commit_alone(self, plan: CommitPlan) -> None:
         key: dict[str, object] = {"session": plan.session, "tx": plan.tx}
-        if plan.held and not (plan.rejects or plan.pending or plan.enqueues):
+        if plan.held and not (plan.rejects or plan.pending or plan.enqueues or plan.lanes):
             # The common acknowledgement: one statement. Recovery releases all of a
             # session's claims at once, so it matches all held rows or none.
             name, params = _delete_held(key, plan.held)
@@ -492,14 +544,16 @@ class SQLiteBackend:
             conn.execute(self._q["delete_pending"], key)
         if plan.enqueues:
             self._insert(conn, plan.session, plan.tx, plan.enqueues, state=1)
+        self._promote(conn, plan.lanes)
 
-    def abort(self, session: int, tx: int, held: Sequence[int]) -> None:
+    def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": _ids(held)}
         with self._write(durable=False) as conn:
             conn.execute(self._q["delete_pending"], key)
             if held:
                 for name in ("delete_own_claimed", "dead_letter", "release"):
                     conn.execute(self._q[name], key)
+                self._promote(conn, lanes)
 
     def browse(
         self,
@@ -519,18 +573,18 @@ class SQLiteBackend:
     def purge(self, queue: str, state: str, before: float) -> int:
         code = {"expired": 3, "failed": 4}[state]
         with self._write() as conn:
-            conn.execute(self._q["expire"], {"now": time.time()})
+            self._expire(conn)
             params = {"queue": queue, "state": code, "before": before}
             return conn.execute(self._q["purge"], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
         counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
         with self._write(durable=False) as conn:  # expiring is redone if a power cut undoes it
-            conn.execute(self._q["expire"], {"now": time.time()})
+            self._expire(conn)
             for state, delayed, n in conn.execute(
                 self._q["stats"], {"queue": queue, "now": time.time()}
             ):
-                name = "delayed" if state == 1 and delayed else _STATE_NAMES[state]
+                name = "delayed" if state in (1, 5) and delayed else _STATE_NAMES[state]
                 counts[name] += n
         return counts
 
@@ -552,7 +606,17 @@ _NO_KEYS = (None,) * 8
 
 
 def _typed(envelope: Envelope) -> bool:
-    return envelope.type is not None or envelope.keys is not None
+    """Whether the envelope needs the full insert (a type, properties, a group or lane)."""
+    return (
+        envelope.type is not None
+        or envelope.keys is not None
+        or envelope.group is not None
+        or envelope.lane is not None
+    )
+
+
+def _own(row: Row, session: int, tx: int) -> bool:
+    return bool(row[3] == session and row[4] == tx)
 
 
 def _delete_held(key: dict[str, object], held: Sequence[int]) -> tuple[str, dict[str, object]]:

@@ -17,6 +17,7 @@ from sluice.backends.base import SLOTS, Backend
 from sluice.catalog import (
     DEFAULT_MAX_SIZE,
     Durability,
+    Isolation,
     QueueSpec,
     check_name,
     check_queue_name,
@@ -139,13 +140,17 @@ class Database:
         max_size: int | None = None,
         types: Sequence[str] = (),
         priority: Mapping[str, str] | None = None,
+        isolation: Isolation = "none",
         exist_ok: bool = False,
     ) -> Queue:
         """Create a queue (and its error queue, if that does not exist yet).
 
         ``types``: the message types it accepts (default: any message);
         ``priority``: per message type (``"*"``: any other), an expression that
-        gives a message enqueued without a priority its priority.
+        gives a message enqueued without a priority its priority;
+        ``isolation``: ``none``, ``ordered``, ``blockwise`` or
+        ``ordered_blockwise``, how concurrent readers are kept apart
+        (docs/isolation.md).
         """
         spec = QueueSpec(
             name,
@@ -155,6 +160,7 @@ class Database:
             max_size=self.max_message_size if max_size is None else max_size,
             types=_names(types),
             priority=tuple((priority or {}).items()),
+            isolation=isolation,
         )
         self._check_types(spec)
         if error_queue is not None and self.backend.get_queue(error_queue) is None:
@@ -185,8 +191,14 @@ class Database:
         max_size: int = _UNSET,
         types: Sequence[str] = _UNSET,
         priority: Mapping[str, str] = _UNSET,
+        isolation: Isolation = _UNSET,
     ) -> QueueSpec:
-        """Change a queue's settings; arguments left out keep their value."""
+        """Change a queue's settings; arguments left out keep their value.
+
+        The isolation level changes only while the queue holds no live
+        messages (QueueInUse otherwise); other processes see the change within
+        a second, as with every setting.
+        """
         current = self._spec(name, fresh=True)
         changes: dict[str, Any] = {
             key: value
@@ -197,6 +209,7 @@ class Database:
                 ("max_size", max_size),
                 ("types", _UNSET if types is _UNSET else _names(types)),
                 ("priority", _UNSET if priority is _UNSET else tuple(priority.items())),
+                ("isolation", isolation),
             )
             if value is not _UNSET
         }

@@ -16,11 +16,12 @@ from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, get_args
 
-from sluice.backends.base import CommitPlan, Envelope, Row, TxBackend
+from sluice.backends.base import CommitPlan, Envelope, Lane, Row, TxBackend, lane_of
 from sluice.engine.enqueue import plain_bodies as _plain_bodies
 from sluice.engine.enqueue import typed_envelope
 from sluice.errors import (
     ConfigurationError,
+    IncompleteBlock,
     LeaseLost,
     MessageError,
     MessageStateError,
@@ -58,6 +59,7 @@ class EnqueueOptions(TypedDict, total=False):
     correlation_id: str | None
     reply_to: str | None
     type: str | None
+    group: str | None
 
 
 class TxState(Enum):
@@ -84,6 +86,8 @@ class Transaction:
         "_db",
         "_durable",
         "_held",
+        "_held_lanes",
+        "_lanes_out",
         "_pending",
         "_pending_queues",
         "_rejects",
@@ -108,6 +112,8 @@ class Transaction:
         self._pending = 0
         self._pending_queues: set[str] = set()
         self._held: dict[int, Message] = {}
+        self._held_lanes: dict[int, Lane] = {}  # held messages that belong to a lane
+        self._lanes_out: set[Lane] = set()  # lanes this transaction enqueued to
         self._rejects: dict[int, str] = {}
         self._touched = False
         self._durable = False
@@ -145,6 +151,7 @@ class Transaction:
         correlation_id: str | None = None,
         reply_to: str | None = None,
         type: str | None = None,
+        group: str | None = None,
     ) -> list[str]:
         """Add several messages with the same options; returns their ids in order.
 
@@ -155,12 +162,15 @@ class Transaction:
         None); ``correlation_id`` and ``reply_to``: free text for replies;
         ``type``: the message type the bodies must conform to (a Pydantic
         instance names its bound type itself; a queue that accepts one type
-        needs no name). The options are checked once, so this is the fast way
-        to enqueue a batch. If any body is refused, none of them is added.
+        needs no name); ``group``: messages of one group are taken in enqueue
+        order and by one transaction at a time (docs/isolation.md). The options
+        are checked once, so this is the fast way to enqueue a batch. If any
+        body is refused, none of them is added.
         """
         self._check_active()
         content = self._db._content(queue)
         spec = content.spec
+        lane = lane_of(spec.isolation, _group(group), self.session, self.number)
         now = time.time()
         options = (
             _priority(priority),
@@ -177,7 +187,7 @@ class Transaction:
             bodies = list(bodies)
         if not content.plain or type is not None or not _plain_bodies(bodies):
             base = Envelope(queue, 0, prio, "", content_type or "", props, correlation, reply,
-                            enqueued, available, expires, type)  # fmt: skip
+                            enqueued, available, expires, type, None, group, lane)  # fmt: skip
             added = [
                 typed_envelope(self._db, content, base, num=first + n, body=body,
                                priority=priority, properties=properties)
@@ -186,9 +196,11 @@ class Transaction:
         else:
             added = _plain_envelopes(
                 queue, first, bodies, content_type=content_type, max_size=spec.max_size,
-                options=options,
+                options=options, group=group, lane=lane,
             )  # fmt: skip
         self._count += len(added)
+        if lane is not None:
+            self._lanes_out.add((queue, lane))
         self._buffer.extend(added)
         self._buffered_queues.add(queue)
         self._durable = self._durable or spec.durability == "persistent"
@@ -235,11 +247,15 @@ class Transaction:
         if queue in self._buffered_queues:
             self._flush()
         own = queue in self._pending_queues
+        # Lanes this transaction holds messages of offer it their next message.
+        lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
         backend, wakeups = self._backend, self._db._wakeups
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
-            rows = backend.claim(self.session, self.number, queue, limit, own=own, select=select)
+            rows = backend.claim(
+                self.session, self.number, queue, limit, own=own, select=select, lanes=lanes
+            )
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break
@@ -257,14 +273,33 @@ class Transaction:
             messages.append(m)
             self._held[m.ref] = m
             if row[3] == self.session and row[4] == self.number:  # its own enqueue
-                self._pending -= 1
+                self._pending -= 1  # (and it holds no lane: it never entered one)
+            elif row[19] is not None:
+                self._held_lanes[m.ref] = (queue, row[19])
         return messages
 
     def release(self, message: Message) -> None:
-        """Give a taken message back now, to its original place (counts an attempt)."""
+        """Give a taken message back now, to its original place (counts an attempt).
+
+        Of a lane (a group, or a writer or block of an isolated queue), the
+        messages taken last go back first: giving back one while holding a later
+        one would let the later go first.
+        """
         self._check_held(message)
-        self._backend.release(self.session, self.number, [message.ref])
+        lane = self._held_lanes.get(message.ref)
+        if lane is not None and any(
+            ref > message.ref and other == lane for ref, other in self._held_lanes.items()
+        ):
+            raise MessageStateError(
+                f"message {message.id} has later messages of its "
+                f"{'group' if lane[1].startswith('g:') else 'writer'} held by this "
+                "transaction; release those first (last taken, first given back), or abort"
+            )
+        self._backend.release(
+            self.session, self.number, [message.ref], [lane] if lane is not None else []
+        )
         del self._held[message.ref]
+        self._held_lanes.pop(message.ref, None)
         self._rejects.pop(message.ref, None)
         if message.producer == (self.session, self.number):
             self._pending += 1
@@ -301,6 +336,8 @@ class Transaction:
     def commit(self) -> None:
         """Make every enqueue and dequeue of this transaction happen, at once and durably."""
         self._check_active()
+        if self._held_lanes:
+            self._check_blocks()
         if self._buffer or self._touched:
             plan = CommitPlan(
                 session=self.session,
@@ -310,6 +347,7 @@ class Transaction:
                 held=list(self._held),
                 rejects=self._rejects,
                 durable=self._durable,
+                lanes=sorted(self._lanes_out | set(self._held_lanes.values())),
             )
             try:
                 self._backend.commit(plan)
@@ -318,8 +356,10 @@ class Transaction:
                 raise
         self.state = TxState.COMMITTED
         wakeups = self._db._wakeups
-        if self._pending or self._rejects:
-            wakeups.notify()  # which queues gained how many is not known here
+        if self._pending or self._rejects or self._held_lanes:
+            # Which queues gained how many is not known here (a lane's next message
+            # became its head, say).
+            wakeups.notify()
         elif self._buffer:
             counts: dict[str, int] = {}
             for e in self._buffer:
@@ -333,7 +373,8 @@ class Transaction:
             return
         self._check_active()
         if self._touched:
-            self._backend.abort(self.session, self.number, list(self._held))
+            lanes = sorted(set(self._held_lanes.values()))
+            self._backend.abort(self.session, self.number, list(self._held), lanes)
         self.state = TxState.ABORTED
         if self._held:
             self._db._wakeups.notify()
@@ -365,6 +406,32 @@ class Transaction:
             self.abort()
 
     # --- checks ----------------------------------------------------------------------
+    def _check_blocks(self) -> None:
+        """On a blockwise queue, refuse to commit part of a block (the transaction stays open).
+
+        A block's messages wait in its lane in order and this transaction owns
+        the lane, so the block is incomplete exactly when the lane's oldest
+        waiting message belongs to a block it holds messages of.
+        """
+        blocks: dict[str, dict[str, set[tuple[int, int]]]] = {}
+        for ref, (queue, lane) in self._held_lanes.items():
+            if lane.startswith("g:"):
+                continue  # groups are ordered, never blockwise
+            if self._db._spec(queue).isolation not in ("blockwise", "ordered_blockwise"):
+                continue
+            producer = self._held[ref].producer
+            blocks.setdefault(queue, {}).setdefault(lane, set()).add(producer)
+        for queue, lanes in blocks.items():
+            fronts = self._backend.lane_fronts(queue, sorted(lanes))
+            for lane, front in fronts.items():
+                if front in lanes[lane]:
+                    session, tx = front
+                    raise IncompleteBlock(
+                        f"transaction {self.id} holds part of block {session}/{tx} of queue "
+                        f"{queue!r}; take the rest of the block and commit again, or abort "
+                        "(the transaction is still open)"
+                    )
+
     def _check_active(self) -> None:
         if self.state is not TxState.ACTIVE:
             raise TransactionClosed(
@@ -388,6 +455,8 @@ def _plain_envelopes(
     content_type: str | None,
     max_size: int,
     options: tuple[Any, ...],
+    group: str | None,
+    lane: str | None,
 ) -> list[Envelope]:
     """Envelopes of a queue without content rules: the fast path."""
     prio, props, correlation, reply, enqueued, available, expires = options
@@ -403,6 +472,10 @@ def _plain_envelopes(
             enqueued,
             available,
             expires,
+            None,
+            None,
+            group,
+            lane,
         )
         for n, body in enumerate(bodies)
     ]
@@ -417,7 +490,7 @@ def to_message(
     """
     (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
      correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
-     error, origin_queue, type_name) = row  # fmt: skip
+     error, origin_queue, type_name, group, _) = row  # fmt: skip
     value = decode_json(body) if content_type == JSON else decode_body(body, content_type)
     if type_name is not None and models:
         model = models.get(type_name)
@@ -441,12 +514,14 @@ def to_message(
         error,
         origin_queue,
         type_name,
+        group,
         ref,
         holder,
     )
 
 
-_STATES = tuple(MessageState)
+# State 5 is a message waiting behind its lane's head: ready, to its reader.
+_STATES = (*MessageState, MessageState.READY)
 
 
 def browse(
@@ -491,6 +566,19 @@ def _properties(properties: dict[str, Any] | None) -> str | None:
         return encode_json(properties)
     except (TypeError, ValueError) as exc:
         raise MessageError(f"properties must hold JSON values only ({exc})") from exc
+
+
+_MAX_GROUP = 1000
+
+
+def _group(group: str | None) -> str | None:
+    if group is None:
+        return None
+    if not isinstance(group, str) or not group or len(group) > _MAX_GROUP:
+        raise MessageError(
+            f"group must be a non-empty str of at most {_MAX_GROUP} characters, not {group!r}"
+        )
+    return group
 
 
 def _optional_text(name: str, value: str | None) -> str | None:

@@ -29,23 +29,29 @@ SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
 
 -- name: insert_queue
 INSERT INTO {schema}.queues (name, max_attempts, error_queue, durability, max_size, types,
-                             priority_functions, created_at)
+                             priority_functions, isolation, created_at)
 VALUES (%(name)s, %(max_attempts)s, %(error_queue)s, %(durability)s, %(max_size)s, %(types)s,
-        %(priority_functions)s, %(now)s);
+        %(priority_functions)s, %(isolation)s, %(now)s);
 
 -- name: update_queue
 UPDATE {schema}.queues
 SET max_attempts = %(max_attempts)s, error_queue = %(error_queue)s,
     durability = %(durability)s, max_size = %(max_size)s, types = %(types)s,
-    priority_functions = %(priority_functions)s
-WHERE name = %(name)s;
+    priority_functions = %(priority_functions)s, isolation = %(isolation)s
+WHERE name = %(name)s
+  -- Lanes are drawn at enqueue: the level changes only while no message lives.
+  AND (isolation = %(isolation)s OR NOT EXISTS (
+        SELECT 1 FROM {schema}.messages AS m
+        WHERE m.queue_id = queues.id AND m.state IN (0, 1, 2, 5)));
 
 -- name: get_queue
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
+       isolation
 FROM {schema}.queues WHERE name = %(name)s;
 
 -- name: list_queues
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
+       isolation
 FROM {schema}.queues ORDER BY name;
 
 -- name: queues_referencing
@@ -129,14 +135,27 @@ WITH moved AS (
     INSERT INTO {schema}.messages (
         slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes,
         content_type, properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
-        type, t1, t2, t3, t4, n1, n2, n3, n4)
-    SELECT (SELECT slot FROM {schema}.rotation), queue_id, 1, priority, p_session, p_tx, p_num,
+        type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane)
+    SELECT (SELECT slot FROM {schema}.rotation), queue_id,
+           CASE WHEN lane IS NULL THEN 1 ELSE 5 END, priority, p_session, p_tx, p_num,
            body, body_bytes, content_type,
            properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
-           type, t1, t2, t3, t4, n1, n2, n3, n4
+           type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane
     FROM moved ORDER BY id
     RETURNING 1)
 SELECT {schema}.expect((SELECT count(*) FROM ins), %(pending)s, 'lease lost');
+
+-- name: promote
+-- Lanes (queue, lane key) whose head may have gone get their oldest waiting message
+-- as head; see the function.
+SELECT {schema}.promote(%(lane_queues)s::text[], %(lane_keys)s::text[]);
+
+-- name: lane_front
+-- The writer and transaction of a lane's oldest message still waiting (or its head).
+SELECT p_session, p_tx FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND lane = %(lane)s
+  AND state IN (1, 5)
+ORDER BY id LIMIT 1;
 
 -- name: delete_pending
 DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s;
@@ -166,9 +185,39 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT min(available_at) FROM {schema}.messages
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
           AND state = 1 AND available_at > %(now)s),
-       NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
 ORDER BY 3 DESC, 1;
+
+-- name: claim_lanes
+-- As claim, and the next message of each lane in lanes (those the transaction holds
+-- messages of), which only it may take. Also loaded as claim_with_own_lanes.
+WITH free AS (
+    SELECT s.* FROM {schema}.messages AS s
+    WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+      AND {claimable} AND available_at <= %(now)s
+      AND (expires_at IS NULL OR expires_at > %(now)s){select}
+    ORDER BY {order}
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), next AS (
+    SELECT s.* FROM {schema}.messages AS s
+    WHERE s.id IN (
+        SELECT (SELECT w.id FROM {schema}.messages AS w
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                  AND w.lane = l.lane AND w.state = 5
+                ORDER BY w.id LIMIT 1)
+        FROM unnest(%(lanes)s::text[]) AS l(lane))
+      AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s){select}
+), pick AS (
+    SELECT s.id FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
+    ORDER BY {order}
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
+    RETURNING {message_columns})
+SELECT * FROM claimed ORDER BY 3 DESC, 1;
 
 -- name: delete_claimed
 WITH d AS (
@@ -183,7 +232,7 @@ WITH r AS (
     UPDATE {schema}.messages AS m
     SET queue_id = coalesce(eq.id, m.queue_id),
         state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
-        c_session = NULL, c_tx = NULL, error = %(reason)s, origin_queue = q.name
+        c_session = NULL, c_tx = NULL, error = %(reason)s, origin_queue = q.name, lane = NULL
     FROM {schema}.queues AS q
         LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
     WHERE m.id = %(id)s AND m.state = 2
@@ -198,7 +247,7 @@ SET queue_id = coalesce(eq.id, m.queue_id),
     state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
     attempts = m.attempts + 1,
     c_session = NULL, c_tx = NULL, origin_queue = q.name,
-    error = 'reached max_attempts (' || q.max_attempts || ')'
+    error = 'reached max_attempts (' || q.max_attempts || ')', lane = NULL
 FROM {schema}.queues AS q
     LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
 WHERE m.state = 2 AND m.c_session = %(session)s AND m.c_tx = %(tx)s
@@ -209,9 +258,11 @@ WHERE m.state = 2 AND m.c_session = %(session)s AND m.c_tx = %(tx)s
 
 -- name: release
 -- Back to the original place (the id is kept); a transaction's own enqueue goes back
--- to pending. ids NULL: everything the transaction holds.
+-- to pending; a message of a lane waits, until promote makes the lane's oldest its head.
+-- ids NULL: everything the transaction holds.
 UPDATE {schema}.messages
-SET state = CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0 ELSE 1 END,
+SET state = CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0
+                 WHEN lane IS NOT NULL THEN 5 ELSE 1 END,
     attempts = attempts + CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0 ELSE 1 END,
     c_session = NULL, c_tx = NULL
 WHERE state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
@@ -238,7 +289,7 @@ SET queue_id = coalesce(eq.id, m.queue_id),
     state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
     attempts = m.attempts + 1,
     c_session = NULL, c_tx = NULL, origin_queue = q.name,
-    error = 'reached max_attempts (' || q.max_attempts || ')'
+    error = 'reached max_attempts (' || q.max_attempts || ')', lane = NULL
 FROM {schema}.queues AS q
     LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
 WHERE m.state = 2
@@ -246,23 +297,30 @@ WHERE m.state = 2
   AND q.id = m.queue_id
   AND q.max_attempts IS NOT NULL AND m.attempts + 1 >= q.max_attempts;
 
+-- name: dead_sessions_lanes
+-- The lanes whose messages dead sessions hold: promoted after the release.
+SELECT DISTINCT q.name, m.lane FROM {schema}.messages AS m
+JOIN {schema}.queues AS q ON q.id = m.queue_id
+WHERE m.state = 2 AND m.lane IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session);
+
 -- name: dead_sessions_release
 UPDATE {schema}.messages AS m
-SET state = 1, attempts = attempts + 1, c_session = NULL, c_tx = NULL
+SET state = CASE WHEN lane IS NULL THEN 1 ELSE 5 END, attempts = attempts + 1,
+    c_session = NULL, c_tx = NULL
 WHERE state = 2 AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session);
 
 -- name: expire
-UPDATE {schema}.messages SET state = 3
-WHERE state = 1 AND expires_at IS NOT NULL AND expires_at <= %(now)s;
+SELECT {schema}.expire(%(now)s);
 
 -- name: browse
 SELECT {message_columns} FROM {schema}.messages AS m
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
   AND (
         (%(state)s = 'ready'
-            AND (state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))
+            AND (state IN (1, 5) OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))
             AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s))
-     OR (%(state)s = 'delayed' AND state = 1 AND available_at > %(now)s)
+     OR (%(state)s = 'delayed' AND state IN (1, 5) AND available_at > %(now)s)
      OR (%(state)s = 'claimed' AND state = 2)
      OR (%(state)s = 'expired' AND state = 3)
      OR (%(state)s = 'failed' AND state = 4)){select}

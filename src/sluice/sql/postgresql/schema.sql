@@ -11,7 +11,9 @@ CREATE TABLE {schema}.queues (
     max_size     bigint  NOT NULL,
     created_at   double precision NOT NULL,
     types        text,            -- JSON array of the message types accepted; NULL: any
-    priority_functions text       -- JSON object: message type -> priority expression
+    priority_functions text,      -- JSON object: message type -> priority expression
+    isolation    text    NOT NULL DEFAULT 'none'  -- how readers are isolated (docs/isolation.md)
+        CHECK (isolation IN ('none', 'ordered', 'blockwise', 'ordered_blockwise'))
 );
 
 CREATE TABLE {schema}.sessions (
@@ -65,6 +67,8 @@ CREATE TABLE {schema}.messages (
     -- Declared properties' values (queue_properties); text by code point, as elsewhere.
     t1 text COLLATE "C", t2 text COLLATE "C", t3 text COLLATE "C", t4 text COLLATE "C",
     n1 double precision, n2 double precision, n3 double precision, n4 double precision,
+    grp            text,            -- the producer's group
+    lane           text COLLATE "C",  -- the ordering unit: group, writer or block (state 5: waiting)
     PRIMARY KEY (id, slot)
 ) PARTITION BY LIST (slot);
 ALTER SEQUENCE {schema}.message_ids OWNED BY {schema}.messages.id;
@@ -81,7 +85,11 @@ CREATE INDEX messages_pending ON {schema}.messages (p_session, p_tx) WHERE state
 CREATE INDEX messages_claimed ON {schema}.messages (c_session, c_tx) WHERE state = 2;
 
 CREATE INDEX messages_expiring ON {schema}.messages (expires_at)
-    WHERE state = 1 AND expires_at IS NOT NULL;
+    WHERE state IN (1, 5) AND expires_at IS NOT NULL;
+
+-- A lane's head and waiting messages, and who holds its messages.
+CREATE INDEX messages_lane ON {schema}.messages (queue_id, lane, state, id)
+    WHERE lane IS NOT NULL;
 
 -- Fails the statement (and so its transaction) when a count is not the one
 -- expected: lets a commit check what it settled without a second round trip.
@@ -95,11 +103,60 @@ BEGIN
     RETURN actual;
 END $$;
 
+-- Promote: each listed lane that has no head (no message ready or held) gets its
+-- oldest waiting message as head. Run after anything that may leave a lane
+-- headless: a publish, a commit or abort of held messages, recovery, expiry.
+-- The lanes' locks (sorted, one pass) serialise it per lane, and the UPDATE runs
+-- after them on a fresh snapshot, so two transactions changing one lane at once
+-- cannot both miss the other's change (or both make a head).
+CREATE FUNCTION {schema}.promote(in_queues text[], in_lanes text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(k) FROM (
+        SELECT DISTINCT hashtextextended(q || '/' || l, 1936484707) AS k
+        FROM unnest(in_queues, in_lanes) AS u(q, l) ORDER BY 1) AS s;
+    UPDATE {schema}.messages AS m SET state = 1
+    FROM (SELECT DISTINCT qs.id AS queue_id, u.l AS lane
+          FROM unnest(in_queues, in_lanes) AS u(q, l)
+          JOIN {schema}.queues AS qs ON qs.name = u.q) AS u
+    WHERE m.id = (SELECT w.id FROM {schema}.messages AS w
+                  WHERE w.queue_id = u.queue_id AND w.lane = u.lane AND w.state = 5
+                  ORDER BY w.id LIMIT 1)
+      AND m.state = 5
+      AND NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
+                      WHERE o.queue_id = u.queue_id AND o.lane = u.lane AND o.state IN (1, 2)
+                        -- a transaction's claim of its own enqueue holds no lane
+                        AND (o.state = 1 OR o.c_session <> o.p_session OR o.c_tx <> o.p_tx));
+END $$;
+
+-- Expire overdue messages, then give the lanes whose head expired a new head.
+CREATE FUNCTION {schema}.expire(in_now double precision) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    expired bigint;
+    queues text[];
+    lanes text[];
+BEGIN
+    WITH e AS (
+        UPDATE {schema}.messages SET state = 3
+        WHERE state IN (1, 5) AND expires_at IS NOT NULL AND expires_at <= in_now
+        RETURNING queue_id, lane)
+    SELECT count(*), array_agg(q.name) FILTER (WHERE e.lane IS NOT NULL),
+           array_agg(e.lane) FILTER (WHERE e.lane IS NOT NULL)
+    INTO expired, queues, lanes
+    FROM e LEFT JOIN {schema}.queues AS q ON q.id = e.queue_id;
+    IF lanes IS NOT NULL THEN
+        PERFORM {schema}.promote(queues, lanes);
+    END IF;
+    RETURN expired;
+END $$;
+
 -- Enqueue: one JSON array of envelopes in, one statement. Ready messages first
 -- take their queues' commit locks (held until the transaction ends; in_queues
 -- names them), so that their ids, drawn afterwards, follow commit order within
 -- each queue. A transaction that also publishes pending rows has taken the
 -- locks for those already (commit_lock); advisory locks nest.
+-- A ready message with a lane waits (state 5): the caller promotes its lanes after.
 -- A non-durable call commits without waiting for the WAL flush.
 CREATE FUNCTION {schema}.enqueue(in_session bigint, in_tx bigint, in_ready boolean,
                                  in_queues text[], in_rows json, in_durable boolean)
@@ -118,17 +175,19 @@ BEGIN
     INSERT INTO {schema}.messages (
         slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes,
         content_type, properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
-        type, t1, t2, t3, t4, n1, n2, n3, n4)
-    SELECT (SELECT slot FROM {schema}.rotation), q.id, CASE WHEN in_ready THEN 1 ELSE 0 END,
+        type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane)
+    SELECT (SELECT slot FROM {schema}.rotation), q.id,
+           CASE WHEN NOT in_ready THEN 0 WHEN e.lane IS NULL THEN 1 ELSE 5 END,
            e.priority, in_session, in_tx, e.num,
            e.body, decode(e.body_b64, 'base64'), nullif(e.content_type, 'application/json'),
            e.properties, e.correlation_id, e.reply_to, e.enqueued_at, e.available_at,
-           e.expires_at, e.type, e.t1, e.t2, e.t3, e.t4, e.n1, e.n2, e.n3, e.n4
+           e.expires_at, e.type, e.t1, e.t2, e.t3, e.t4, e.n1, e.n2, e.n3, e.n4, e.grp, e.lane
     FROM json_to_recordset(in_rows) AS e(
             queue text, num bigint, priority bigint, body text, body_b64 text,
             content_type text, properties text, correlation_id text, reply_to text,
             enqueued_at float8, available_at float8, expires_at float8, type text,
-            t1 text, t2 text, t3 text, t4 text, n1 float8, n2 float8, n3 float8, n4 float8)
+            t1 text, t2 text, t3 text, t4 text, n1 float8, n2 float8, n3 float8, n4 float8,
+            grp text, lane text)
         JOIN {schema}.queues AS q ON q.name = e.queue
     ORDER BY e.num;  -- the order of enqueue within the transaction
     GET DIAGNOSTICS inserted = ROW_COUNT;

@@ -1,5 +1,7 @@
 -- Named queries of the SQLite backend. A section starts with "-- name: <query>".
--- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed.
+-- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed,
+-- 5 waiting behind the head of its lane (a group, or a writer or block of an isolated
+-- queue: see 0003_isolation.sql). A lane has at most one head, in state 1 or 2.
 -- Columns read back for a message are always those of `message_columns` in sluice.backends.sqlite.
 -- {select} and {order}: a selective or ordering dequeue's condition and keys (compiled
 -- expressions over the row `m`); by default nothing and delivery order.
@@ -19,23 +21,28 @@ SELECT id, host, pid, heartbeat_at, lease FROM sessions;
 
 -- name: insert_queue
 INSERT INTO queues (name, max_attempts, error_queue, durability, max_size, types,
-                    priority_functions, created_at)
+                    priority_functions, isolation, created_at)
 VALUES (:name, :max_attempts, :error_queue, :durability, :max_size, :types,
-        :priority_functions, :now);
+        :priority_functions, :isolation, :now);
 
 -- name: update_queue
 UPDATE queues
 SET max_attempts = :max_attempts, error_queue = :error_queue,
     durability = :durability, max_size = :max_size, types = :types,
-    priority_functions = :priority_functions
-WHERE name = :name;
+    priority_functions = :priority_functions, isolation = :isolation
+WHERE name = :name
+  -- Lanes are drawn at enqueue: the level changes only while no message lives.
+  AND (isolation = :isolation OR NOT EXISTS (
+        SELECT 1 FROM messages WHERE queue_id = queues.id AND state IN (0, 1, 2, 5)));
 
 -- name: get_queue
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
+       isolation
 FROM queues WHERE name = :name;
 
 -- name: list_queues
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions
+SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
+       isolation
 FROM queues ORDER BY name;
 
 -- name: queues_referencing
@@ -100,23 +107,49 @@ INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, c
 VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14);
 
 -- name: insert_typed_values
--- As insert_message_values, then ?15 the message type and ?16-?23 the slots t1-t4, n1-n4.
+-- As insert_message_values, then ?15 the message type, ?16-?23 the slots t1-t4, n1-n4,
+-- ?24 the group and ?25 the lane. A ready message with a lane waits: promote follows.
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
-                      type, t1, t2, t3, t4, n1, n2, n3, n4)
-VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14,
-        ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23);
+                      type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane)
+VALUES (?4, CASE WHEN ?1 = 1 AND ?25 IS NOT NULL THEN 5 ELSE ?1 END, ?6, ?2, ?3, ?5, ?7,
+        nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14,
+        ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25);
 
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids
 -- in commit order, so a reader that follows ids never skips a late commit.
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
-                      type, t1, t2, t3, t4, n1, n2, n3, n4)
-SELECT queue_id, 1, priority, p_session, p_tx, p_num, body, content_type,
-       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
-       type, t1, t2, t3, t4, n1, n2, n3, n4
+                      type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane)
+SELECT queue_id, CASE WHEN lane IS NULL THEN 1 ELSE 5 END, priority, p_session, p_tx, p_num,
+       body, content_type, properties, correlation_id, reply_to, enqueued_at, available_at,
+       expires_at, type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane
 FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx ORDER BY id;
+
+-- name: promote
+-- Each lane of :lanes (a JSON array of [queue, lane]) with no head, no message ready or
+-- held, gets its oldest waiting message as head. Runs after whatever may have left a
+-- lane headless: a publish, a commit or abort of held messages, recovery, expiry.
+UPDATE messages SET state = 1
+WHERE state = 5 AND id IN (
+    SELECT (SELECT w.id FROM messages AS w
+            WHERE w.queue_id = l.queue_id AND w.lane = l.lane AND w.state = 5
+            ORDER BY w.id LIMIT 1)
+    FROM (SELECT DISTINCT q.id AS queue_id, json_extract(j.value, '$[1]') AS lane
+          FROM json_each(:lanes) AS j JOIN queues AS q ON q.name = json_extract(j.value, '$[0]')
+         ) AS l
+    WHERE NOT EXISTS (SELECT 1 FROM messages AS o
+                      WHERE o.queue_id = l.queue_id AND o.lane = l.lane AND o.state IN (1, 2)
+                        -- a transaction's claim of its own enqueue holds no lane
+                        AND (o.state = 1 OR o.c_session <> o.p_session OR o.c_tx <> o.p_tx)));
+
+-- name: lane_front
+-- The writer and transaction of a lane's oldest message still waiting (or its head).
+SELECT p_session, p_tx FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND lane = :lane
+  AND state IN (1, 5)
+ORDER BY id LIMIT 1;
 
 -- name: delete_pending
 DELETE FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx;
@@ -159,10 +192,36 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
 ORDER BY {order}
 LIMIT :limit;
 
+-- name: select_claimable_lanes
+-- As select_claimable, and the next message of each lane in :lanes (a JSON array of the
+-- lanes the transaction holds messages of), which only it may take. Also loaded as
+-- select_claimable_with_own_lanes. Each part seeks its own index; neither scans.
+SELECT {message_columns} FROM (
+    SELECT * FROM (
+        SELECT m.* FROM messages AS m
+        WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+          AND {claimable} AND available_at <= :now
+          AND (expires_at IS NULL OR expires_at > :now){select}
+        ORDER BY {order}
+        LIMIT :limit)
+    UNION ALL
+    SELECT m.* FROM messages AS m
+    WHERE m.id IN (
+        SELECT (SELECT w.id FROM messages AS w
+                WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue)
+                  AND w.lane = l.value AND w.state = 5
+                ORDER BY w.id LIMIT 1)
+        FROM json_each(:lanes) AS l)
+      AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+) AS m
+ORDER BY {order}
+LIMIT :limit;
+
 -- name: mark_claimed
+-- (State 5: a lane's next message, selected for its owner in this same transaction.)
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx));
+  AND (state IN (1, 5) OR (state = 0 AND p_session = :session AND p_tx = :tx));
 
 -- name: delete_claimed
 DELETE FROM messages
@@ -177,7 +236,7 @@ WHERE id = :id AND state = 2 AND c_session = :session AND c_tx = :tx;
 UPDATE messages
 SET queue_id = coalesce(eq.id, messages.queue_id),
     state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
-    c_session = NULL, c_tx = NULL, error = :reason, origin_queue = q.name
+    c_session = NULL, c_tx = NULL, error = :reason, origin_queue = q.name, lane = NULL
 FROM queues AS q LEFT JOIN queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
 WHERE messages.id = :id AND messages.state = 2
   AND messages.c_session = :session AND messages.c_tx = :tx AND q.id = messages.queue_id;
@@ -189,7 +248,7 @@ SET queue_id = coalesce(eq.id, messages.queue_id),
     state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
     attempts = messages.attempts + 1,
     c_session = NULL, c_tx = NULL, origin_queue = q.name,
-    error = 'reached max_attempts (' || q.max_attempts || ')'
+    error = 'reached max_attempts (' || q.max_attempts || ')', lane = NULL
 FROM queues AS q LEFT JOIN queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
 WHERE messages.id IN (SELECT value FROM json_each(:ids)) AND messages.state = 2
   AND messages.c_session = :session AND messages.c_tx = :tx
@@ -198,9 +257,11 @@ WHERE messages.id IN (SELECT value FROM json_each(:ids)) AND messages.state = 2
   AND q.max_attempts IS NOT NULL AND messages.attempts + 1 >= q.max_attempts;
 
 -- name: release
--- Back to the original place (the id is kept); a transaction's own enqueue goes back to pending.
+-- Back to the original place (the id is kept); a transaction's own enqueue goes back to
+-- pending; a message of a lane waits, until promote makes the lane's oldest its head.
 UPDATE messages
-SET state = CASE WHEN p_session = :session AND p_tx = :tx THEN 0 ELSE 1 END,
+SET state = CASE WHEN p_session = :session AND p_tx = :tx THEN 0
+                 WHEN lane IS NOT NULL THEN 5 ELSE 1 END,
     attempts = attempts + CASE WHEN p_session = :session AND p_tx = :tx THEN 0 ELSE 1 END,
     c_session = NULL, c_tx = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 2 AND c_session = :session AND c_tx = :tx;
@@ -226,28 +287,42 @@ SET queue_id = coalesce(eq.id, messages.queue_id),
     state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
     attempts = messages.attempts + 1,
     c_session = NULL, c_tx = NULL, origin_queue = q.name,
-    error = 'reached max_attempts (' || q.max_attempts || ')'
+    error = 'reached max_attempts (' || q.max_attempts || ')', lane = NULL
 FROM queues AS q LEFT JOIN queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
 WHERE messages.queue_id IN (SELECT id FROM queues) AND state = 2 AND messages.c_session NOT IN (SELECT id FROM sessions)
   AND q.id = messages.queue_id
   AND q.max_attempts IS NOT NULL AND messages.attempts + 1 >= q.max_attempts;
 
+-- name: dead_sessions_lanes
+-- The lanes whose messages dead sessions hold: promoted after the release.
+SELECT DISTINCT q.name, m.lane FROM messages AS m JOIN queues AS q ON q.id = m.queue_id
+WHERE m.queue_id IN (SELECT id FROM queues) AND m.state = 2 AND m.lane IS NOT NULL
+  AND m.c_session NOT IN (SELECT id FROM sessions);
+
 -- name: dead_sessions_release
 -- Claimed rows are found through the queue index (queue_id, state), hence the IN.
-UPDATE messages SET state = 1, attempts = attempts + 1, c_session = NULL, c_tx = NULL
+UPDATE messages
+SET state = CASE WHEN lane IS NULL THEN 1 ELSE 5 END, attempts = attempts + 1,
+    c_session = NULL, c_tx = NULL
 WHERE queue_id IN (SELECT id FROM queues) AND state = 2 AND c_session NOT IN (SELECT id FROM sessions);
+
+-- name: expiring_lanes
+SELECT DISTINCT q.name, m.lane FROM messages AS m JOIN queues AS q ON q.id = m.queue_id
+WHERE m.state IN (1, 5) AND m.expires_at IS NOT NULL AND m.expires_at <= :now
+  AND m.lane IS NOT NULL;
 
 -- name: expire
 UPDATE messages SET state = 3
-WHERE state = 1 AND expires_at IS NOT NULL AND expires_at <= :now;
+WHERE state IN (1, 5) AND expires_at IS NOT NULL AND expires_at <= :now;
 
 -- name: browse
 SELECT {message_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND (
-        (:state = 'ready' AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
+        (:state = 'ready'
+            AND (state IN (1, 5) OR (state = 0 AND p_session = :session AND p_tx = :tx))
             AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now))
-     OR (:state = 'delayed' AND state = 1 AND available_at > :now)
+     OR (:state = 'delayed' AND state IN (1, 5) AND available_at > :now)
      OR (:state = 'claimed' AND state = 2)
      OR (:state = 'expired' AND state = 3)
      OR (:state = 'failed' AND state = 4)){select}

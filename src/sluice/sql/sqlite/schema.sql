@@ -3,6 +3,9 @@
 
 -- queues.types: JSON array of the message types a queue accepts (NULL: any);
 -- queues.priority_functions: JSON object, message type -> priority expression.
+-- queues.isolation: how concurrent readers are isolated (docs/isolation.md).
+-- messages.grp: the producer's group; messages.lane: the ordering unit (group, writer
+-- or block) a message waits in; state 5: waiting behind the lane's head.
 -- messages.type: the message's type; t1-t4, n1-n4: declared properties' values
 -- (text and numbers), in the slots queue_properties assigns.
 CREATE TABLE queues (
@@ -14,7 +17,9 @@ CREATE TABLE queues (
     max_size     INTEGER NOT NULL,
     created_at   REAL    NOT NULL,
     types        TEXT,
-    priority_functions TEXT
+    priority_functions TEXT,
+    isolation    TEXT    NOT NULL DEFAULT 'none'
+    CHECK (isolation IN ('none', 'ordered', 'blockwise', 'ordered_blockwise'))
 );
 
 CREATE TABLE sessions (
@@ -49,7 +54,9 @@ CREATE TABLE messages (
     origin_queue   TEXT,
     type           TEXT,
     t1 TEXT, t2 TEXT, t3 TEXT, t4 TEXT,
-    n1 REAL, n2 REAL, n3 REAL, n4 REAL
+    n1 REAL, n2 REAL, n3 REAL, n4 REAL,
+    grp            TEXT,
+    lane           TEXT
 );
 
 -- One index serves claims (state 1 in delivery order), counts by state and
@@ -58,7 +65,11 @@ CREATE INDEX messages_queue ON messages (queue_id, state, priority DESC, id, ava
 
 CREATE INDEX messages_pending ON messages (p_session, p_tx) WHERE state = 0;
 
-CREATE INDEX messages_expiring ON messages (expires_at) WHERE state = 1 AND expires_at IS NOT NULL;
+CREATE INDEX messages_expiring ON messages (expires_at)
+    WHERE state IN (1, 5) AND expires_at IS NOT NULL;
+
+-- A lane's head and waiting messages, and who holds its messages.
+CREATE INDEX messages_lane ON messages (queue_id, lane, state, id) WHERE lane IS NOT NULL;
 
 CREATE TABLE message_types (
     id         INTEGER PRIMARY KEY,

@@ -1,0 +1,109 @@
+-- Isolation levels and ordered groups. A message with a lane (its group, or its
+-- writer or block on an isolated queue) waits in state 5 behind the lane's head;
+-- only the head (state 1) is claimable by anyone, the rest only by the head's owner.
+
+ALTER TABLE {schema}.queues ADD COLUMN isolation text NOT NULL DEFAULT 'none'
+    CHECK (isolation IN ('none', 'ordered', 'blockwise', 'ordered_blockwise'));
+ALTER TABLE {schema}.messages ADD COLUMN grp text;
+ALTER TABLE {schema}.messages ADD COLUMN lane text COLLATE "C";
+
+CREATE INDEX messages_lane ON {schema}.messages (queue_id, lane, state, id)
+    WHERE lane IS NOT NULL;
+
+DROP INDEX {schema}.messages_expiring;
+CREATE INDEX messages_expiring ON {schema}.messages (expires_at)
+    WHERE state IN (1, 5) AND expires_at IS NOT NULL;
+
+-- Promote: each listed lane that has no head (no message ready or held) gets its
+-- oldest waiting message as head. Run after anything that may leave a lane
+-- headless: a publish, a commit or abort of held messages, recovery, expiry.
+-- The lanes' locks (sorted, one pass) serialise it per lane, and the UPDATE runs
+-- after them on a fresh snapshot, so two transactions changing one lane at once
+-- cannot both miss the other's change (or both make a head).
+CREATE FUNCTION {schema}.promote(in_queues text[], in_lanes text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(k) FROM (
+        SELECT DISTINCT hashtextextended(q || '/' || l, 1936484707) AS k
+        FROM unnest(in_queues, in_lanes) AS u(q, l) ORDER BY 1) AS s;
+    UPDATE {schema}.messages AS m SET state = 1
+    FROM (SELECT DISTINCT qs.id AS queue_id, u.l AS lane
+          FROM unnest(in_queues, in_lanes) AS u(q, l)
+          JOIN {schema}.queues AS qs ON qs.name = u.q) AS u
+    WHERE m.id = (SELECT w.id FROM {schema}.messages AS w
+                  WHERE w.queue_id = u.queue_id AND w.lane = u.lane AND w.state = 5
+                  ORDER BY w.id LIMIT 1)
+      AND m.state = 5
+      AND NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
+                      WHERE o.queue_id = u.queue_id AND o.lane = u.lane AND o.state IN (1, 2)
+                        -- a transaction's claim of its own enqueue holds no lane
+                        AND (o.state = 1 OR o.c_session <> o.p_session OR o.c_tx <> o.p_tx));
+END $$;
+
+-- Expire overdue messages, then give the lanes whose head expired a new head.
+CREATE FUNCTION {schema}.expire(in_now double precision) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    expired bigint;
+    queues text[];
+    lanes text[];
+BEGIN
+    WITH e AS (
+        UPDATE {schema}.messages SET state = 3
+        WHERE state IN (1, 5) AND expires_at IS NOT NULL AND expires_at <= in_now
+        RETURNING queue_id, lane)
+    SELECT count(*), array_agg(q.name) FILTER (WHERE e.lane IS NOT NULL),
+           array_agg(e.lane) FILTER (WHERE e.lane IS NOT NULL)
+    INTO expired, queues, lanes
+    FROM e LEFT JOIN {schema}.queues AS q ON q.id = e.queue_id;
+    IF lanes IS NOT NULL THEN
+        PERFORM {schema}.promote(queues, lanes);
+    END IF;
+    RETURN expired;
+END $$;
+
+-- Enqueue: one JSON array of envelopes in, one statement. Ready messages first
+-- take their queues' commit locks (held until the transaction ends; in_queues
+-- names them), so that their ids, drawn afterwards, follow commit order within
+-- each queue. A transaction that also publishes pending rows has taken the
+-- locks for those already (commit_lock); advisory locks nest.
+-- A ready message with a lane waits (state 5): the caller promotes its lanes after.
+-- A non-durable call commits without waiting for the WAL flush.
+CREATE OR REPLACE FUNCTION {schema}.enqueue(in_session bigint, in_tx bigint, in_ready boolean,
+                                            in_queues text[], in_rows json, in_durable boolean)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    inserted bigint;
+BEGIN
+    IF NOT in_durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    IF in_ready THEN
+        PERFORM pg_advisory_xact_lock(1936484707, q.id) FROM (  -- 1936484707: "slic"
+            SELECT id FROM {schema}.queues WHERE name = ANY(in_queues) ORDER BY id) AS q;
+    END IF;
+    INSERT INTO {schema}.messages (
+        slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes,
+        content_type, properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
+        type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane)
+    SELECT (SELECT slot FROM {schema}.rotation), q.id,
+           CASE WHEN NOT in_ready THEN 0 WHEN e.lane IS NULL THEN 1 ELSE 5 END,
+           e.priority, in_session, in_tx, e.num,
+           e.body, decode(e.body_b64, 'base64'), nullif(e.content_type, 'application/json'),
+           e.properties, e.correlation_id, e.reply_to, e.enqueued_at, e.available_at,
+           e.expires_at, e.type, e.t1, e.t2, e.t3, e.t4, e.n1, e.n2, e.n3, e.n4, e.grp, e.lane
+    FROM json_to_recordset(in_rows) AS e(
+            queue text, num bigint, priority bigint, body text, body_b64 text,
+            content_type text, properties text, correlation_id text, reply_to text,
+            enqueued_at float8, available_at float8, expires_at float8, type text,
+            t1 text, t2 text, t3 text, t4 text, n1 float8, n2 float8, n3 float8, n4 float8,
+            grp text, lane text)
+        JOIN {schema}.queues AS q ON q.name = e.queue
+    ORDER BY e.num;  -- the order of enqueue within the transaction
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted <> json_array_length(in_rows) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL001', MESSAGE = 'queue not found';
+    END IF;
+    RETURN inserted;
+END $$;
