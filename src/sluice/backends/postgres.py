@@ -773,7 +773,10 @@ def claim_rounds(
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit - len(rows),
                   "now": time.time()} | extra  # fmt: skip
         if owned:
+            # A lane's run is taken whole; with a selection only its next message,
+            # which is the one the selection may judge without skipping any.
             params["lanes"] = sorted(owned)
+            params["run"] = 1 if select is not None else limit - len(rows)
         taken = run(name, params)
         if not taken:
             break

@@ -436,7 +436,10 @@ class SQLiteBackend:
                 params["limit"] = limit - len(rows)
                 query, extra = self._selected(f"{name}_lanes" if owned else name, select)
                 if owned:
-                    extra = extra | {"lanes": json.dumps(sorted(owned))}
+                    # A lane's run is taken whole; with a selection only its next
+                    # message, the one the selection may judge without skipping any.
+                    run = 1 if select is not None else params["limit"]
+                    extra = extra | {"lanes": json.dumps(sorted(owned)), "run": run}
                 taken = conn.execute(query, params | extra).fetchall()
                 if not taken:
                     break

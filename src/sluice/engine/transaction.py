@@ -250,12 +250,22 @@ class Transaction:
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
         backend, wakeups = self._backend, self._db._wakeups
+        mine = (self.session, self.number)
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
+            # On an isolated queue a reader takes a writer's (or block's) messages one
+            # after the other: the first claim takes one head, the rest follow its lane.
+            first = limit if lanes or spec.isolation == "none" else 1
             rows = backend.claim(
-                self.session, self.number, queue, limit, own=own, select=select, lanes=lanes
+                self.session, self.number, queue, first, own=own, select=select, lanes=lanes
             )
+            if rows and first < limit:
+                taken = sorted({r[19] for r in rows if r[19] is not None and r[3:5] != mine})
+                rows += backend.claim(
+                    self.session, self.number, queue, limit - len(rows),
+                    own=own, select=select, lanes=taken,
+                )  # fmt: skip
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break

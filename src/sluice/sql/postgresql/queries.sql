@@ -190,10 +190,11 @@ WHERE NOT EXISTS (SELECT 1 FROM claimed)
 ORDER BY 3 DESC, 1;
 
 -- name: claim_lanes
--- As claim, and the next message of each lane in lanes (those the transaction holds
--- messages of), which only it may take. Also loaded as claim_with_own_lanes.
+-- As claim, and first the next messages of each lane in lanes (those the transaction
+-- holds messages of), which only it may take: up to run of them in lane order, stopping
+-- at the first not yet available. Also loaded as claim_with_own_lanes.
 WITH free AS (
-    SELECT s.* FROM {schema}.messages AS s
+    SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
     WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
       AND {claimable} AND available_at <= %(now)s
       AND (expires_at IS NULL OR expires_at > %(now)s){select}
@@ -201,23 +202,29 @@ WITH free AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), next AS (
-    SELECT s.* FROM {schema}.messages AS s
+    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
     WHERE s.id IN (
-        SELECT (SELECT w.id FROM {schema}.messages AS w
+        SELECT id FROM (
+            SELECT r.id, count(*) FILTER (
+                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
+                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
+            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
+                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
                   AND w.lane = l.lane AND w.state = 5
-                ORDER BY w.id LIMIT 1)
-        FROM unnest(%(lanes)s::text[]) AS l(lane))
-      AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s){select}
+                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
+        WHERE blocked = 0){select}
 ), pick AS (
-    SELECT s.id FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
-    ORDER BY {order}
+    SELECT s.id, row_number() OVER (
+               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}) AS pos
+    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
+    ORDER BY pos
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
     RETURNING {message_columns})
-SELECT * FROM claimed ORDER BY 3 DESC, 1;
+SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
 
 -- name: delete_claimed
 WITH d AS (

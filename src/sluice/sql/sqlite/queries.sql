@@ -193,11 +193,12 @@ ORDER BY {order}
 LIMIT :limit;
 
 -- name: select_claimable_lanes
--- As select_claimable, and the next message of each lane in :lanes (a JSON array of the
--- lanes the transaction holds messages of), which only it may take. Also loaded as
+-- As select_claimable, and first the next messages of each lane in :lanes (a JSON array of
+-- the lanes the transaction holds messages of), which only it may take: up to :run of
+-- them in lane order, stopping at the first not yet available. Also loaded as
 -- select_claimable_with_own_lanes. Each part seeks its own index; neither scans.
 SELECT {message_columns} FROM (
-    SELECT * FROM (
+    SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
         WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
           AND {claimable} AND available_at <= :now
@@ -205,16 +206,19 @@ SELECT {message_columns} FROM (
         ORDER BY {order}
         LIMIT :limit)
     UNION ALL
-    SELECT m.* FROM messages AS m
+    SELECT 0, m.* FROM messages AS m
     WHERE m.id IN (
-        SELECT (SELECT w.id FROM messages AS w
+        SELECT id FROM (
+            SELECT r.id, sum(r.available_at > :now OR coalesce(r.expires_at <= :now, 0))
+                         OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
+            FROM json_each(:lanes) AS l JOIN messages AS r ON r.id IN (
+                SELECT w.id FROM messages AS w
                 WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue)
                   AND w.lane = l.value AND w.state = 5
-                ORDER BY w.id LIMIT 1)
-        FROM json_each(:lanes) AS l)
-      AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+                ORDER BY w.id LIMIT :run))
+        WHERE blocked = 0){select}
 ) AS m
-ORDER BY {order}
+ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}
 LIMIT :limit;
 
 -- name: mark_claimed
