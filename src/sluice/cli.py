@@ -16,6 +16,7 @@ from typing import Any
 
 import sluice
 from sluice import admin, demo
+from sluice.catalog import ISOLATION_LEVELS
 from sluice.message import Message
 
 __all__ = ["main"]
@@ -36,6 +37,7 @@ def _message_dict(m: Message) -> dict[str, Any]:
         "properties": m.properties,
         "error": m.error,
         "type": m.type,
+        "group": m.group,
         "body": body,
     }
 
@@ -76,6 +78,7 @@ def cmd_create(args: argparse.Namespace, db: sluice.Database) -> int:
         error_queue=args.error_queue,
         durability="transient" if args.transient else "persistent",
         max_size=args.max_size,
+        isolation=args.isolation,
         exist_ok=args.exist_ok,
     )
     _out(args, {"created": args.queue}, f"created {args.queue}")
@@ -95,7 +98,9 @@ def cmd_put(args: argparse.Namespace, db: sluice.Database) -> int:
             body = json.loads(args.body)
         except json.JSONDecodeError as exc:
             raise sluice.InvalidBody(f"--json-body: the body is not valid JSON ({exc})") from exc
-    mid = db.queue(args.queue).put(body, priority=args.priority, delay=args.delay, ttl=args.ttl)
+    mid = db.queue(args.queue).put(
+        body, priority=args.priority, delay=args.delay, ttl=args.ttl, group=args.group
+    )
     _out(args, {"id": mid}, mid)
     return 0
 
@@ -185,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--error-queue", help="where failed messages go (created if missing)")
     p.add_argument("--transient", action="store_true", help="no fsync at commit")
     p.add_argument("--max-size", type=int, help="largest body in bytes (default 1 MiB)")
+    p.add_argument(
+        "--isolation",
+        choices=list(ISOLATION_LEVELS),
+        default="none",
+        help="how concurrent readers are isolated (docs/isolation.md)",
+    )
     p.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
     p = add("drop", cmd_drop, "drop a queue and its messages")
     p.add_argument("queue", help="queue name")
@@ -195,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=int, help="higher first (default 0)")
     p.add_argument("--delay", type=float, default=0.0, help="seconds until visible")
     p.add_argument("--ttl", type=float, help="seconds until it expires")
+    p.add_argument("--group", help="taken in order, one transaction at a time, per group")
     p = add("get", cmd_get, "take one message and acknowledge it (exit 3 if none)")
     p.add_argument("queue", help="queue name")
     p.add_argument("--wait", type=float, default=0.0, help="seconds to wait for one")

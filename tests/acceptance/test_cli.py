@@ -101,3 +101,16 @@ def test_browse_and_get_select_and_order_by_content(tmp_path: Path) -> None:
     bad = sluice("browse", "orders", "--where", "body.t > 'x' +", db=db)
     assert bad.returncode == 2
     assert "cannot parse" in bad.stderr
+
+
+def test_isolated_queues_and_groups_from_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "i.db"
+    assert sluice("create", "steps", "--isolation", "ordered", db=db).returncode == 0
+    for body, group in (("a1", "A"), ("b1", "B"), ("a2", "A")):
+        assert sluice("put", "steps", body, "--group", group, db=db).returncode == 0
+    shown = json.loads(sluice("browse", "steps", "--json", db=db).stdout)
+    assert [(m["body"], m["group"]) for m in shown] == [("a1", "A"), ("b1", "B"), ("a2", "A")]
+    queues = json.loads(sluice("queues", "--json", db=db).stdout)
+    assert queues[0]["isolation"] == "ordered"
+    bad = sluice("create", "other", "--isolation", "serializable", db=db)
+    assert bad.returncode == 2
