@@ -199,6 +199,29 @@ def test_outbox_selective_dequeue_runs_in_the_callers_transaction(
     assert [m.body["order"] for m in pg_db.queue("events").browse()] == [4]
 
 
+def test_outbox_groups_and_blocks_settle_with_the_callers_transaction(
+    pg_db: sluice.Database, business: psycopg.Connection[Any]
+) -> None:
+    pg_db.create_queue("legs", isolation="blockwise")
+    with pg_db.transaction(connection=business) as tx:
+        tx.enqueue_many("legs", ["debit", "credit"])
+        tx.enqueue_many("events", ["e1", "e2"], group="G")
+    business.commit()
+    with pg_db.transaction(connection=business) as tx:
+        assert [m.body for m in tx.dequeue("events")] == ["e1"]
+        assert [m.body for m in tx.dequeue("legs")] == ["debit"]
+        with pytest.raises(sluice.IncompleteBlock):
+            tx.commit()  # the check sees the caller's own uncommitted claims
+        assert [m.body for m in tx.dequeue("legs")] == ["credit"]
+    # Until the caller commits, the group stays with its transaction.
+    assert [m.body for m in pg_db.queue("events").browse()] == ["e1", "e2"]
+    business.rollback()
+    with pg_db.transaction(connection=business) as tx:
+        assert [m.body for m in tx.dequeue("events", limit=5)] == ["e1", "e2"]
+    business.commit()
+    assert pg_db.queue("events").browse() == []
+
+
 def test_outbox_wants_a_transaction_and_postgresql(
     pg_db: sluice.Database, postgres_server: PostgresServer | str, tmp_path: Any
 ) -> None:
