@@ -791,6 +791,10 @@ def claim_rounds(
 def _commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[tuple[str, Any]]:
     key = {"session": plan.session, "tx": plan.tx}
     statements: list[tuple[str, Any]] = []
+    if plan.lanes and plan.held and not (plan.rejects or plan.pending or plan.enqueues):
+        # The common commit of a lane's reader: one statement settles and promotes.
+        settle = key | {"ids": list(plan.held)} | _lanes_params(plan.lanes)
+        return [("settle", settle)]
     if plan.lanes and (plan.pending or plan.enqueues):
         # Queue locks before lane locks, in every transaction that takes both (the
         # enqueue takes its queues' locks, promote its lanes'): no deadlocks.

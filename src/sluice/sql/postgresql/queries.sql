@@ -150,11 +150,21 @@ SELECT {schema}.expect((SELECT count(*) FROM ins), %(pending)s, 'lease lost');
 -- as head; see the function.
 SELECT {schema}.promote(%(lane_queues)s::text[], %(lane_keys)s::text[]);
 
+-- name: settle
+SELECT {schema}.settle(%(session)s, %(tx)s, %(ids)s, %(lane_queues)s::text[],
+                       %(lane_keys)s::text[]);
+
 -- name: lane_front
 -- The writer and transaction of a lane's oldest message still waiting (or its head).
-SELECT p_session, p_tx FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND lane = %(lane)s
-  AND state IN (1, 5)
+-- (Each state its own index seek: one IN would sort the whole lane.)
+SELECT p_session, p_tx FROM (
+    (SELECT id, p_session, p_tx FROM {schema}.messages
+     WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+       AND lane = %(lane)s AND state = 1 ORDER BY id LIMIT 1)
+    UNION ALL
+    (SELECT id, p_session, p_tx FROM {schema}.messages
+     WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+       AND lane = %(lane)s AND state = 5 ORDER BY id LIMIT 1)) AS fronts
 ORDER BY id LIMIT 1;
 
 -- name: delete_pending

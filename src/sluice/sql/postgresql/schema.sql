@@ -106,27 +106,61 @@ END $$;
 -- Promote: each listed lane that has no head (no message ready or held) gets its
 -- oldest waiting message as head. Run after anything that may leave a lane
 -- headless: a publish, a commit or abort of held messages, recovery, expiry.
--- The lanes' locks (sorted, one pass) serialise it per lane, and the UPDATE runs
--- after them on a fresh snapshot, so two transactions changing one lane at once
--- cannot both miss the other's change (or both make a head).
+-- Each lane's lock serialises it per lane, and the statements after it run on a
+-- fresh snapshot, so two transactions changing one lane at once cannot both miss
+-- the other's change (or both make a head).
 CREATE FUNCTION {schema}.promote(in_queues text[], in_lanes text[]) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    lane_row record;
+    head_id bigint;
+    head_slot smallint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(k) FROM (
-        SELECT DISTINCT hashtextextended(q || '/' || l, 1936484707) AS k
-        FROM unnest(in_queues, in_lanes) AS u(q, l) ORDER BY 1) AS s;
-    UPDATE {schema}.messages AS m SET state = 1
-    FROM (SELECT DISTINCT qs.id AS queue_id, u.l AS lane
-          FROM unnest(in_queues, in_lanes) AS u(q, l)
-          JOIN {schema}.queues AS qs ON qs.name = u.q) AS u
-    WHERE m.id = (SELECT w.id FROM {schema}.messages AS w
-                  WHERE w.queue_id = u.queue_id AND w.lane = u.lane AND w.state = 5
-                  ORDER BY w.id LIMIT 1)
-      AND m.state = 5
-      AND NOT EXISTS (SELECT 1 FROM {schema}.messages AS o
-                      WHERE o.queue_id = u.queue_id AND o.lane = u.lane AND o.state IN (1, 2)
-                        -- a transaction's claim of its own enqueue holds no lane
-                        AND (o.state = 1 OR o.c_session <> o.p_session OR o.c_tx <> o.p_tx));
+    -- Lane by lane in one sorted order (no deadlocks), each after taking its lock;
+    -- small statements with their own prepared plans cost less than one big join.
+    FOR lane_row IN
+        SELECT DISTINCT qs.id AS queue_id, u.l AS lane,
+               hashtextextended(u.q || '/' || u.l, 1936484707) AS k
+        FROM unnest(in_queues, in_lanes) AS u(q, l)
+        JOIN {schema}.queues AS qs ON qs.name = u.q
+        ORDER BY k
+    LOOP
+        PERFORM pg_advisory_xact_lock(lane_row.k);
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM {schema}.messages AS o
+            WHERE o.queue_id = lane_row.queue_id AND o.lane = lane_row.lane AND o.state = 1);
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM {schema}.messages AS o
+            WHERE o.queue_id = lane_row.queue_id AND o.lane = lane_row.lane AND o.state = 2
+              -- a transaction's claim of its own enqueue holds no lane
+              AND (o.c_session <> o.p_session OR o.c_tx <> o.p_tx));
+        SELECT w.id, w.slot INTO head_id, head_slot FROM {schema}.messages AS w
+        WHERE w.queue_id = lane_row.queue_id AND w.lane = lane_row.lane AND w.state = 5
+        ORDER BY w.id LIMIT 1;
+        IF FOUND THEN
+            UPDATE {schema}.messages SET state = 1
+            WHERE id = head_id AND slot = head_slot AND state = 5;
+        END IF;
+    END LOOP;
+END $$;
+
+-- Settle: a commit that only acknowledges held messages of lanes, in one statement
+-- (one round trip, no BEGIN/COMMIT): delete them, then give their lanes heads.
+CREATE FUNCTION {schema}.settle(in_session bigint, in_tx bigint, in_ids bigint[],
+                                in_queues text[], in_lanes text[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    settled bigint;
+BEGIN
+    DELETE FROM {schema}.messages
+    WHERE id = ANY(in_ids) AND state = 2 AND c_session = in_session AND c_tx = in_tx;
+    GET DIAGNOSTICS settled = ROW_COUNT;
+    IF settled <> cardinality(in_ids) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL001', MESSAGE = 'lease lost',
+            DETAIL = format('%s of %s', settled, cardinality(in_ids));
+    END IF;
+    PERFORM {schema}.promote(in_queues, in_lanes);
+    RETURN settled;
 END $$;
 
 -- Expire overdue messages, then give the lanes whose head expired a new head.

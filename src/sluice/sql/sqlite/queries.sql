@@ -140,15 +140,23 @@ WHERE state = 5 AND id IN (
           FROM json_each(:lanes) AS j JOIN queues AS q ON q.name = json_extract(j.value, '$[0]')
          ) AS l
     WHERE NOT EXISTS (SELECT 1 FROM messages AS o
-                      WHERE o.queue_id = l.queue_id AND o.lane = l.lane AND o.state IN (1, 2)
+                      WHERE o.queue_id = l.queue_id AND o.lane = l.lane AND o.state = 1)
+      AND NOT EXISTS (SELECT 1 FROM messages AS o
+                      WHERE o.queue_id = l.queue_id AND o.lane = l.lane AND o.state = 2
                         -- a transaction's claim of its own enqueue holds no lane
-                        AND (o.state = 1 OR o.c_session <> o.p_session OR o.c_tx <> o.p_tx)));
+                        AND (o.c_session <> o.p_session OR o.c_tx <> o.p_tx)));
 
 -- name: lane_front
 -- The writer and transaction of a lane's oldest message still waiting (or its head).
-SELECT p_session, p_tx FROM messages
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND lane = :lane
-  AND state IN (1, 5)
+-- (Each state its own index seek: one IN would sort the whole lane.)
+SELECT p_session, p_tx FROM (
+    SELECT * FROM (SELECT id, p_session, p_tx FROM messages
+                   WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+                     AND lane = :lane AND state = 1 ORDER BY id LIMIT 1)
+    UNION ALL
+    SELECT * FROM (SELECT id, p_session, p_tx FROM messages
+                   WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+                     AND lane = :lane AND state = 5 ORDER BY id LIMIT 1))
 ORDER BY id LIMIT 1;
 
 -- name: delete_pending
@@ -299,7 +307,9 @@ WHERE messages.queue_id IN (SELECT id FROM queues) AND state = 2 AND messages.c_
 
 -- name: dead_sessions_lanes
 -- The lanes whose messages dead sessions hold: promoted after the release.
-SELECT DISTINCT q.name, m.lane FROM messages AS m JOIN queues AS q ON q.id = m.queue_id
+-- Through the claims (queue, state 2), not the lane index: that would read every lane.
+SELECT DISTINCT q.name, m.lane FROM messages AS m INDEXED BY messages_queue
+JOIN queues AS q ON q.id = m.queue_id
 WHERE m.queue_id IN (SELECT id FROM queues) AND m.state = 2 AND m.lane IS NOT NULL
   AND m.c_session NOT IN (SELECT id FROM sessions);
 
