@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ bench-postgres: $(BIN)/sluice-bench-stamp
 # A queue of 1,000,000 typed orders on SQLite and PostgreSQL (about 15 minutes).
 bench-content: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.content
+
+bench-isolation: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.isolation
 
 soak: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.soak
