@@ -214,6 +214,7 @@ class TxBackend(Protocol):
         own: bool,
         select: Selection | None = None,
         lanes: Sequence[str] = (),
+        fill: bool = True,
     ) -> list[Row]: ...
 
     def release(
@@ -333,6 +334,7 @@ class Backend(Protocol):
         own: bool,
         select: Selection | None = None,
         lanes: Sequence[str] = (),
+        fill: bool = True,
     ) -> list[Row]:
         """Claim up to ``limit`` available messages, highest priority first, FIFO within one.
 
@@ -340,7 +342,8 @@ class Backend(Protocol):
         only the messages its condition holds for, and orders by its keys first.
         Of a lane only its head is claimable; ``lanes``, those the transaction
         holds messages of, offer their next message too. When ``limit`` asks for
-        more, the lanes taken in this call offer theirs as well.
+        more, the lanes taken in this call offer theirs as well. ``fill`` False:
+        with ``lanes``, only their messages (finish what it holds first).
         """
 
     def release(

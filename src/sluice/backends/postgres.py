@@ -556,6 +556,7 @@ class PostgresBackend:
         own: bool,
         select: Selection | None = None,
         lanes: Sequence[str] = (),
+        fill: bool = True,
     ) -> list[Row]:
         return claim_rounds(
             lambda name, params: self._claim(session, tx, name, params),
@@ -567,6 +568,7 @@ class PostgresBackend:
             own=own,
             select=select,
             lanes=lanes,
+            fill=fill,
             suffix="",
         )
 
@@ -758,6 +760,7 @@ def claim_rounds(
     own: bool,
     select: Selection | None,
     lanes: Sequence[str],
+    fill: bool,
     suffix: str,
 ) -> list[Row]:
     """Claim in rounds: of a lane only the head is claimable, or the next message for the
@@ -777,6 +780,7 @@ def claim_rounds(
             # which is the one the selection may judge without skipping any.
             params["lanes"] = sorted(owned)
             params["run"] = 1 if select is not None else limit - len(rows)
+            params["fill"] = fill or not lanes  # lanes found in this call: fill as asked
         taken = run(name, params)
         if not taken:
             break

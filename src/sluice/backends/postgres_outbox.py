@@ -107,6 +107,7 @@ class ConnectionBackend:
         own: bool,
         select: Selection | None = None,
         lanes: Sequence[str] = (),
+        fill: bool = True,
     ) -> list[Row]:
         return claim_rounds(
             lambda name, params: self._backend._keep_due(queue, self._run([(name, params)])[0]),
@@ -118,6 +119,7 @@ class ConnectionBackend:
             own=own,
             select=select,
             lanes=lanes,
+            fill=fill,
             suffix="_in_caller_tx",
         )
 

@@ -415,6 +415,7 @@ class SQLiteBackend:
         own: bool,
         select: Selection | None = None,
         lanes: Sequence[str] = (),
+        fill: bool = True,
     ) -> list[Row]:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
@@ -439,7 +440,11 @@ class SQLiteBackend:
                     # A lane's run is taken whole; with a selection only its next
                     # message, the one the selection may judge without skipping any.
                     run = 1 if select is not None else params["limit"]
-                    extra = extra | {"lanes": json.dumps(sorted(owned)), "run": run}
+                    extra = extra | {
+                        "lanes": json.dumps(sorted(owned)),
+                        "run": run,
+                        "fill": int(fill or not lanes),
+                    }
                 taken = conn.execute(query, params | extra).fetchall()
                 if not taken:
                     break

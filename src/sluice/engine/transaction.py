@@ -16,7 +16,15 @@ from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, get_args
 
-from sluice.backends.base import CommitPlan, Envelope, Lane, Row, TxBackend, lane_of
+from sluice.backends.base import (
+    CommitPlan,
+    Envelope,
+    Lane,
+    Row,
+    Selection,
+    TxBackend,
+    lane_of,
+)
 from sluice.engine.enqueue import plain_bodies as _plain_bodies
 from sluice.engine.enqueue import typed_envelope
 from sluice.errors import (
@@ -250,22 +258,10 @@ class Transaction:
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
         backend, wakeups = self._backend, self._db._wakeups
-        mine = (self.session, self.number)
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
-            # On an isolated queue a reader takes a writer's (or block's) messages one
-            # after the other: the first claim takes one head, the rest follow its lane.
-            first = limit if lanes or spec.isolation == "none" else 1
-            rows = backend.claim(
-                self.session, self.number, queue, first, own=own, select=select, lanes=lanes
-            )
-            if rows and first < limit:
-                taken = sorted({r[19] for r in rows if r[19] is not None and r[3:5] != mine})
-                rows += backend.claim(
-                    self.session, self.number, queue, limit - len(rows),
-                    own=own, select=select, lanes=taken,
-                )  # fmt: skip
+            rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes)
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break
@@ -287,6 +283,39 @@ class Transaction:
             elif row[19] is not None:
                 self._held_lanes[m.ref] = (queue, row[19])
         return messages
+
+    def _claim(
+        self,
+        queue: str,
+        isolation: str,
+        limit: int,
+        *,
+        own: bool,
+        select: Selection | None,
+        lanes: list[str],
+    ) -> list[Row]:
+        """Claim per the queue's isolation level (see docs/isolation.md, "limit").
+
+        On an isolated queue a reader takes a writer's (or block's) messages one
+        after the other: a fresh claim takes one head, the rest follow its lane.
+        Blockwise, a reader finishes the blocks it holds before it starts another,
+        so a dequeue ends at a block boundary when the limit allows.
+        """
+        backend, session, tx = self._backend, self.session, self.number
+        blockwise = isolation in ("blockwise", "ordered_blockwise")
+        if lanes:
+            rows = backend.claim(session, tx, queue, limit, own=own, select=select,
+                                 lanes=lanes, fill=not blockwise)  # fmt: skip
+            if rows or not blockwise:
+                return rows
+        if isolation == "none":
+            return backend.claim(session, tx, queue, limit, own=own, select=select)
+        rows = backend.claim(session, tx, queue, 1, own=own, select=select)
+        taken = sorted({r[19] for r in rows if r[19] is not None and r[3:5] != (session, tx)})
+        if taken and limit > 1:
+            rows += backend.claim(session, tx, queue, limit - 1, own=own, select=select,
+                                  lanes=taken, fill=not blockwise)  # fmt: skip
+        return rows
 
     def release(self, message: Message) -> None:
         """Give a taken message back now, to its original place (counts an attempt).

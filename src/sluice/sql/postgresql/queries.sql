@@ -202,10 +202,11 @@ ORDER BY 3 DESC, 1;
 -- name: claim_lanes
 -- As claim, and first the next messages of each lane in lanes (those the transaction
 -- holds messages of), which only it may take: up to run of them in lane order, stopping
--- at the first not yet available. Also loaded as claim_with_own_lanes.
+-- at the first not yet available; other heads too unless fill is false (finish what it
+-- holds first). Also loaded as claim_with_own_lanes.
 WITH free AS (
     SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
       AND {claimable} AND available_at <= %(now)s
       AND (expires_at IS NULL OR expires_at > %(now)s){select}
     ORDER BY {order}

@@ -203,12 +203,13 @@ LIMIT :limit;
 -- name: select_claimable_lanes
 -- As select_claimable, and first the next messages of each lane in :lanes (a JSON array of
 -- the lanes the transaction holds messages of), which only it may take: up to :run of
--- them in lane order, stopping at the first not yet available. Also loaded as
+-- them in lane order, stopping at the first not yet available; other heads too unless
+-- :fill is 0 (finish what it holds first). Also loaded as
 -- select_claimable_with_own_lanes. Each part seeks its own index; neither scans.
 SELECT {message_columns} FROM (
     SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
-        WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+        WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue)
           AND {claimable} AND available_at <= :now
           AND (expires_at IS NULL OR expires_at > :now){select}
         ORDER BY {order}
