@@ -585,13 +585,7 @@ class PostgresBackend:
         return self._keep_due(params["queue"], rows)
 
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
-        statements = [("lane_front", {"queue": queue, "lane": lane}) for lane in lanes]
-        results = self._unit(statements, durable=False)
-        return {
-            lane: (rows[0][0], rows[0][1])
-            for lane, rows in zip(lanes, results, strict=True)
-            if rows
-        }
+        return fronts(lanes, self._unit(lane_front_statements(queue, lanes), durable=False))
 
     def _keep_due(self, queue: str, rows: list[Row]) -> list[Row]:
         """Claimed rows; an empty claim's answer to ``next_due`` is kept for this thread."""
@@ -603,11 +597,7 @@ class PostgresBackend:
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
     ) -> None:
-        params = {"session": session, "tx": tx, "ids": list(refs)}
-        statements = [("dead_letter", params), ("release", params)]
-        if lanes:
-            statements.append(("promote", _lanes_params(lanes)))
-        self._unit(statements, durable=False)
+        self._unit(release_statements(session, tx, refs, lanes), durable=False)
         self._notifier.signal()
 
     def commit(self, plan: CommitPlan) -> None:
@@ -735,6 +725,21 @@ def fronts(lanes: Sequence[str], results: Sequence[list[Row]]) -> dict[str, tupl
 
 def _lanes_params(lanes: Sequence[Lane] | Sequence[Row]) -> dict[str, Any]:
     return {"lane_queues": [q for q, _ in lanes], "lane_keys": [lane for _, lane in lanes]}
+
+
+def release_statements(
+    session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane]
+) -> list[tuple[str, Any]]:
+    """Give back held messages (out of attempts: to the error queue); their lanes get heads."""
+    params = {"session": session, "tx": tx, "ids": list(refs)}
+    statements: list[tuple[str, Any]] = [("dead_letter", params), ("release", params)]
+    if lanes:
+        statements.append(("promote", _lanes_params(lanes)))
+    return statements
+
+
+def lane_front_statements(queue: str, lanes: Sequence[str]) -> list[tuple[str, Any]]:
+    return [("lane_front", {"queue": queue, "lane": lane}) for lane in lanes]
 
 
 def abort_statements(

@@ -32,6 +32,9 @@ from sluice.backends.postgres import (
     _translate,
     abort_statements,
     claim_rounds,
+    fronts,
+    lane_front_statements,
+    release_statements,
 )
 from sluice.backends.postgres_notify import payload
 from sluice.errors import ConfigurationError, QueueNotFound
@@ -125,21 +128,12 @@ class ConnectionBackend:
 
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
         # On the caller's connection: its own claims are not yet visible elsewhere.
-        results = self._run([("lane_front", {"queue": queue, "lane": lane}) for lane in lanes])
-        return {
-            lane: (rows[0][0], rows[0][1])
-            for lane, rows in zip(lanes, results, strict=True)
-            if rows
-        }
+        return fronts(lanes, self._run(lane_front_statements(queue, lanes)))
 
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
     ) -> None:
-        params = {"session": session, "tx": tx, "ids": list(refs)}
-        statements = [("dead_letter", params), ("release", params)]
-        if lanes:
-            statements.append(("promote", _lanes_params(lanes)))
-        self._run(statements)
+        self._run(release_statements(session, tx, refs, lanes))
         self._notify()
 
     def commit(self, plan: CommitPlan) -> None:
