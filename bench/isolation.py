@@ -35,6 +35,7 @@ import psycopg
 
 import sluice
 from bench.harness import machine_facts
+from bench.isolation_peers import rabbit_drain
 from bench.pg_common import pg_facts
 
 PG_BASE = "postgresql://127.0.0.1:5432/test"
@@ -200,7 +201,7 @@ def render(runs: list[Run], facts: list[tuple[str, str]], args: argparse.Namespa
         "last one's finish. Target (issue 5): ordered and groups at least 0.5 of none.",
         "",
     ]
-    for backend in dict.fromkeys(r.backend for r in runs):
+    for backend in dict.fromkeys(r.backend for r in runs if r.backend != "RabbitMQ"):
         mine = [r for r in runs if r.backend == backend]
         base = {r.name: r for r in mine}
         lines += [
@@ -220,6 +221,23 @@ def render(runs: list[Run], facts: list[tuple[str, str]], args: argparse.Namespa
             ratio = r.rate / ref.rate
             lines.append(f"| {r.name} | {r.rate:,.0f} | {ref.name} | {ratio:.2f} |")
         lines.append("")
+    peers = [r for r in runs if r.backend == "RabbitMQ"]
+    if peers:
+        lines += [
+            "## Peer: RabbitMQ",
+            "",
+            "The same drain on RabbitMQ (localhost, a durable classic queue, persistent "
+            "messages preloaded with publisher confirms; 4 consumer processes through pika "
+            "with `prefetch_count=1`, one ack per message). `single active consumer` "
+            "(`x-single-active-consumer`) is RabbitMQ's way to keep order across "
+            "consumers: one consumer at a time takes the whole queue, so it is the nearest "
+            "thing to one sluice group; it has no per-group ownership within a queue.",
+            "",
+            "| workload | msgs/s |",
+            "|---|---:|",
+        ]
+        lines += [f"| {r.name} | {r.rate:,.0f} |" for r in peers]
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -238,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         runs: list[Run] = []
         for name in args.backends.split(","):
             runs += run_backend(name, args.messages, args.large, args.take, Path(tmp))
+        for label, single in (("none", False), ("single active consumer", True)):
+            seconds = rabbit_drain(args.messages, CONSUMERS, single_active=single)
+            if seconds is not None:
+                runs.append(Run("RabbitMQ", label, args.messages, args.messages, seconds))
+                print(f"RabbitMQ   {label:28} {runs[-1].rate:9.0f} msgs/s", flush=True)
         facts = machine_facts(Path(tmp))
         if "postgresql" in args.backends:
             facts += pg_facts()
