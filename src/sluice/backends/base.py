@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from sluice.catalog import QueueSpec
-from sluice.errors import QueueInUse
+from sluice.errors import ConfigurationError, QueueInUse
 from sluice.expr.nodes import Node
 
 __all__ = [
     "MESSAGE_COLUMNS",
     "SLOTS",
+    "STREAM_LEASE",
     "Backend",
     "CommitPlan",
     "Envelope",
@@ -28,11 +29,16 @@ __all__ = [
     "Row",
     "Selection",
     "SessionInfo",
+    "SparkBackend",
+    "StagedPart",
+    "StreamState",
     "TxBackend",
     "browse_params",
     "isolation_in_use",
     "lane_of",
     "queue_in_use",
+    "sink_seen",
+    "stream_host",
 ]
 
 MESSAGE_COLUMNS = (
@@ -395,4 +401,98 @@ class Backend(Protocol):
 
         Backends that can push such news (PostgreSQL's LISTEN) do; the others
         leave waiters to poll ``change_token``.
+        """
+
+
+# --- Spark streams and sinks (sluice.spark) -------------------------------------------
+
+STREAM_LEASE = 1e12
+"""A stream's session never expires: what it holds waits for the query's restart."""
+
+
+def stream_host(queue: str, name: str) -> str:
+    """The host column of a stream's session (pid 0: no process to watch)."""
+    return f"stream:{queue}/{name}"
+
+
+class StreamState(NamedTuple):
+    """A Spark stream's consumer: its session, last round begun, last round acknowledged."""
+
+    session: int
+    round: int
+    acked: int
+
+
+class StagedPart(NamedTuple):
+    """Messages a Spark task staged as pending rows of its session, for the driver to publish."""
+
+    session: int
+    tx: int
+    rows: int
+    lanes: tuple[Lane, ...] = ()
+
+
+def sink_seen(sink: str, batch: int, last: int | None) -> bool:
+    """Whether a streaming sink already published ``batch`` (Spark replays only its last).
+
+    A batch below the last published one means the query's checkpoint was
+    replaced: publishing would duplicate, skipping would lose, so it is refused.
+    """
+    if last is None or batch > last:
+        return False
+    if batch == last:
+        return True
+    raise ConfigurationError(
+        f"sink {sink!r} has published micro-batch {last}, and now gets batch {batch}: "
+        "its checkpoint was reset or belongs to another query; give the sink a new name "
+        "(or call sluice.spark.forget_sink)"
+    )
+
+
+class SparkBackend(Protocol):
+    """What the Spark source and sink need of a backend, each method one atomic unit."""
+
+    def open_stream(self, queue: str, name: str) -> StreamState:
+        """The stream ``name`` of ``queue``, created with its session if new."""
+
+    def set_stream_round(self, session: int, round: int) -> None:
+        """Record the last round begun, durably (with the claims made before it)."""
+
+    def set_stream_acked(self, session: int, acked: int) -> None:
+        """Record the last round acknowledged."""
+
+    def stream_held(
+        self, session: int, queue: str, after: int, upto: int, *, part: int = 0, parts: int = 1
+    ) -> list[Row]:
+        """Messages the stream holds from rounds (after, upto], id modulo ``parts`` = ``part``.
+
+        Rows in MESSAGE_COLUMNS order and then the round, by round and id.
+        """
+
+    def stream_held_ids(self, session: int, queue: str, after: int, upto: int) -> list[Row]:
+        """(id, lane, round) of the messages the stream holds from rounds (after, upto]."""
+
+    def scan(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> list[Row]:
+        """Up to ``limit`` messages in ``state`` (as browse) with ids in (after, upto], by id."""
+
+    def id_bounds(self, queue: str) -> tuple[int, int, int]:
+        """The lowest and highest id of the queue's messages, and how many there are."""
+
+    def drop_stream(self, queue: str, name: str) -> bool:
+        """Forget a stream, giving back what it holds; False if there was none."""
+
+    def sink_batch(self, sink: str) -> int | None:
+        """The last micro-batch the streaming sink published, or None."""
+
+    def forget_sink(self, sink: str) -> None:
+        """Forget a streaming sink's last batch (its query starts over)."""
+
+    def publish_staged(
+        self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
+    ) -> bool:
+        """Publish staged messages at once and end their sessions; False if ``sink`` had ``batch``.
+
+        LeaseLost, and nothing published, if a part's rows are not all there.
         """

@@ -34,6 +34,7 @@ from sluice import sql
 from sluice.backends.base import (
     MESSAGE_COLUMNS,
     SLOTS,
+    STREAM_LEASE,
     CommitPlan,
     Envelope,
     Lane,
@@ -41,10 +42,14 @@ from sluice.backends.base import (
     Row,
     Selection,
     SessionInfo,
+    StagedPart,
+    StreamState,
     TxBackend,
     browse_params,
     isolation_in_use,
     queue_in_use,
+    sink_seen,
+    stream_host,
 )
 from sluice.backends.selection import compile_selection
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
@@ -218,6 +223,95 @@ class PostgresBackend:
         from sluice.backends.postgres_outbox import ConnectionBackend  # noqa: PLC0415 (cycle)
 
         return ConnectionBackend(self, connection)
+
+    # --- Spark streams and sinks (sluice.spark) -----------------------------------------
+    def open_stream(self, queue: str, name: str) -> StreamState:
+        key = {"queue": queue, "name": name}
+        found = self._one("stream_find", key)
+        if found:
+            return StreamState(*found[0])
+        params = {"host": stream_host(queue, name), "pid": 0, "lease": STREAM_LEASE}
+        with self._transaction() as conn:
+            session = _first(conn.execute(self._q["open_session"], params).fetchall())
+            made = conn.execute(self._q["stream_insert"], key | {"session": session}).fetchall()
+            if made:
+                return StreamState(int(session), 0, 0)
+            conn.execute(self._q["close_session"], {"session": session})
+        found = self._one("stream_find", key)
+        if not found:
+            raise QueueNotFound(f"queue {queue!r} does not exist")
+        return StreamState(*found[0])
+
+    def set_stream_round(self, session: int, round: int) -> None:
+        # Durable: its WAL flush also makes the round's claims (written before it) durable.
+        self._one("stream_set_round", {"session": session, "round": round})
+
+    def set_stream_acked(self, session: int, acked: int) -> None:
+        self._one("stream_set_acked", {"session": session, "acked": acked})
+
+    def stream_held(
+        self, session: int, queue: str, after: int, upto: int, *, part: int = 0, parts: int = 1
+    ) -> list[Row]:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        rows = self._one("stream_held", params | {"part": part, "parts": parts})
+        return [(*message, r[21]) for message, r in zip(_rows(rows), rows, strict=True)]
+
+    def stream_held_ids(self, session: int, queue: str, after: int, upto: int) -> list[Row]:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        return self._one("stream_held_ids", params)
+
+    def scan(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> list[Row]:
+        name, extra = self._selected("scan", select)
+        params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
+        return _rows(self._one(name, params))
+
+    def id_bounds(self, queue: str) -> tuple[int, int, int]:
+        low, high, count = self._one("id_bounds", {"queue": queue})[0]
+        return (low or 0), (high or 0), count
+
+    def drop_stream(self, queue: str, name: str) -> bool:
+        with self._transaction() as conn:
+            found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchall()
+            if not found:
+                return False
+            conn.execute(self._q["stream_delete"], {"session": found[0][0]})
+            conn.execute(self._q["close_session"], {"session": found[0][0]})
+            self._roll_back_orphans(conn)
+        self._notifier.signal()
+        return True
+
+    def sink_batch(self, sink: str) -> int | None:
+        found = _first(self._one("sink_batch", {"name": sink}))
+        return None if found is None else int(found)
+
+    def forget_sink(self, sink: str) -> None:
+        self._one("sink_forget", {"name": sink})
+
+    def publish_staged(
+        self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
+    ) -> bool:
+        try:
+            with self._transaction() as conn:
+                if sink is not None:
+                    locked = conn.execute(self._q["sink_batch_lock"], {"name": sink})
+                    last = _first(locked.fetchall())
+                    if sink_seen(sink, batch, None if last is None else int(last)):
+                        return False  # nothing changed: the commit only ends the lock
+                    conn.execute(self._q["sink_record"], {"name": sink, "batch": batch})
+                for part in parts:
+                    plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)
+                    for name, params in _commit_statements(plan):
+                        conn.execute(self._q[name], params)
+                    conn.execute(self._q["close_session"], {"session": part.session})
+        except _Expected as exc:
+            raise LeaseLost(
+                "staged messages are missing (their Spark task's session expired or was "
+                "rolled back); nothing was published"
+            ) from exc
+        self._notifier.signal()
+        return True
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback(queue)`` when another process may have made messages available."""
@@ -410,6 +504,9 @@ class PostgresBackend:
             busy = _first(conn.execute(self._q["queue_in_flight"], params).fetchall())
             if busy:
                 raise queue_in_use(name, busy=busy)
+            for (session,) in conn.execute(self._q["streams_of_queue"], params).fetchall():
+                conn.execute(self._q["stream_delete"], {"session": session})
+                conn.execute(self._q["close_session"], {"session": session})
             conn.execute(self._q["delete_queue_messages"], params)
             conn.execute(self._q["delete_queue_properties"], params)
             conn.execute(self._q["delete_queue"], params)

@@ -18,6 +18,7 @@ from typing import Any
 from sluice import sql
 from sluice.backends.base import (
     MESSAGE_COLUMNS,
+    STREAM_LEASE,
     CommitPlan,
     Envelope,
     Lane,
@@ -25,9 +26,13 @@ from sluice.backends.base import (
     Row,
     Selection,
     SessionInfo,
+    StagedPart,
+    StreamState,
     browse_params,
     isolation_in_use,
     queue_in_use,
+    sink_seen,
+    stream_host,
 )
 from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.selection import compile_selection
@@ -298,6 +303,9 @@ class SQLiteBackend:
             busy = conn.execute(self._q["queue_in_flight"], {"name": name}).fetchone()[0]
             if busy:
                 raise queue_in_use(name, busy=busy)
+            for (session,) in conn.execute(self._q["streams_of_queue"], {"name": name}).fetchall():
+                conn.execute(self._q["stream_delete"], {"session": session})
+                conn.execute(self._q["close_session"], {"session": session})
             conn.execute(self._q["delete_queue_messages"], {"name": name})
             conn.execute(self._q["delete_queue_properties"], {"name": name})
             if conn.execute(self._q["delete_queue"], {"name": name}).rowcount == 0:
@@ -600,6 +608,87 @@ class SQLiteBackend:
         with self._read() as conn:
             row = conn.execute(self._q["next_due"], {"queue": queue, "now": time.time()}).fetchone()
         return None if row is None else row[0]
+
+    # --- Spark streams and sinks (sluice.spark) -----------------------------------------
+    def open_stream(self, queue: str, name: str) -> StreamState:
+        key = {"queue": queue, "name": name, "now": time.time()}
+        with self._write() as conn:
+            found = conn.execute(self._q["stream_find"], key).fetchone()
+            if found is not None:
+                return StreamState(*found)
+            params = {"host": stream_host(queue, name), "pid": 0, "lease": STREAM_LEASE}
+            session = conn.execute(self._q["open_session"], key | params).lastrowid
+            if conn.execute(self._q["stream_insert"], key | {"session": session}).rowcount != 1:
+                raise QueueNotFound(f"queue {queue!r} does not exist")
+            return StreamState(int(session or 0), 0, 0)
+
+    def set_stream_round(self, session: int, round: int) -> None:
+        # Durable: its fsync also makes the round's claims (written before it) durable.
+        self._single(self._q["stream_set_round"], {"session": session, "round": round})
+
+    def set_stream_acked(self, session: int, acked: int) -> None:
+        self._single(self._q["stream_set_acked"], {"session": session, "acked": acked})
+
+    def stream_held(
+        self, session: int, queue: str, after: int, upto: int, *, part: int = 0, parts: int = 1
+    ) -> list[Row]:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        with self._read() as conn:
+            return conn.execute(
+                self._q["stream_held"], params | {"part": part, "parts": parts}
+            ).fetchall()
+
+    def stream_held_ids(self, session: int, queue: str, after: int, upto: int) -> list[Row]:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        with self._read() as conn:
+            return conn.execute(self._q["stream_held_ids"], params).fetchall()
+
+    def scan(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> list[Row]:
+        query, extra = self._selected("scan", select)
+        params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
+        with self._read() as conn:
+            return conn.execute(query, params).fetchall()
+
+    def id_bounds(self, queue: str) -> tuple[int, int, int]:
+        with self._read() as conn:
+            low, high, count = conn.execute(self._q["id_bounds"], {"queue": queue}).fetchone()
+            return (low or 0), (high or 0), count
+
+    def drop_stream(self, queue: str, name: str) -> bool:
+        with self._write() as conn:
+            found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchone()
+            if found is None:
+                return False
+            conn.execute(self._q["stream_delete"], {"session": found[0]})
+            conn.execute(self._q["close_session"], {"session": found[0]})
+            self._roll_back_orphans(conn)
+            return True
+
+    def sink_batch(self, sink: str) -> int | None:
+        with self._read() as conn:
+            row = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
+            return None if row is None else int(row[0])
+
+    def forget_sink(self, sink: str) -> None:
+        self._single(self._q["sink_forget"], {"name": sink})
+
+    def publish_staged(
+        self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
+    ) -> bool:
+        with self._write() as conn:
+            if sink is not None:
+                last = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
+                if sink_seen(sink, batch, None if last is None else int(last[0])):
+                    return False
+                record = {"name": sink, "batch": batch, "now": time.time()}
+                conn.execute(self._q["sink_record"], record)
+            for part in parts:
+                plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)
+                self._apply(conn, plan)
+                conn.execute(self._q["close_session"], {"session": part.session})
+            return True
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Nothing to subscribe to: waiters poll ``change_token`` (PRAGMA data_version)."""

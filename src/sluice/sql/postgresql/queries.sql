@@ -379,3 +379,79 @@ FOR UPDATE;
 UPDATE {schema}.rotation
 SET slot = %(slot)s, rotated_at_id = (SELECT last_value FROM {schema}.message_ids),
     rotated_at = {db_now};
+
+-- name: stream_find
+-- A Spark stream (see 0004_streams.sql): its session, last round and last acknowledged one.
+SELECT s.session, s.round, s.acked
+FROM {schema}.streams AS s JOIN {schema}.queues AS q ON q.id = s.queue_id
+WHERE q.name = %(queue)s AND s.name = %(name)s;
+
+-- name: stream_insert
+-- Two starters at once: the second finds the row made by the first (ON CONFLICT).
+INSERT INTO {schema}.streams (queue_id, name, session, created_at)
+SELECT id, %(name)s, %(session)s, extract(epoch FROM clock_timestamp())
+FROM {schema}.queues WHERE name = %(queue)s
+ON CONFLICT (queue_id, name) DO NOTHING
+RETURNING session;
+
+-- name: stream_set_round
+UPDATE {schema}.streams SET round = greatest(round, %(round)s) WHERE session = %(session)s;
+
+-- name: stream_set_acked
+UPDATE {schema}.streams SET acked = greatest(acked, %(acked)s) WHERE session = %(session)s;
+
+-- name: stream_held
+-- What a stream holds from rounds (after, upto], one of %(parts)s shares of it by id.
+SELECT {message_columns}, c_tx FROM {schema}.messages AS m
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 2
+  AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s
+  AND id %% %(parts)s = %(part)s
+ORDER BY c_tx, id;
+
+-- name: stream_held_ids
+SELECT id, lane, c_tx FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 2
+  AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s
+ORDER BY c_tx, id;
+
+-- name: stream_delete
+DELETE FROM {schema}.streams WHERE session = %(session)s;
+
+-- name: streams_of_queue
+SELECT s.session FROM {schema}.streams AS s JOIN {schema}.queues AS q ON q.id = s.queue_id
+WHERE q.name = %(name)s;
+
+-- name: sink_batch_lock
+-- The sink's row is locked until the publish commits: two drivers publishing the same
+-- batch at once (a zombie and its replacement) publish it once.
+SELECT batch FROM {schema}.sinks WHERE name = %(name)s FOR UPDATE;
+
+-- name: sink_batch
+SELECT batch FROM {schema}.sinks WHERE name = %(name)s;
+
+-- name: sink_record
+INSERT INTO {schema}.sinks (name, batch, updated_at)
+VALUES (%(name)s, %(batch)s, extract(epoch FROM clock_timestamp()))
+ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
+
+-- name: sink_forget
+DELETE FROM {schema}.sinks WHERE name = %(name)s;
+
+-- name: scan
+-- A page of a batch read: as browse, by id within (after, upto].
+SELECT {message_columns} FROM {schema}.messages AS m
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND id > %(after)s AND id <= %(upto)s
+  AND (
+        (%(state)s = 'ready' AND state IN (1, 5)
+            AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s))
+     OR (%(state)s = 'delayed' AND state IN (1, 5) AND available_at > %(now)s)
+     OR (%(state)s = 'claimed' AND state = 2)
+     OR (%(state)s = 'expired' AND state = 3)
+     OR (%(state)s = 'failed' AND state = 4)){select}
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: id_bounds
+SELECT min(id), max(id), count(*) FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s);

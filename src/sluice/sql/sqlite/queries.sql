@@ -359,3 +359,66 @@ GROUP BY 1, 2;
 SELECT min(available_at) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND state = 1 AND available_at > :now;
+
+-- name: stream_find
+-- A Spark stream (see 0004_streams.sql): its session, last round and last acknowledged one.
+SELECT s.session, s.round, s.acked FROM streams AS s JOIN queues AS q ON q.id = s.queue_id
+WHERE q.name = :queue AND s.name = :name;
+
+-- name: stream_insert
+INSERT INTO streams (queue_id, name, session, created_at)
+SELECT id, :name, :session, :now FROM queues WHERE name = :queue;
+
+-- name: stream_set_round
+UPDATE streams SET round = max(round, :round) WHERE session = :session;
+
+-- name: stream_set_acked
+UPDATE streams SET acked = max(acked, :acked) WHERE session = :session;
+
+-- name: stream_held
+-- What a stream holds from rounds (:after, :upto], one of :parts shares of it by id.
+SELECT {message_columns}, c_tx FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
+  AND c_session = :session AND c_tx > :after AND c_tx <= :upto AND id % :parts = :part
+ORDER BY c_tx, id;
+
+-- name: stream_held_ids
+SELECT id, lane, c_tx FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
+  AND c_session = :session AND c_tx > :after AND c_tx <= :upto
+ORDER BY c_tx, id;
+
+-- name: stream_delete
+DELETE FROM streams WHERE session = :session;
+
+-- name: streams_of_queue
+SELECT s.session FROM streams AS s JOIN queues AS q ON q.id = s.queue_id WHERE q.name = :name;
+
+-- name: sink_batch
+SELECT batch FROM sinks WHERE name = :name;
+
+-- name: sink_record
+INSERT INTO sinks (name, batch, updated_at) VALUES (:name, :batch, :now)
+ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
+
+-- name: sink_forget
+DELETE FROM sinks WHERE name = :name;
+
+-- name: scan
+-- A page of a batch read: as browse, by id within (:after, :upto].
+SELECT {message_columns} FROM messages AS m
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND id > :after AND id <= :upto
+  AND (
+        (:state = 'ready' AND state IN (1, 5)
+            AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now))
+     OR (:state = 'delayed' AND state IN (1, 5) AND available_at > :now)
+     OR (:state = 'claimed' AND state = 2)
+     OR (:state = 'expired' AND state = 3)
+     OR (:state = 'failed' AND state = 4)){select}
+ORDER BY id
+LIMIT :limit;
+
+-- name: id_bounds
+SELECT min(id), max(id), count(*) FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue);
