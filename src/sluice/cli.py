@@ -161,6 +161,46 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    """Run a queue-to-queue pipeline on a local Spark session (docs/spark.md)."""
+    from sluice.spark.pipeline import run_pipeline, spark_session  # noqa: PLC0415  (pyspark is an extra)
+
+    routes: dict[str, str] = {}
+    for route in args.to or []:
+        queue, sep, query = route.partition("=")
+        if not sep or not queue or not query.strip():
+            raise sluice.ConfigurationError(f"--to wants QUEUE=SQL, not {route!r}")
+        routes[queue] = query
+    if bool(routes) == bool(args.sql):
+        raise sluice.ConfigurationError("give either --sql or one or more --to QUEUE=SQL")
+    spark = spark_session(args.master, f"sluice-pipeline-{args.name}")
+    query = run_pipeline(
+        spark,
+        args.db,
+        source=args.source,
+        name=args.name,
+        checkpoint=args.checkpoint,
+        sql=routes or args.sql,
+        where=args.where,
+        target=args.target,
+        body_schema=args.body_schema,
+        max_per_batch=args.max_per_batch,
+        once=not args.follow,
+        interval=args.interval,
+    )
+    if args.follow:
+        query.awaitTermination()  # until stopped (Ctrl-C) or failed
+    progress = query.recentProgress
+    batches = [p for p in progress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in progress)
+    _out(
+        args,
+        {"messages": rows, "batches": len(batches)},
+        f"{rows} message(s) in {len(batches)} batch(es)",
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="sluice message queues")
     parser.add_argument("--version", action="version", version=f"sluice {sluice.__version__}")
@@ -184,19 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["version", "upgrade"], help="what to do")
     p.set_defaults(needs_db=False)
     add("queues", cmd_queues, "list queues and their settings")
-    p = add("create", cmd_create, "create a queue")
-    p.add_argument("queue", help="queue name")
-    p.add_argument("--max-attempts", type=int, help="deliveries before the error queue")
-    p.add_argument("--error-queue", help="where failed messages go (created if missing)")
-    p.add_argument("--transient", action="store_true", help="no fsync at commit")
-    p.add_argument("--max-size", type=int, help="largest body in bytes (default 1 MiB)")
-    p.add_argument(
-        "--isolation",
-        choices=list(ISOLATION_LEVELS),
-        default="none",
-        help="how concurrent readers are isolated (docs/isolation.md)",
-    )
-    p.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
+    _create_parser(add("create", cmd_create, "create a queue"))
     p = add("drop", cmd_drop, "drop a queue and its messages")
     p.add_argument("queue", help="queue name")
     p = add("put", cmd_put, "enqueue one message")
@@ -229,14 +257,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("state", choices=["expired", "failed"], help="which kept messages")
     p.add_argument("--older-than", type=float, default=0.0, help="only those older (seconds)")
     add("recover", cmd_recover, "roll back sessions whose owners died")
+    _pipeline_parser(
+        add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice[spark])")
+    )
     return parser
+
+
+def _create_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("queue", help="queue name")
+    p.add_argument("--max-attempts", type=int, help="deliveries before the error queue")
+    p.add_argument("--error-queue", help="where failed messages go (created if missing)")
+    p.add_argument("--transient", action="store_true", help="no fsync at commit")
+    p.add_argument("--max-size", type=int, help="largest body in bytes (default 1 MiB)")
+    p.add_argument(
+        "--isolation",
+        choices=list(ISOLATION_LEVELS),
+        default="none",
+        help="how concurrent readers are isolated (docs/isolation.md)",
+    )
+    p.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
+
+
+def _pipeline_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="the input queue, read as a stream")
+    p.add_argument("--name", required=True, help="the pipeline's stream and sink name")
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
+    p.add_argument("--sql", help="a query over the view 'messages' (with a queue column)")
+    p.add_argument(
+        "--to",
+        action="append",
+        metavar="QUEUE=SQL",
+        help="a target queue and the query that makes its messages; repeatable",
+    )
+    p.add_argument("--target", help="the target queue of --sql rows without a queue column")
+    p.add_argument("--where", help="only input messages this expression holds for")
+    p.add_argument("--body-schema", help="parse input bodies as this Spark schema (DDL)")
+    p.add_argument("--max-per-batch", type=int, default=10_000, help="messages per micro-batch")
+    p.add_argument("--follow", action="store_true", help="keep running for new messages")
+    p.add_argument("--interval", type=float, help="with --follow: seconds between batches")
+    p.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
+    p.set_defaults(needs_db=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "db":
+        if args.command in ("db", "pipeline"):
             return int(args.func(args))
         if args.command == "demo":
             if args.db == os.environ.get("SLUICE_URL", DEFAULT_URL):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -394,6 +395,24 @@ def test_maintenance_vacuums_dead_rows_when_autovacuum_does_not(pg_url: str) -> 
             time.sleep(0.2)
         dead, _ = backend._one("dead_rows", {})[0]  # type: ignore[attr-defined]
         assert dead < 1_000
+
+
+def test_failed_maintenance_keeps_no_lock(pg_url: str, admin: psycopg.Connection[Any]) -> None:
+    """Maintenance that fails (here: its schema was dropped) releases its session lock.
+
+    A leaked lock once blocked every other schema's queue with the same key.
+    """
+    db = sluice.connect(pg_url + "&maintenance_interval=0")
+    db.create_queue("q")
+    admin.execute(f"DROP SCHEMA {quote_schema(_schema(pg_url))} CASCADE")
+    with pytest.raises(sluice.StorageError):
+        db.backend.maintain()  # type: ignore[attr-defined]
+    held = admin.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    ).fetchone()
+    assert held == (0,)
+    with contextlib.suppress(sluice.StorageError):  # its session row went with the schema
+        db.close()
 
 
 def _partition_sizes(admin: psycopg.Connection[Any], schema: str) -> list[int]:

@@ -415,6 +415,16 @@ def stream_host(queue: str, name: str) -> str:
     return f"stream:{queue}/{name}"
 
 
+def sink_host(sink: str) -> str:
+    """The host column of a streaming sink's staging sessions; their pid is the batch id.
+
+    When batch N is published, every other staging session of the sink up to N
+    (a killed or retried task's, a crashed driver's) is orphaned: it is closed in
+    the same transaction, and its rows go.
+    """
+    return f"spark-sink:{sink}"
+
+
 class StreamState(NamedTuple):
     """A Spark stream's consumer: its session, last round begun, last round acknowledged."""
 

@@ -48,6 +48,7 @@ from sluice.backends.base import (
     browse_params,
     isolation_in_use,
     queue_in_use,
+    sink_host,
     sink_seen,
     stream_host,
 )
@@ -75,7 +76,14 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
         "the PostgreSQL backend needs psycopg 3 and its pool: pip install 'sluice[postgres]'"
     ) from _missing
 
-from sluice.backends.postgres_maintenance import Maintainer, rotate, vacuum, with_lock
+from sluice.backends.postgres_maintenance import (
+    ROTATION_LOCK,
+    VACUUM_LOCK,
+    Maintainer,
+    rotate,
+    vacuum,
+    with_lock,
+)
 from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
 
@@ -294,24 +302,29 @@ class PostgresBackend:
     ) -> bool:
         try:
             with self._transaction() as conn:
+                fresh = True
                 if sink is not None:
                     locked = conn.execute(self._q["sink_batch_lock"], {"name": sink})
                     last = _first(locked.fetchall())
-                    if sink_seen(sink, batch, None if last is None else int(last)):
-                        return False  # nothing changed: the commit only ends the lock
-                    conn.execute(self._q["sink_record"], {"name": sink, "batch": batch})
-                for part in parts:
+                    fresh = not sink_seen(sink, batch, None if last is None else int(last))
+                    if fresh:
+                        conn.execute(self._q["sink_record"], {"name": sink, "batch": batch})
+                for part in parts if fresh else ():
                     plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)
                     for name, params in _commit_statements(plan):
                         conn.execute(self._q[name], params)
                     conn.execute(self._q["close_session"], {"session": part.session})
+                if sink is not None:
+                    orphans = {"host": sink_host(sink), "batch": batch}
+                    conn.execute(self._q["sink_orphans"], orphans)
+                    self._roll_back_orphans(conn)
         except _Expected as exc:
             raise LeaseLost(
                 "staged messages are missing (their Spark task's session expired or was "
                 "rolled back); nothing was published"
             ) from exc
         self._notifier.signal()
-        return True
+        return fresh
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback(queue)`` when another process may have made messages available."""
@@ -463,7 +476,7 @@ class PostgresBackend:
         with self._conn() as conn:
             rotated = with_lock(
                 conn,
-                2,
+                ROTATION_LOCK,
                 lambda: rotate(
                     conn,
                     self._q,
@@ -473,7 +486,8 @@ class PostgresBackend:
                 ),
             )
             vacuumed = bool(
-                vacuum_too and with_lock(conn, 1, lambda: vacuum(conn, self._q, self.schema))
+                vacuum_too
+                and with_lock(conn, VACUUM_LOCK, lambda: vacuum(conn, self._q, self.schema))
             )
         return rotated, vacuumed
 
@@ -578,7 +592,7 @@ class PostgresBackend:
         if cached is None:
             if len(self._selections) >= _MAX_SELECTIONS:
                 self._selections = {}  # selections written with inline values are each new
-            alias = "m" if name == "browse" else "s"
+            alias = "m" if name in ("browse", "scan") else "s"
             where, order, params = compile_selection(
                 select,
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),

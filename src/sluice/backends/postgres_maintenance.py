@@ -32,7 +32,15 @@ from sluice.backends.postgres_schema import LOCK_CLASS, quote_schema
 if TYPE_CHECKING:
     from sluice.backends.postgres import PostgresBackend
 
-__all__ = ["PARTITIONS", "Maintainer", "rotate", "vacuum"]
+__all__ = [
+    "PARTITIONS",
+    "ROTATION_LOCK",
+    "VACUUM_LOCK",
+    "Maintainer",
+    "rotate",
+    "vacuum",
+    "with_lock",
+]
 
 log = logging.getLogger("sluice.postgres")
 
@@ -131,6 +139,12 @@ class Maintainer:
                 log.debug("sluice maintenance skipped: %s", exc)
 
 
+ROTATION_LOCK = -2
+VACUUM_LOCK = -3
+"""Maintenance lock keys: negative, apart from the queues' keys (their ids) and the
+migrations' (-1)."""
+
+
 def with_lock(conn: psycopg.Connection[Any], key: int, work: Callable[[], Any]) -> Any:
     """Run ``work`` if this session gets the advisory lock ``key``; None otherwise."""
     got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
@@ -139,4 +153,9 @@ def with_lock(conn: psycopg.Connection[Any], key: int, work: Callable[[], Any]) 
     try:
         return work()
     finally:
+        # A session lock outlives a rollback: if ``work`` failed inside its
+        # transaction, end that first, or the unlock fails and the pooled
+        # connection keeps the lock for good.
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
         conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))

@@ -31,6 +31,7 @@ from sluice.backends.base import (
     browse_params,
     isolation_in_use,
     queue_in_use,
+    sink_host,
     sink_seen,
     stream_host,
 )
@@ -678,17 +679,22 @@ class SQLiteBackend:
         self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
     ) -> bool:
         with self._write() as conn:
+            fresh = True
             if sink is not None:
                 last = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
-                if sink_seen(sink, batch, None if last is None else int(last[0])):
-                    return False
-                record = {"name": sink, "batch": batch, "now": time.time()}
-                conn.execute(self._q["sink_record"], record)
-            for part in parts:
+                fresh = not sink_seen(sink, batch, None if last is None else int(last[0]))
+                if fresh:
+                    record = {"name": sink, "batch": batch, "now": time.time()}
+                    conn.execute(self._q["sink_record"], record)
+            for part in parts if fresh else ():
                 plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)
                 self._apply(conn, plan)
                 conn.execute(self._q["close_session"], {"session": part.session})
-            return True
+            if sink is not None:
+                conn.execute(self._q["sink_orphans"], {"host": sink_host(sink), "batch": batch})
+            if sink is not None or not fresh:
+                self._roll_back_orphans(conn)
+            return fresh
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Nothing to subscribe to: waiters poll ``change_token`` (PRAGMA data_version)."""

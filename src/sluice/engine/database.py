@@ -13,7 +13,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
-from sluice.backends.base import SLOTS, Backend
+from sluice.backends.base import SLOTS, Backend, Selection
 from sluice.catalog import (
     DEFAULT_MAX_SIZE,
     Durability,
@@ -318,6 +318,15 @@ class Database:
                 f"message type {', '.join(map(repr, sorted(set(missing))))} is not defined; "
                 "define it with db.create_type first"
             )
+
+    def selection(
+        self, queue: str, where: str | None, order_by: Sequence[str] | None = None
+    ) -> Selection | None:
+        """The checked selection of ``where``/``order_by`` on ``queue`` (None: everything).
+
+        ExpressionError if the text does not parse or reaches outside the message.
+        """
+        return self._content(queue).selection(where, order_by)
 
     def _content(self, name: str) -> QueueContent:
         spec = self._spec(name)

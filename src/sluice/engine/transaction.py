@@ -22,6 +22,7 @@ from sluice.backends.base import (
     Lane,
     Row,
     Selection,
+    StagedPart,
     TxBackend,
     lane_of,
 )
@@ -107,11 +108,17 @@ class Transaction:
     )
 
     def __init__(
-        self, db: Database, *, implicit: bool = False, backend: TxBackend | None = None
+        self,
+        db: Database,
+        *,
+        implicit: bool = False,
+        backend: TxBackend | None = None,
+        owner: tuple[int, int] | None = None,
     ) -> None:
         self._db = db
         self._backend: TxBackend = backend or db.backend
-        self.session, self.number = db._next_transaction()
+        # owner: another session's (session, number), for work staged on its behalf (stage()).
+        self.session, self.number = owner or db._next_transaction()
         self.implicit = implicit  # the one-message transaction behind Queue.get/put
         self.state = TxState.ACTIVE
         self._count = 0
@@ -214,6 +221,14 @@ class Transaction:
         self._durable = self._durable or spec.durability == "persistent"
         prefix = f"{self.session}/{self.number}/"
         return [f"{prefix}{n}" for n in range(first, self._count + 1)]
+
+    def flush(self) -> None:
+        """Write buffered enqueues to the database now, as pending; commit does it anyway.
+
+        For long enqueue-only transactions, so that their buffer stays small.
+        """
+        self._check_active()
+        self._flush()
 
     def _flush(self) -> None:
         """Write buffered enqueues as pending, so this transaction's reads see them."""
@@ -405,6 +420,20 @@ class Transaction:
                 counts[e.queue] = counts.get(e.queue, 0) + 1
             for queue, count in counts.items():
                 wakeups.notify(queue, count)
+
+    def stage(self) -> StagedPart:
+        """End this transaction by leaving its enqueues pending, for another process to publish.
+
+        Only for enqueue-only transactions of a staging session (the Spark sink's
+        tasks): the driver publishes all tasks' parts at once with
+        ``publish_staged``, or ends their sessions, which drops them.
+        """
+        self._check_active()
+        if self._held:
+            raise ConfigurationError("a transaction that dequeued cannot be staged")
+        self._flush()
+        self.state = TxState.COMMITTED
+        return StagedPart(self.session, self.number, self._pending, tuple(sorted(self._lanes_out)))
 
     def abort(self) -> None:
         """Undo everything: enqueues vanish, taken messages return to their places."""

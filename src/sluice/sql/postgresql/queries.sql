@@ -434,6 +434,10 @@ INSERT INTO {schema}.sinks (name, batch, updated_at)
 VALUES (%(name)s, %(batch)s, extract(epoch FROM clock_timestamp()))
 ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
 
+-- name: sink_orphans
+-- The sink's staging sessions of batches up to this one that were not published.
+DELETE FROM {schema}.sessions WHERE host = %(host)s AND pid <= %(batch)s;
+
 -- name: sink_forget
 DELETE FROM {schema}.sinks WHERE name = %(name)s;
 

@@ -401,6 +401,10 @@ SELECT batch FROM sinks WHERE name = :name;
 INSERT INTO sinks (name, batch, updated_at) VALUES (:name, :batch, :now)
 ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
 
+-- name: sink_orphans
+-- The sink's staging sessions of batches up to this one that were not published.
+DELETE FROM sessions WHERE host = :host AND pid <= :batch;
+
 -- name: sink_forget
 DELETE FROM sinks WHERE name = :name;
 

@@ -1,0 +1,180 @@
+"""Messages as Spark rows: the DataFrame schema, stored rows to Arrow batches, and back.
+
+A read yields Arrow record batches (no per-row pickling between the Python
+worker and the JVM). A body parsed by a ``body_schema`` is coerced field by
+field the way Spark's ``from_json`` reads permissively: a value that does not
+fit its field's type becomes NULL rather than failing the query.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from sluice.backends.base import Row
+from sluice.errors import ConfigurationError
+from sluice.message import decode_json, is_json
+
+__all__ = ["BATCH_ROWS", "MESSAGE_FIELDS", "message_ddl", "to_batches"]
+
+BATCH_ROWS: Final = 8192
+"""Rows per Arrow batch a read yields."""
+
+MESSAGE_FIELDS: Final = (
+    ("id", "STRING"),
+    ("queue", "STRING"),
+    ("priority", "BIGINT"),
+    ("body", "STRING"),
+    ("properties", "MAP<STRING, STRING>"),
+    ("content_type", "STRING"),
+    ("type", "STRING"),
+    ("group", "STRING"),
+    ("correlation_id", "STRING"),
+    ("reply_to", "STRING"),
+    ("attempts", "INT"),
+    ("enqueued_at", "TIMESTAMP"),
+    ("available_at", "TIMESTAMP"),
+    ("expires_at", "TIMESTAMP"),
+)
+"""The columns of a read, in order; ``body`` is a struct instead with a body schema."""
+
+_INTEGER_RANGES: Final[dict[type[DataType], int]] = {
+    ByteType: 2**7,
+    ShortType: 2**15,
+    IntegerType: 2**31,
+    LongType: 2**63,
+}
+
+
+def message_ddl(body_schema: str | None) -> str:
+    """The DDL of a read's rows: the message columns, the body parsed when asked."""
+    columns = []
+    for name, kind in MESSAGE_FIELDS:
+        spelled = f"STRUCT<{body_schema}>" if name == "body" and body_schema else kind
+        columns.append(f"`{name}` {spelled}")
+    return ", ".join(columns)
+
+
+def to_batches(queue: str, rows: Sequence[Row], schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Stored message rows (MESSAGE_COLUMNS order) as Arrow batches of ``schema``."""
+    arrow = pa.schema(
+        [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
+    )
+    body_type = schema["body"].dataType
+    for start in range(0, len(rows), BATCH_ROWS):
+        chunk = rows[start : start + BATCH_ROWS]
+        if isinstance(body_type, StructType):
+            bodies: list[Any] = [_parsed_body(r, body_type) for r in chunk]
+        else:
+            bodies = [_body_text(r[6], r[7]) for r in chunk]
+        columns = [
+            [f"{r[3]}/{r[4]}/{r[5]}" for r in chunk],
+            [queue] * len(chunk),
+            [r[2] for r in chunk],
+            bodies,
+            [_properties(r[8]) for r in chunk],
+            [r[7] for r in chunk],
+            [r[17] for r in chunk],
+            [r[18] for r in chunk],
+            [r[9] for r in chunk],
+            [r[10] for r in chunk],
+            [r[14] for r in chunk],
+            [_micros(r[11]) for r in chunk],
+            [_micros(r[12]) for r in chunk],
+            [_micros(r[13]) for r in chunk],
+        ]
+        arrays = [
+            pa.array(values, type=field.type) for values, field in zip(columns, arrow, strict=True)
+        ]
+        yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
+def _body_text(stored: str | bytes | None, content_type: str) -> str | None:
+    """The body as text: JSON and other text as stored, binary as base64."""
+    if stored is None or isinstance(stored, str):
+        return stored
+    return base64.b64encode(stored).decode("ascii")
+
+
+def _parsed_body(row: Row, schema: StructType) -> dict[str, Any] | None:
+    stored, content_type = row[6], row[7]
+    if stored is None or not is_json(content_type):
+        return None
+    try:
+        value = decode_json(stored)
+    except Exception:  # stored JSON was checked at enqueue; be permissive all the same
+        return None
+    coerced = _coerce(value, schema)
+    return coerced if isinstance(coerced, dict) else None
+
+
+def _coerce(value: Any, kind: DataType) -> Any:  # noqa: PLR0911, PLR0912  (one case per type)
+    """``value`` (decoded JSON) as ``kind`` holds it, or None where it does not fit."""
+    if value is None:
+        return None
+    if isinstance(kind, StructType):
+        if not isinstance(value, dict):
+            return None
+        return {f.name: _coerce(value.get(f.name), f.dataType) for f in kind.fields}
+    if isinstance(kind, ArrayType):
+        if not isinstance(value, list):
+            return None
+        return [_coerce(v, kind.elementType) for v in value]
+    if isinstance(kind, MapType):
+        if not isinstance(value, dict) or not isinstance(kind.keyType, StringType):
+            return None
+        return [(k, _coerce(v, kind.valueType)) for k, v in value.items()]
+    if isinstance(kind, StringType):
+        if isinstance(value, str):
+            return value
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if isinstance(kind, BooleanType):
+        return value if isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    bound = _INTEGER_RANGES.get(type(kind))
+    if bound is not None:
+        if isinstance(value, float) and not value.is_integer():
+            return None
+        return int(value) if -bound <= value < bound else None
+    if isinstance(kind, DoubleType | FloatType):
+        number = float(value)
+        return number if math.isfinite(number) or isinstance(kind, DoubleType) else None
+    raise ConfigurationError(
+        f"body_schema type {kind.simpleString()} is not supported; use STRING, BOOLEAN, "
+        "TINYINT to BIGINT, FLOAT, DOUBLE, ARRAY, MAP<STRING, ...> and STRUCT"
+    )
+
+
+def _properties(stored: str | None) -> list[tuple[str, str]] | None:
+    if not stored:
+        return []
+    values = decode_json(stored)
+    return [
+        (k, v if isinstance(v, str) else json.dumps(v, separators=(",", ":")))
+        for k, v in values.items()
+    ]
+
+
+def _micros(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1_000_000)

@@ -1,0 +1,180 @@
+"""The ``sluice`` Spark sink: batch and streaming write = enqueue, all or nothing.
+
+Each task stages its rows as pending messages of a session of its own (a
+*staging session*: no process behind it, a lease of ``staging_timeout``), and
+reports (session, transaction, count) to the driver. The driver's ``commit``
+publishes every task's rows in one database transaction and, for a stream,
+records the micro-batch id with them, so a replayed batch publishes nothing
+twice. ``abort`` ends the tasks' sessions, which drops their rows. A task
+killed before it reported leaves a session nobody will publish: when its lease
+runs out, any sluice process's recovery drops its rows as it does a crashed
+producer's; a streaming sink's are dropped sooner, when the sink publishes
+that batch (or a later one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pyspark import TaskContext
+from pyspark.sql import Row
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from sluice.backends.base import StagedPart, sink_host
+from sluice.engine.database import Database
+from sluice.engine.transaction import Transaction
+from sluice.errors import ConfigurationError, InvalidBody, MessageError
+from sluice.message import decode_json
+from sluice.spark.options import Options, connection
+from sluice.spark.source import _spark_backend
+
+__all__ = ["BatchWriter", "StreamWriter"]
+
+_FIELDS: Final = frozenset(
+    {"queue", "body", "priority", "properties", "type", "group", "correlation_id", "reply_to"}
+)
+_BATCH_ID: Final = "streaming.sql.batchId"
+"""The local property Spark's micro-batch execution gives every task of a batch."""
+_FLUSH_ROWS: Final = 5000
+"""Rows a task buffers before writing them to its staging session."""
+
+
+@dataclass(frozen=True)
+class Staged(WriterCommitMessage):
+    """What one task staged (empty tasks report none)."""
+
+    part: StagedPart | None
+
+
+def _check_columns(options: Options, schema: StructType) -> None:
+    names = set(schema.names)
+    unknown = sorted(names - _FIELDS)
+    if unknown:
+        raise ConfigurationError(
+            f"column(s) {', '.join(unknown)} are not message fields; a row to enqueue has "
+            f"{', '.join(sorted(_FIELDS))} (body required; queue or option queue)"
+        )
+    if "body" not in names:
+        raise ConfigurationError("a row to enqueue needs a body column (a struct or JSON text)")
+    if "queue" not in names:
+        options.need_queue()
+
+
+class BatchWriter(DataSourceWriter):
+    """``df.write.format("sluice")``: every row becomes a message, all published at once."""
+
+    def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ConfigurationError(
+                "format('sluice') only appends messages: use mode('append'), not overwrite"
+            )
+        _check_columns(options, schema)
+        self.options = options
+        self.task_host = f"spark-task:{os.getpid()}"
+
+    def _staging_session(self, db: Database, context: TaskContext | None) -> int:
+        label = f"{self.task_host}/{context.partitionId() if context else 0}"
+        return db.backend.open_session(label, 0, self.options.staging_timeout)
+
+    def write(self, iterator: Iterator[Row]) -> Staged:
+        db = connection(self.options.url)
+        session = self._staging_session(db, TaskContext.get())
+        try:
+            tx = Transaction(db, owner=(session, 1))
+            for count, row in enumerate(iterator, 1):
+                self._enqueue(tx, row)
+                if count % _FLUSH_ROWS == 0:
+                    tx.flush()
+            part = tx.stage()
+        except BaseException:
+            db.backend.close_session(session)  # drops whatever was staged
+            raise
+        if part.rows == 0:
+            db.backend.close_session(session)
+            return Staged(None)
+        return Staged(part)
+
+    def _enqueue(self, tx: Transaction, row: Row) -> None:
+        fields = row.asDict(recursive=True)
+        queue = fields.get("queue") or self.options.queue
+        if not queue:
+            raise MessageError("a row has no queue (a NULL queue column and no option queue)")
+        body = fields["body"]
+        if isinstance(body, str):
+            try:
+                body = decode_json(body)
+            except Exception as exc:
+                raise InvalidBody(
+                    f"a body column's text is not JSON ({exc}): {body[:80]!r}"
+                ) from exc
+        options: dict[str, Any] = {
+            key: fields[key]
+            for key in ("priority", "type", "group", "correlation_id", "reply_to")
+            if fields.get(key) is not None
+        }
+        properties = fields.get("properties")
+        if isinstance(properties, str):
+            properties = decode_json(properties)
+        if properties:
+            options["properties"] = properties
+        tx.enqueue(queue, body, **options)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._publish(messages, None, 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        db = connection(self.options.url)
+        for part in _parts(messages):
+            db.backend.close_session(part.session)
+
+    def _publish(
+        self, messages: list[WriterCommitMessage | None], sink: str | None, batch: int
+    ) -> None:
+        db = connection(self.options.url)
+        # A batch published before (a replayed micro-batch) publishes nothing: this
+        # run's copies are dropped with the sink's other orphans.
+        _spark_backend(db).publish_staged(_parts(messages), sink, batch)
+        _fault_point("after_publish")
+
+
+class StreamWriter(BatchWriter, DataSourceStreamWriter):
+    """``writeStream.format("sluice")``: each micro-batch published once, by its batch id."""
+
+    def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
+        super().__init__(options, schema, overwrite)
+        self.sink = options.need_name("streaming write")
+
+    def _staging_session(self, db: Database, context: TaskContext | None) -> int:
+        # Labelled with the sink and the batch, so publishing batch N closes the
+        # sessions of its killed or retried tasks at once (base.sink_host).
+        batch = context.getLocalProperty(_BATCH_ID) if context else None
+        if batch is None:
+            raise ConfigurationError("a streaming write's task does not know its batch id")
+        return db.backend.open_session(
+            sink_host(self.sink), int(batch), self.options.staging_timeout
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        self._publish(messages, self.sink, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        super().abort(messages)
+
+
+def _fault_point(point: str) -> None:
+    """For exactly-once tests: SLUICE_SPARK_FAULT=<point> kills this process right here.
+
+    ``after_publish``: the sink has published, Spark has not logged the batch as
+    committed: the crash the sink's idempotence is for.
+    """
+    if os.environ.get("SLUICE_SPARK_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _parts(messages: list[WriterCommitMessage | None]) -> list[StagedPart]:
+    return [m.part for m in messages if isinstance(m, Staged) and m.part is not None]

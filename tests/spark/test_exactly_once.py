@@ -1,0 +1,112 @@
+"""Exactly once under faults: a pipeline's driver is killed, or dies between publish and commit.
+
+Each run is a driver process of its own (``pipeline_child``): orders -> Spark
+SQL -> out, as the stream ``crash-test``. After the fault the same command runs
+again from the same checkpoint, as an operator would restart it. Every input
+must then be in ``out`` exactly once, ``orders`` empty, and nothing staged or
+held left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import sluice
+
+ROOT = Path(__file__).resolve().parents[2]
+MESSAGES = 1000
+PER_BATCH = 100
+DEADLINE = 300.0
+
+
+@pytest.fixture
+def db(shared_url: str) -> Iterator[sluice.Database]:
+    with sluice.connect(shared_url) as database:
+        database.create_queue("orders")
+        database.create_queue("out")
+        database.queue("orders").put_many([{"n": n} for n in range(MESSAGES)])
+        yield database
+
+
+def _driver(url: str, checkpoint: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    # A session of its own: the kill takes the JVM and its Python workers along.
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.spark.pipeline_child",
+                url,
+                str(checkpoint),
+                str(PER_BATCH),
+            ],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _finish(process: subprocess.Popen[bytes], log: Path) -> int:
+    try:
+        return process.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        pytest.fail(f"the pipeline driver did not finish; its log:\n{log.read_text()[-4000:]}")
+
+
+def _assert_exactly_once(db: sluice.Database) -> None:
+    bodies = [m.body for m in db.queue("out").browse(limit=MESSAGES * 2)]
+    assert sorted(b["n"] for b in bodies) == list(range(MESSAGES))
+    assert all(b["doubled"] == 2 * b["n"] for b in bodies)
+    assert db.queue("orders").stats() == dict.fromkeys(
+        ("ready", "delayed", "pending", "claimed", "expired", "failed"), 0
+    )
+    assert db.queue("out").stats()["pending"] == 0  # no staged rows of killed tasks remain
+
+
+def test_driver_killed_mid_stream_then_restarted(
+    db: sluice.Database, shared_url: str, tmp_path: Path
+) -> None:
+    checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
+    first = _driver(shared_url, checkpoint, log)
+    third_commit = checkpoint / "commits" / "2"
+    deadline = time.monotonic() + DEADLINE
+    while not third_commit.exists():  # the event: Spark has committed three batches
+        if first.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(
+                f"the driver ended or stalled before batch 2; log:\n{log.read_text()[-4000:]}"
+            )
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    done = len(db.queue("out").browse(limit=MESSAGES))
+    assert PER_BATCH * 3 <= done < MESSAGES, "the kill should land mid-stream"
+
+    assert _finish(_driver(shared_url, checkpoint, log), log) == 0
+    _assert_exactly_once(db)
+
+
+def test_crash_between_the_sinks_publish_and_sparks_commit_log(
+    db: sluice.Database, shared_url: str, tmp_path: Path
+) -> None:
+    checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
+    faulty = _driver(shared_url, checkpoint, log, SLUICE_SPARK_FAULT="after_publish")
+    assert _finish(faulty, log) != 0
+    # Batch 0 is in the queue, planned in the offset log, and not in the commit log.
+    assert len(db.queue("out").browse(limit=MESSAGES)) == PER_BATCH
+    assert (checkpoint / "offsets" / "0").exists()
+    assert not (checkpoint / "commits" / "0").exists()
+
+    assert _finish(_driver(shared_url, checkpoint, log), log) == 0
+    _assert_exactly_once(db)
