@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,14 +114,12 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url_for(request.param, tmp_path, request)
 
 
-import typing  # noqa: E402  (appended with the Spark fixture)
-
 if typing.TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     """One local SparkSession for every Spark test, stopped at the end of the run.
 
     Without pyspark or Java the test is skipped locally and fails in CI.
@@ -138,6 +138,10 @@ def spark() -> Iterator[SparkSession]:
         unavailable(f"pyspark is unavailable: {exc}")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         unavailable("Spark needs Java, and there is none (no java on PATH, no JAVA_HOME)")
+    # PostgreSQL first, when there is one: session fixtures stop in reverse order, so
+    # Spark's workers close their connections before the server goes.
+    with contextlib.suppress(pytest.skip.Exception):
+        request.getfixturevalue("postgres_server")
     # Workers must run this interpreter; a loopback address avoids slow host lookups.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -191,12 +191,13 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     if args.follow:
         query.awaitTermination()  # until stopped (Ctrl-C) or failed
     progress = query.recentProgress
-    batches = [p for p in progress if p["numInputRows"]]
+    batches = len([p for p in progress if p["numInputRows"]])
+    # Spark's count: each target's query reads the batch's messages once.
     rows = sum(p["numInputRows"] for p in progress)
     _out(
         args,
-        {"messages": rows, "batches": len(batches)},
-        f"{rows} message(s) in {len(batches)} batch(es)",
+        {"batches": batches, "input_rows": rows},
+        f"{batches} batch(es); Spark read {rows} input row(s)",
     )
     return 0
 

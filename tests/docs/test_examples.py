@@ -23,6 +23,8 @@ def test_examples_run(
         url = postgres_base_url(server)
         monkeypatch.setenv("SLUICE_POSTGRES_URL", url)
         request.addfinalizer(lambda: _drop_example_objects(url))
+    if doc.name == "spark.md":
+        request.getfixturevalue("spark")  # the shared session: skipped without Spark locally
     blocks = BLOCK.findall(doc.read_text())
     if doc.name != "cli.md":
         assert blocks, f"{doc.name} has no runnable example"

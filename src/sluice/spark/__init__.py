@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.spark.options import connection
+from sluice.spark.options import absolute_url, connection
 from sluice.spark.pipeline import run_pipeline, spark_session
 from sluice.spark.source import SluiceDataSource
 
 __all__ = [
     "SluiceDataSource",
+    "absolute_url",
     "drop_stream",
     "forget_sink",
     "register",
