@@ -76,6 +76,9 @@ def run_pipeline(
     if (sql is None) == (transform is None):
         raise ConfigurationError("a pipeline takes either sql or transform, not both or neither")
     url = absolute_url(url)
+    if "://" not in checkpoint:
+        # Spark resolves a relative path from where the JVM started, not from here.
+        checkpoint = os.path.abspath(checkpoint)
     db = connection(url)
     db.queue(source).spec  # noqa: B018  (QueueNotFound now, not in a Spark task)
     reader = (
