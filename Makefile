@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ bench-content: $(BIN)/sluice-bench-stamp
 
 bench-isolation: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.isolation
+
+# Spark on local[2] (Java 17+), PostgreSQL at 127.0.0.1:5432, and its JDBC driver for the peer.
+bench-spark: $(BIN)/sluice-bench-stamp
+	test -f /usr/share/java/postgresql.jar || (apt-get update && apt-get install -y libpostgresql-jdbc-java)
+	$(BIN)/python -m bench.spark
 
 soak: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.soak

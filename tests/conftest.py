@@ -153,7 +153,6 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "1")
             .config("spark.default.parallelism", "2")
-            .config("spark.sql.python.filterPushdown.enabled", "true")
             .getOrCreate()
         )
     except Exception as exc:  # the JVM did not start: Java missing or broken

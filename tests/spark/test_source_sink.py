@@ -108,7 +108,7 @@ def test_batch_read_with_selector_and_body_schema(
 
 
 def test_pushed_filters_are_applied_fully(
-    spark: SparkSession, db: sluice.Database, url: str
+    spark: SparkSession, db: sluice.Database, url: str, request: pytest.FixtureRequest
 ) -> None:
     q = db.queue("orders")
     for n in range(30):
@@ -126,6 +126,8 @@ def test_pushed_filters_are_applied_fully(
         ),
     }
     everything = _read(spark, url, queue="orders", body_schema="n BIGINT").collect()
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    request.addfinalizer(lambda: spark.conf.unset("spark.sql.python.filterPushdown.enabled"))
     for condition, keep in cases.items():
         # Pushdown is for a DataFrame read for one query (see pushFilters).
         df = _read(spark, url, queue="orders", body_schema="n BIGINT", pushdown="true")

@@ -19,7 +19,13 @@ import sluice
 from sluice.engine.database import Database
 from sluice.errors import ConfigurationError, SluiceError
 
-__all__ = ["DEFAULT_MAX_PER_BATCH", "Options", "absolute_url", "connection"]
+__all__ = [
+    "DEFAULT_MAX_PER_BATCH",
+    "Options",
+    "absolute_url",
+    "close_connections",
+    "connection",
+]
 
 log = logging.getLogger("sluice.spark")
 
@@ -160,7 +166,8 @@ def _close(db: Database) -> None:
 
 
 @atexit.register
-def _close_all() -> None:
+def close_connections() -> None:
+    """Close the Databases this process opened for Spark (done at exit anyway)."""
     with _lock:
         for db in _connections.values():
             _close(db)

@@ -20,16 +20,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from sluice.backends.base import StagedPart, sink_host
 from sluice.engine.database import Database
 from sluice.engine.transaction import Transaction
 from sluice.errors import ConfigurationError, InvalidBody, MessageError
-from sluice.message import decode_json
+from sluice.message import decode_json, encode_json
 from sluice.spark.options import Options, connection
 from sluice.spark.source import _spark_backend
 
@@ -65,8 +69,12 @@ def _check_columns(options: Options, schema: StructType) -> None:
         options.need_queue()
 
 
-class BatchWriter(DataSourceWriter):
-    """``df.write.format("sluice")``: every row becomes a message, all published at once."""
+class BatchWriter(DataSourceArrowWriter):
+    """``df.write.format("sluice")``: every row becomes a message, all published at once.
+
+    Rows arrive as Arrow batches, as Spark hands them to Python anyway: turning
+    them into Spark Row objects first would cost more than staging them.
+    """
 
     def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
         if overwrite:
@@ -76,19 +84,21 @@ class BatchWriter(DataSourceWriter):
         _check_columns(options, schema)
         self.options = options
         self.task_host = f"spark-task:{os.getpid()}"
+        self.body_type = schema["body"].dataType
+        self.body_maps = _has_map(self.body_type)
 
     def _staging_session(self, db: Database, context: TaskContext | None) -> int:
         label = f"{self.task_host}/{context.partitionId() if context else 0}"
         return db.backend.open_session(label, 0, self.options.staging_timeout)
 
-    def write(self, iterator: Iterator[Row]) -> Staged:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         db = connection(self.options.url)
         session = self._staging_session(db, TaskContext.get())
         try:
             tx = Transaction(db, owner=(session, 1))
-            for count, row in enumerate(iterator, 1):
-                self._enqueue(tx, row)
-                if count % _FLUSH_ROWS == 0:
+            for batch in iterator:
+                for start in range(0, batch.num_rows, _FLUSH_ROWS):
+                    self._enqueue_rows(tx, batch.slice(start, _FLUSH_ROWS).to_pylist())
                     tx.flush()
             part = tx.stage()
         except BaseException:
@@ -99,12 +109,29 @@ class BatchWriter(DataSourceWriter):
             return Staged(None)
         return Staged(part)
 
-    def _enqueue(self, tx: Transaction, row: Row) -> None:
-        fields = row.asDict(recursive=True)
+    def _enqueue_rows(self, tx: Transaction, rows: list[dict[str, Any]]) -> None:
+        """Enqueue in row order; a run of rows with the same options is one call."""
+        run: list[Any] = []
+        run_key: tuple[str, str] | None = None
+        run_options: dict[str, Any] = {}
+        for fields in rows:
+            queue, body, options = self._message(fields)
+            key = (queue, encode_json(options)) if options else (queue, "")
+            if key != run_key:
+                if run_key is not None:
+                    tx.enqueue_many(run_key[0], run, **run_options)
+                run, run_key, run_options = [], key, options
+            run.append(body)
+        if run_key is not None:
+            tx.enqueue_many(run_key[0], run, **run_options)
+
+    def _message(self, fields: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
         queue = fields.get("queue") or self.options.queue
         if not queue:
             raise MessageError("a row has no queue (a NULL queue column and no option queue)")
         body = fields["body"]
+        if self.body_maps:
+            body = _unmap(body, self.body_type)
         if isinstance(body, str):
             try:
                 body = decode_json(body)
@@ -120,9 +147,11 @@ class BatchWriter(DataSourceWriter):
         properties = fields.get("properties")
         if isinstance(properties, str):
             properties = decode_json(properties)
+        elif isinstance(properties, list):  # a map column: Arrow's (key, value) pairs
+            properties = dict(properties)
         if properties:
             options["properties"] = properties
-        tx.enqueue(queue, body, **options)
+        return queue, body, options
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._publish(messages, None, 0)
@@ -142,7 +171,7 @@ class BatchWriter(DataSourceWriter):
         _fault_point("after_publish")
 
 
-class StreamWriter(BatchWriter, DataSourceStreamWriter):
+class StreamWriter(BatchWriter, DataSourceStreamArrowWriter):
     """``writeStream.format("sluice")``: each micro-batch published once, by its batch id."""
 
     def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
@@ -178,3 +207,26 @@ def _fault_point(point: str) -> None:
 
 def _parts(messages: list[WriterCommitMessage | None]) -> list[StagedPart]:
     return [m.part for m in messages if isinstance(m, Staged) and m.part is not None]
+
+
+def _has_map(kind: DataType) -> bool:
+    if isinstance(kind, MapType):
+        return True
+    if isinstance(kind, StructType):
+        return any(_has_map(f.dataType) for f in kind.fields)
+    if isinstance(kind, ArrayType):
+        return _has_map(kind.elementType)
+    return False
+
+
+def _unmap(value: Any, kind: DataType) -> Any:
+    """Arrow gives a map as (key, value) pairs; a body wants it as an object."""
+    if value is None:
+        return None
+    if isinstance(kind, MapType):
+        return {k: _unmap(v, kind.valueType) for k, v in value}
+    if isinstance(kind, StructType):
+        return {f.name: _unmap(value[f.name], f.dataType) for f in kind.fields}
+    if isinstance(kind, ArrayType):
+        return [_unmap(v, kind.elementType) for v in value]
+    return value

@@ -74,7 +74,12 @@ class SluiceDataSource(DataSource):
         return message_ddl(Options.parse(self.options).body_schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(Options.parse(self.options), schema)
+        options = Options.parse(self.options)
+        # Spark refuses a reader that has pushFilters unless its pushdown setting is on:
+        # only a read that asks for pushdown gets one.
+        if options.pushdown:
+            return _PushdownReader(options, schema)
+        return _BatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _StreamReader(Options.parse(self.options), schema)
@@ -129,26 +134,6 @@ class _BatchReader(DataSourceReader):
         # Checked now, on the driver: a bad selector fails the query, not a task.
         connection(options.url).selection(self.queue, options.where)
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Take the filters the database can apply exactly; Spark applies the rest.
-
-        Only with option pushdown=true. Spark 4.3 keeps the reader of a planned
-        query and reuses it, pushed filters and all, for later queries of the same
-        DataFrame that push nothing, whose rows the old filters would then hide
-        (docs/spark.md shows the case). So pushdown is for a DataFrame read for
-        one query.
-        """
-        self.pushed = []
-        if not self.options.pushdown:
-            yield from filters
-            return
-        for f in filters:
-            text = _translate(f)
-            if text is None:
-                yield f
-            else:
-                self.pushed.append(text)
-
     def _where(self) -> str | None:
         parts = [f"({self.options.where})"] if self.options.where else []
         parts += [f"({p})" for p in self.pushed]
@@ -185,6 +170,26 @@ class _BatchReader(DataSourceReader):
             if len(rows) < _PAGE:
                 return
             after = rows[-1][0]
+
+
+class _PushdownReader(_BatchReader):
+    """A batch read with option pushdown=true (and spark.sql.python.filterPushdown.enabled)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Take the filters the database can apply exactly; Spark applies the rest.
+
+        Spark 4.3 keeps the reader of a planned query and reuses it, pushed
+        filters and all, for later queries of the same DataFrame that push
+        nothing, whose rows the old filters would then hide (docs/spark.md shows
+        the case). So pushdown is for a DataFrame read for one query.
+        """
+        self.pushed = []
+        for f in filters:
+            text = _translate(f)
+            if text is None:
+                yield f
+            else:
+                self.pushed.append(text)
 
 
 def _translate(f: Filter) -> str | None:  # noqa: PLR0911  (one case per filter kind)

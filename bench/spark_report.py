@@ -1,0 +1,307 @@
+"""The report of ``bench.spark``: what was measured, read rates against Spark's JDBC source,
+pipeline rates, and where each streaming query's time went."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+__all__ = [
+    "PHASES",
+    "PIPELINE_TARGET",
+    "READ_TARGET",
+    "Cell",
+    "Run",
+    "Settings",
+    "render",
+]
+
+READ_TARGET = 0.5
+"""sluice streaming read >= 0.5 x Spark's JDBC source, msgs/s."""
+PIPELINE_TARGET = 10_000
+"""queue -> Spark SQL -> queue, msgs/s on local[2]."""
+
+PHASES: tuple[tuple[str, str], ...] = (
+    ("latestOffset", "sluice claims the next batch (and acknowledges the previous one)"),
+    ("getBatch", "Spark builds the batch's DataFrame"),
+    ("queryPlanning", "Spark plans the batch"),
+    ("walCommit", "Spark writes the offset log"),
+    ("addBatch", "read + transform + write + sink commit (publish)"),
+    ("commitOffsets", "Spark writes the commit log"),
+    ("triggerExecution", "all of one trigger (includes the above)"),
+)
+"""The ``durationMs`` keys of a streaming query's progress, in the order they happen."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the run was asked to do."""
+
+    read_n: int
+    pipe_n: int
+    read_batches: tuple[int, ...]
+    pipe_batches: tuple[int, ...]
+    read_partitions: tuple[int, ...]
+    backends: tuple[str, ...]
+    repeats: int
+    warmup_n: int
+    body_bytes: int
+    body_schema: str
+    pipeline_sql: str
+    master: str
+    quick: bool
+
+
+@dataclass
+class Run:
+    """One measured query: its wall time and, for a stream, its progress summed up."""
+
+    seconds: float
+    rows: int | None = None
+    batches: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds per ``durationMs`` key, summed over the query's progress entries."""
+    before: float | None = None
+    """Seconds from the start of the timing to the first trigger."""
+    after: float | None = None
+    """Seconds from the end of the last trigger to the end of the timing."""
+
+
+@dataclass
+class Cell:
+    """All repeats of one measurement."""
+
+    part: str  # "read" or "pipeline"
+    label: str
+    backend: str
+    n: int
+    batch: int | None = None
+    partitions: int | None = None
+    runs: list[Run] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> Run | None:
+        """The run with the median wall time (the lower one of an even count)."""
+        if not self.runs:
+            return None
+        ordered = sorted(self.runs, key=lambda r: r.seconds)
+        return ordered[(len(ordered) - 1) // 2]
+
+    @property
+    def rate(self) -> float | None:
+        if not self.runs or self.errors:
+            return None
+        return self.n / statistics.median(r.seconds for r in self.runs)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _mb(cell: Cell, body_bytes: int) -> str:
+    rate = cell.rate
+    return "-" if rate is None else f"{rate * body_bytes / 1e6:,.1f}"
+
+
+def _runs(cell: Cell) -> str:
+    return ", ".join(f"{r.seconds:.2f}" for r in cell.runs) or "-"
+
+
+def _status(cell: Cell) -> str:
+    return "; ".join(cell.errors) if cell.errors else "ok"
+
+
+def _facts_table(facts: list[tuple[str, str]]) -> list[str]:
+    return ["| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts]]
+
+
+def _workload(s: Settings, durability: list[tuple[str, str]]) -> list[str]:
+    return [
+        "## Workload",
+        "",
+        f"- Spark master `{s.master}`, one session for the whole run (built before anything is"
+        " timed); a warm-up of every query below on a queue of"
+        f" {s.warmup_n:,} messages runs first, so JVM, Python worker and JDBC driver start-up"
+        " is not counted.",
+        f"- Bodies: JSON objects of {s.body_bytes:,} bytes as `json.dumps` writes them"
+        " (`{id, customer, items: [{sku, qty, price}] x 1..5, note: 'x' * pad}`), enqueued"
+        " untimed in transactions of 5,000 before each measurement.",
+        f"- Body schema of the pipeline: `{s.body_schema}`.",
+        f"- Repeats: {s.repeats} per cell; the figure is the median"
+        f"{' (QUICK smoke run: figures are indicative only)' if s.quick else ''}."
+        " msgs/s = N / wall time; MB/s counts the JSON bodies only.",
+        "",
+        "Durability (sluice defaults, read back where possible):",
+        "",
+        *[f"- **{k}**: {v}" for k, v in durability],
+        "",
+    ]
+
+
+def _read_section(cells: list[Cell], s: Settings) -> list[str]:
+    reads = [c for c in cells if c.part == "read"]
+    if not reads:
+        return []
+    jdbc = next((c for c in reads if c.label.startswith("Spark JDBC")), None)
+    out = [
+        f"## 1. Reading {s.read_n:,} messages into a DataFrame, PostgreSQL",
+        "",
+        "Each repeat fills a fresh queue, runs `VACUUM ANALYZE` on the messages table (untimed,"
+        " so the first reader does not pay for hint bits), then reads it with Spark's JDBC"
+        " source, with a sluice batch read (browse), and with a sluice streaming read, which"
+        " consumes it; the streaming read with `partitions=2` gets a second fresh queue. Every"
+        " query writes to `format('noop')`; its wall time runs from `load()` to the end of"
+        " `save()` / `awaitTermination()`. The JDBC read's `lowerBound`/`upperBound` (min and"
+        " max id of the queue's rows) are looked up before its timing starts; the sluice reads"
+        " find their own bounds inside theirs.",
+        "",
+        "| reader | max_per_batch | partitions | msgs/s | MB/s | vs JDBC | runs (s) | status |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for c in reads:
+        ratio = "-"
+        if jdbc is not None and c is not jdbc and c.rate is not None and jdbc.rate is not None:
+            ratio = f"{c.rate / jdbc.rate:.2f}"
+        out.append(
+            f"| {c.label} | {c.batch if c.batch else '-'} | {c.partitions or '-'}"
+            f" | {_rate(c.rate)} | {_mb(c, s.body_bytes)} | {ratio} | {_runs(c)} | {_status(c)} |"
+        )
+    out += ["", f"Target: sluice streaming read >= {READ_TARGET:g} x JDBC (msgs/s).", ""]
+    for c in reads:
+        if not c.label.startswith("sluice streaming"):
+            continue
+        head = f"{c.label}, max_per_batch {c.batch}, partitions {c.partitions}"
+        if c.rate is None or jdbc is None or jdbc.rate is None:
+            out.append(f"- MISS  {head}: no figure to compare")
+            continue
+        factor = c.rate / jdbc.rate
+        verdict = "PASS" if factor >= READ_TARGET else "MISS"
+        out.append(
+            f"- {verdict}  {head}: {c.rate:,.0f} / JDBC {jdbc.rate:,.0f} = {factor:.2f}"
+            f" (need {READ_TARGET:g})"
+        )
+    out.append("")
+    streams = [c for c in reads if c.label.startswith("sluice streaming")]
+    if streams:
+        out += ["### Where a streaming read's time goes (median run)", ""]
+        out += _phase_table(streams)
+    return out
+
+
+def _pipeline_section(cells: list[Cell], s: Settings) -> list[str]:
+    pipes = [c for c in cells if c.part == "pipeline"]
+    if not pipes:
+        return []
+    out = [
+        f"## 2. Pipeline queue -> Spark SQL -> queue, {s.pipe_n:,} messages",
+        "",
+        "`run_pipeline(spark, url, source='orders', name=..., checkpoint=<fresh dir>,"
+        " sql={'billing': SQL}, body_schema=..., max_per_batch=B, once=True)` with",
+        "",
+        f"```sql\n{s.pipeline_sql}\n```",
+        "",
+        "Each run starts from a fresh SQLite file (on disk) or fresh queues in the PostgreSQL"
+        " schema, filled untimed. msgs/s = N / wall time of `run_pipeline` (its checks, query"
+        " start, all micro-batches, termination). Afterwards each run checks that `billing`"
+        " holds N messages of the expected shape, that `orders` is empty (nothing ready,"
+        " held or pending) and that the query's progress counted N input rows.",
+        "",
+        "| backend | max_per_batch | msgs/s | MB/s | micro-batches | runs (s) | status |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for c in pipes:
+        med = c.median
+        batches = str(med.batches) if med else "-"
+        out.append(
+            f"| {c.backend} | {c.batch} | {_rate(c.rate)} | {_mb(c, s.body_bytes)}"
+            f" | {batches} | {_runs(c)} | {_status(c)} |"
+        )
+    out += ["", f"Target: >= {PIPELINE_TARGET:,} msgs/s on 2 cores.", ""]
+    for c in pipes:
+        head = f"{c.backend}, max_per_batch {c.batch}"
+        if c.rate is None:
+            out.append(f"- MISS  {head}: no figure ({_status(c)})")
+        else:
+            verdict = "PASS" if c.rate >= PIPELINE_TARGET else "MISS"
+            out.append(f"- {verdict}  {head}: {c.rate:,.0f} msgs/s")
+    out += ["", "### Where the pipeline's time goes (median run)", ""]
+    out += _phase_table(pipes)
+    return out
+
+
+def _phase_table(cells: list[Cell]) -> list[str]:
+    """Seconds and % of wall time per progress phase, one column per cell."""
+    shown = [(c, c.median) for c in cells if c.median is not None and c.median.phases]
+    if not shown:
+        return ["No progress was recorded.", ""]
+    heads = [
+        f"{c.backend} {c.label.replace('sluice streaming read', 'stream')}, B={c.batch}"
+        + (f", p={c.partitions}" if c.partitions else "")
+        for c, _ in shown
+    ]
+    out = [
+        "Sums over the query's `recentProgress` of `durationMs` (seconds, % of the wall time)."
+        " `latestOffset` includes sluice claiming the next batch and acknowledging the previous"
+        " one; `addBatch` is read + transform + write + the sink's commit.",
+        "",
+        "| phase | " + " | ".join(heads) + " |",
+        "|---|" + "---:|" * len(shown),
+    ]
+
+    def cell(seconds: float, wall: float) -> str:
+        return f"{seconds:.2f} ({seconds / wall * 100:.0f}%)" if wall > 0 else f"{seconds:.2f}"
+
+    for key, meaning in PHASES:
+        values = [cell(r.phases.get(key, 0.0), r.seconds) for _, r in shown]
+        out.append(f"| {key}: {meaning} | " + " | ".join(values) + " |")
+    inside: list[str] = []
+    before: list[str] = []
+    between: list[str] = []
+    after: list[str] = []
+    for _, r in shown:
+        parts = sum(v for k, v in r.phases.items() if k != "triggerExecution")
+        trigger = r.phases.get("triggerExecution", 0.0)
+        inside.append(cell(max(trigger - parts, 0.0), r.seconds))
+        outside = max(r.seconds - trigger, 0.0)
+        if r.before is None or r.after is None:
+            before.append("-")
+            after.append("-")
+            between.append(cell(outside, r.seconds))
+        else:
+            before.append(cell(r.before, r.seconds))
+            after.append(cell(r.after, r.seconds))
+            between.append(cell(max(outside - r.before - r.after, 0.0), r.seconds))
+    out += [
+        "| rest of the triggers (not in a named phase) | " + " | ".join(inside) + " |",
+        "| before the first trigger: load, checks, query start, initial offset | "
+        + " | ".join(before)
+        + " |",
+        "| between triggers | " + " | ".join(between) + " |",
+        "| after the last trigger: query stop | " + " | ".join(after) + " |",
+    ]
+    out.append("| wall time | " + " | ".join(f"{r.seconds:.2f}" for _, r in shown) + " |")
+    out.append("| triggers with data | " + " | ".join(str(r.batches) for _, r in shown) + " |")
+    out.append("")
+    return out
+
+
+def render(
+    cells: list[Cell],
+    s: Settings,
+    facts: list[tuple[str, str]],
+    durability: list[tuple[str, str]],
+    notes: list[str],
+) -> str:
+    """The Markdown report."""
+    out = [f"# sluice on Spark benchmark, {facts[0][1][:10]}", "", "## Machine", ""]
+    out += _facts_table(facts)
+    out.append("")
+    out += _workload(s, durability)
+    out += _read_section(cells, s)
+    out += _pipeline_section(cells, s)
+    extra = [n for c in cells for n in c.notes]
+    if notes or extra:
+        out += ["## Notes", "", *[f"- {n}" for n in [*notes, *extra]], ""]
+    return "\n".join(out)
