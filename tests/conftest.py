@@ -109,9 +109,21 @@ def q(db: sluice.Database) -> sluice.Queue:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database that several processes can share: a SQLite file, or PostgreSQL."""
-    return url_for(request.param, tmp_path, request)
+    yield url_for(request.param, tmp_path, request)
+    # Before the schema is dropped (url_for's finalizer runs after this): the Databases
+    # a pipeline opened in this process go now, not at exit against a schema, or a
+    # server, long gone.
+    _close_spark_connections()
+
+
+def _close_spark_connections() -> None:
+    import sys
+
+    options = sys.modules.get("sluice.spark.options")
+    if options is not None:
+        options.close_connections()
 
 
 if typing.TYPE_CHECKING:
@@ -161,4 +173,5 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     try:
         yield session
     finally:
+        _close_spark_connections()
         session.stop()
