@@ -77,9 +77,8 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
     ) from _missing
 
 from sluice.backends.postgres_maintenance import (
-    ROTATION_LOCK,
-    VACUUM_LOCK,
     Maintainer,
+    maintenance_locks,
     rotate,
     vacuum,
     with_lock,
@@ -473,10 +472,11 @@ class PostgresBackend:
         Returns (the partition made current or None, whether it vacuumed); see
         ``postgres_maintenance``. One node at a time; the others skip.
         """
+        rotation_lock, vacuum_lock = maintenance_locks(self.schema)
         with self._conn() as conn:
             rotated = with_lock(
                 conn,
-                ROTATION_LOCK,
+                rotation_lock,
                 lambda: rotate(
                     conn,
                     self._q,
@@ -487,7 +487,7 @@ class PostgresBackend:
             )
             vacuumed = bool(
                 vacuum_too
-                and with_lock(conn, VACUUM_LOCK, lambda: vacuum(conn, self._q, self.schema))
+                and with_lock(conn, vacuum_lock, lambda: vacuum(conn, self._q, self.schema))
             )
         return rotated, vacuumed
 

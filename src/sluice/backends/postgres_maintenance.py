@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PARTITIONS",
-    "ROTATION_LOCK",
-    "VACUUM_LOCK",
     "Maintainer",
+    "maintenance_locks",
     "rotate",
     "vacuum",
     "with_lock",
@@ -139,10 +139,15 @@ class Maintainer:
                 log.debug("sluice maintenance skipped: %s", exc)
 
 
-ROTATION_LOCK = -2
-VACUUM_LOCK = -3
-"""Maintenance lock keys: negative, apart from the queues' keys (their ids) and the
-migrations' (-1)."""
+def maintenance_locks(schema: str) -> tuple[int, int]:
+    """The (rotation, vacuum) advisory lock keys of a schema's maintenance.
+
+    Negative, apart from the queues' keys (their ids) and the migrations' (-1);
+    per schema, since each schema rotates its own partitions: nodes of other
+    schemas in the database need not take turns with this one.
+    """
+    rotation = -2 - 2 * (zlib.crc32(schema.encode()) & 0x3FFFFFF)
+    return rotation, rotation - 1
 
 
 def with_lock(conn: psycopg.Connection[Any], key: int, work: Callable[[], Any]) -> Any:
