@@ -125,9 +125,19 @@ def test_a_pipeline_checks_what_it_is_given(
     assert len(db.queue("orders")) == 3  # nothing was taken
 
 
-def test_the_pipeline_command(db: sluice.Database, shared_url: str, tmp_path: Path) -> None:
-    if not shared_url.startswith("sqlite"):
-        pytest.skip("the command is shown on SQLite; the API runs on both backends")
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[tuple[sluice.Database, str]]:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with sluice.connect(url) as database:
+        for name in ("orders", "billing", "shipping"):
+            database.create_queue(name)
+        database.queue("orders").put_many(ORDERS)
+        yield database, url
+
+
+def test_the_pipeline_command(sqlite_db: tuple[sluice.Database, str], tmp_path: Path) -> None:
+    """The command on SQLite; the API above runs on both backends."""
+    db, shared_url = sqlite_db
     command = [
         sys.executable,
         "-m",
