@@ -692,7 +692,6 @@ class SQLiteBackend:
                 conn.execute(self._q["close_session"], {"session": part.session})
             if sink is not None:
                 conn.execute(self._q["sink_orphans"], {"host": sink_host(sink), "batch": batch})
-            if sink is not None or not fresh:
                 self._roll_back_orphans(conn)
             return fresh
 
