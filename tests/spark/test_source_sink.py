@@ -255,6 +255,21 @@ def test_stream_with_selector_leaves_the_rest(
     assert sorted(b["n"] for b in _bodies(db, "orders")) == [1, 3, 5, 7, 9]
 
 
+def test_stream_of_an_ordered_queue_takes_lanes_whole(
+    spark: SparkSession, db: sluice.Database, url: str, tmp_path: Path
+) -> None:
+    """Lanes need the engine's claim (a lane's next message only for its holder)."""
+    db.alter_queue("orders", isolation="ordered")
+    for g in range(3):
+        db.queue("orders").put_many([{"g": g, "n": n} for n in range(10)], group=f"g{g}")
+    query = _stream(spark, url, tmp_path / "ck", max_per_batch="7")
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 30
+    assert sorted((b["g"], b["n"]) for b in _bodies(db, "out")) == [
+        (g, n) for g in range(3) for n in range(10)
+    ]
+    assert not any(db.queue("orders").stats().values())
+
+
 def test_empty_queue_then_messages_later(
     spark: SparkSession, db: sluice.Database, url: str, tmp_path: Path
 ) -> None:

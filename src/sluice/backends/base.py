@@ -479,8 +479,25 @@ class SparkBackend(Protocol):
         Rows in MESSAGE_COLUMNS order and then the round, by round and id.
         """
 
-    def stream_held_ids(self, session: int, queue: str, after: int, upto: int) -> list[Row]:
-        """(id, lane, round) of the messages the stream holds from rounds (after, upto]."""
+    def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
+        """How many messages the stream holds from rounds (after, upto]."""
+
+    def stream_claim(
+        self, session: int, round: int, queue: str, limit: int, select: Selection | None
+    ) -> int:
+        """Claim up to ``limit`` ready messages in delivery order for the stream's ``round``.
+
+        How many it took. Of a lane only its head is ready: a queue with lanes gets at
+        most one message of each lane per call (the engine's claim takes their runs).
+        Not durable by itself: set_stream_round's commit makes it so.
+        """
+
+    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+        """Spark committed rounds (after, upto]: settle them, in one transaction.
+
+        What the stream holds of them is deleted, their lanes get heads, and ``upto``
+        is recorded as acknowledged.
+        """
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None

@@ -263,9 +263,27 @@ class PostgresBackend:
         rows = self._one("stream_held", params | {"part": part, "parts": parts})
         return [(*message, r[21]) for message, r in zip(_rows(rows), rows, strict=True)]
 
-    def stream_held_ids(self, session: int, queue: str, after: int, upto: int) -> list[Row]:
+    def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
-        return self._one("stream_held_ids", params)
+        return int(self._one("stream_held_count", params)[0][0])
+
+    def stream_claim(
+        self, session: int, round: int, queue: str, limit: int, select: Selection | None
+    ) -> int:
+        name, extra = self._selected("stream_claim", select)
+        params = {"session": session, "tx": round, "queue": queue, "limit": limit}
+        # It relaxes its own commit, as every claim: set_stream_round's flush covers it.
+        return int(self._one(name, params | {"now": time.time()} | extra)[0][0])
+
+    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        with self._transaction() as conn:
+            lanes = sorted(lane for (lane,) in conn.execute(self._q["stream_settle"], params))
+            if lanes:
+                conn.execute(self._q["promote"], _lanes_params([(queue, k) for k in lanes]))
+            conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
+        if lanes:
+            self._notifier.signal([queue])  # lanes got new heads
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None

@@ -639,10 +639,26 @@ class SQLiteBackend:
                 self._q["stream_held"], params | {"part": part, "parts": parts}
             ).fetchall()
 
-    def stream_held_ids(self, session: int, queue: str, after: int, upto: int) -> list[Row]:
+    def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
         with self._read() as conn:
-            return conn.execute(self._q["stream_held_ids"], params).fetchall()
+            return int(conn.execute(self._q["stream_held_count"], params).fetchone()[0])
+
+    def stream_claim(
+        self, session: int, round: int, queue: str, limit: int, select: Selection | None
+    ) -> int:
+        query, extra = self._selected("stream_claim", select)
+        params = {"session": session, "tx": round, "queue": queue, "limit": limit}
+        # Without fsync, as every claim: set_stream_round's commit makes it durable.
+        with self._write(durable=False) as conn:
+            return int(conn.execute(query, params | {"now": time.time()} | extra).rowcount)
+
+    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        with self._write() as conn:
+            settled = conn.execute(self._q["stream_settle"], params).fetchall()
+            self._promote(conn, {(queue, lane) for (lane,) in settled if lane is not None})
+            conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None

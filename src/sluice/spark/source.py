@@ -49,7 +49,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sluice.backends.base import CommitPlan, SparkBackend
+from sluice.backends.base import SparkBackend
 from sluice.engine.database import Database
 from sluice.spark.options import Options, connection
 from sluice.spark.rows import message_ddl, to_batches
@@ -284,34 +284,41 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = limit.max_rows
         else:
             cap = self.options.max_per_batch
-        held = len(backend.stream_held_ids(stream.session, self.queue, base, stream.round))
+        held = backend.stream_held_count(stream.session, self.queue, base, stream.round)
         if held >= cap:
             return {"round": stream.round}
-        where = self.options.where
-        if self.cutoff is not None:
-            bound = f"enqueued_at <= {self.cutoff!r}"
-            where = f"({where}) AND {bound}" if where else bound
-        select = db.selection(self.queue, where)
         round_ = stream.round + 1
-        taken = 0
-        while taken < cap - held:
-            rows = db.backend.claim(
-                stream.session,
-                round_,
-                self.queue,
-                min(_CLAIM_CHUNK, cap - held - taken),
-                own=False,
-                select=select,
-            )
-            if not rows:
-                break
-            taken += len(rows)
+        taken = self._claim(db, stream.session, round_, cap - held)
         if taken:
             # Durable, and after the claims: their rows are durable with it. Only then
             # may Spark log the offset.
             backend.set_stream_round(stream.session, round_)
             return {"round": round_}
         return {"round": max(stream.round, base) if held else base}
+
+    def _claim(self, db: Database, session: int, round_: int, wanted: int) -> int:
+        """Claim up to ``wanted`` messages for ``round_``; how many it took."""
+        where = self.options.where
+        if self.cutoff is not None:
+            bound = f"enqueued_at <= {self.cutoff!r}"
+            where = f"({where}) AND {bound}" if where else bound
+        select = db.selection(self.queue, where)
+        lanes = db.queue(self.queue).spec.isolation != "none"
+        taken = 0
+        while taken < wanted:
+            chunk = min(_CLAIM_CHUNK, wanted - taken)
+            if lanes:
+                # The engine's claim takes lanes' runs (and only it knows how); it
+                # returns the rows, which are read again in the tasks.
+                got = len(
+                    db.backend.claim(session, round_, self.queue, chunk, own=False, select=select)
+                )
+            else:
+                got = _spark_backend(db).stream_claim(session, round_, self.queue, chunk, select)
+            if not got:
+                break
+            taken += got
+        return taken
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         after, upto = start["round"], end["round"]
@@ -341,15 +348,5 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def acknowledge(db: Database, queue: str, session: int, acked: int, upto: int) -> None:
     """Settle the stream's rounds (acked, upto]: Spark has committed them."""
-    if upto <= acked:
-        return
-    backend = _spark_backend(db)
-    rounds: dict[int, tuple[list[int], set[tuple[str, str]]]] = {}
-    for ref, lane, round_ in backend.stream_held_ids(session, queue, acked, upto):
-        ids, lanes = rounds.setdefault(round_, ([], set()))
-        ids.append(ref)
-        if lane is not None:
-            lanes.add((queue, lane))
-    for round_, (ids, lanes) in sorted(rounds.items()):
-        db.backend.commit(CommitPlan(session, round_, held=ids, lanes=sorted(lanes)))
-    backend.set_stream_acked(session, upto)
+    if upto > acked:
+        _spark_backend(db).stream_settle(session, queue, acked, upto)

@@ -240,7 +240,8 @@ SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.po
 -- name: delete_claimed
 WITH d AS (
     DELETE FROM {schema}.messages
-    WHERE id = ANY(%(ids)s) AND state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
+    WHERE id IN (SELECT unnest(%(ids)s::bigint[]))
+      AND state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
     RETURNING 1)
 SELECT {schema}.expect((SELECT count(*) FROM d), %(expected)s, 'lease lost');
 
@@ -269,7 +270,7 @@ SET queue_id = coalesce(eq.id, m.queue_id),
 FROM {schema}.queues AS q
     LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
 WHERE m.state = 2 AND m.c_session = %(session)s AND m.c_tx = %(tx)s
-  AND (%(ids)s::bigint[] IS NULL OR m.id = ANY(%(ids)s))
+  AND (%(ids)s::bigint[] IS NULL OR m.id IN (SELECT unnest(%(ids)s::bigint[])))
   AND NOT (m.p_session = %(session)s AND m.p_tx = %(tx)s)
   AND q.id = m.queue_id
   AND q.max_attempts IS NOT NULL AND m.attempts + 1 >= q.max_attempts;
@@ -284,7 +285,7 @@ SET state = CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0
     attempts = attempts + CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0 ELSE 1 END,
     c_session = NULL, c_tx = NULL
 WHERE state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s));
+  AND (%(ids)s::bigint[] IS NULL OR id IN (SELECT unnest(%(ids)s::bigint[])));
 
 -- name: delete_own_claimed
 -- On abort, the transaction's own enqueues that it also claimed vanish with it.
@@ -408,11 +409,38 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND sta
   AND id %% %(parts)s = %(part)s
 ORDER BY c_tx, id;
 
--- name: stream_held_ids
-SELECT id, lane, c_tx FROM {schema}.messages
+-- name: stream_held_count
+SELECT count(*) FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 2
-  AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s
-ORDER BY c_tx, id;
+  AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s;
+
+-- name: stream_claim
+-- A stream's claim of its next round: as claim, but the rows stay in the database (the
+-- Spark tasks read them, stream_held) and only their number comes back. Returning a
+-- round of 1 KB bodies only to count them cost as much as the update itself.
+WITH claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM (
+        SELECT id FROM {schema}.messages AS s
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+          AND state = 1 AND available_at <= %(now)s
+          AND (expires_at IS NULL OR expires_at > %(now)s){select}
+        ORDER BY {order}
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING 1)
+SELECT count(*) FROM claimed;
+
+-- name: stream_settle
+-- Spark committed the stream's rounds (after, upto]: what it holds of them goes, by
+-- range (one index range, however many rounds); the caller promotes the lanes returned.
+WITH d AS (
+    DELETE FROM {schema}.messages
+    WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 2
+      AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s
+    RETURNING lane)
+SELECT DISTINCT lane FROM d WHERE lane IS NOT NULL;
 
 -- name: stream_delete
 DELETE FROM {schema}.streams WHERE session = %(session)s;

@@ -382,11 +382,29 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
   AND c_session = :session AND c_tx > :after AND c_tx <= :upto AND id % :parts = :part
 ORDER BY c_tx, id;
 
--- name: stream_held_ids
-SELECT id, lane, c_tx FROM messages
+-- name: stream_held_count
+SELECT count(*) FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
+  AND c_session = :session AND c_tx > :after AND c_tx <= :upto;
+
+-- name: stream_claim
+-- A stream's claim of its next round: the rows stay here (the Spark tasks read them,
+-- stream_held); the caller needs only their number.
+UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
+WHERE id IN (
+    SELECT id FROM messages AS m
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+      AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+    ORDER BY {order}
+    LIMIT :limit);
+
+-- name: stream_settle
+-- Spark committed the stream's rounds (:after, :upto]: what it holds of them goes, by
+-- range; the caller promotes the lanes returned.
+DELETE FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
   AND c_session = :session AND c_tx > :after AND c_tx <= :upto
-ORDER BY c_tx, id;
+RETURNING lane;
 
 -- name: stream_delete
 DELETE FROM streams WHERE session = :session;
