@@ -38,7 +38,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import sluice
@@ -56,11 +56,13 @@ from bench.pg_common import (
     pg_facts,
     url_schema,
 )
-from bench.spark_report import Cell, Run, Settings, render
+from bench.spark_report import FLOOR_LABEL, Cell, Run, Settings, render
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+    from sluice.backends.base import SparkBackend
 
 DEFAULT_PG_URL = f"{PG_CONNINFO}?schema=bench_spark"
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -345,6 +347,31 @@ class Reads:
             raise VerifyError(f"streaming read of {queue}: {run.rows} rows of {n}; left {left}")
         return run
 
+    def floor(self, queue: str, n: int, batch: int) -> Run:
+        """The streaming read's own statements, from this process, without Spark.
+
+        Claim a round (count only), fetch its rows, delete them: what a consuming read
+        costs the database whatever runs it. Rows are fetched, not turned into Arrow.
+        """
+        backend = cast("SparkBackend", self.db.backend)
+        stream = backend.open_stream(queue, f"floor-{queue}")
+        started = time.perf_counter()
+        rows = 0
+        round_ = stream.round
+        while True:
+            taken = backend.stream_claim(stream.session, round_ + 1, queue, batch, None)
+            if not taken:
+                break
+            round_ += 1
+            backend.set_stream_round(stream.session, round_)
+            rows += len(backend.stream_held(stream.session, queue, round_ - 1, round_))
+            backend.stream_settle(stream.session, queue, round_ - 1, round_)
+        seconds = time.perf_counter() - started
+        left = {k: v for k, v in self.db.queue(queue).stats().items() if v}
+        if rows != n or left:
+            raise VerifyError(f"floor read of {queue}: {rows} rows of {n}; left {left}")
+        return Run(seconds, rows=rows)
+
     def drop(self, queue: str) -> None:
         try:
             self.db.drop_queue(queue)
@@ -376,7 +403,10 @@ def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) ->
         for b in s.read_batches
         for p in s.read_partitions
     }
-    cells += [jdbc, browse, *streams.values()]
+    floors = {
+        b: Cell("read", FLOOR_LABEL, "postgresql", n, batch=b, partitions=1) for b in s.read_batches
+    }
+    cells += [jdbc, browse, *streams.values(), *floors.values()]
     stored = 0.0
     for rep in range(s.repeats):
         for k, ((batch, parts), cell) in enumerate(streams.items()):
@@ -398,6 +428,15 @@ def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) ->
                 f"{tag}: stream B={batch} p={parts}",
                 n,
             )
+            reads.drop(queue)
+        for batch, cell in floors.items():
+            tag = f"read run {rep + 1}/{s.repeats}"
+            try:
+                queue, _ = reads.fresh_queue(n)
+            except Exception as exc:
+                cell.errors.append(f"fill: {_error(exc)}")
+                continue
+            _measure(cell, functools.partial(reads.floor, queue, n, batch), f"{tag}: floor", n)
             reads.drop(queue)
     if stored:
         notes.append(
