@@ -148,3 +148,29 @@ def test_server_restarts_under_load_lose_and_double_nothing(
         assert not any(b.startswith("aborted-") for b in seen)
     finally:
         drop_schema(url)
+
+
+def test_closing_after_the_server_went_away_gives_up_within_a_restarts_worth(
+    postgres_server: PostgresServer | str,
+) -> None:
+    """Closing retries through a restart's few seconds, then says so: it once took 86 s."""
+    if isinstance(postgres_server, str):
+        pytest.skip("needs the private test server, to stop it")
+    url = fresh_postgres_url(postgres_server)
+    db = sluice.connect(url)
+    db.create_queue("in")
+    postgres_server.stop("fast")
+    try:
+        started = time.monotonic()
+        with pytest.raises(sluice.StorageError, match="connection"):
+            db.close()
+        waited = time.monotonic() - started
+    finally:
+        postgres_server.start()
+    try:
+        # One wait for the pool (10 s) and the few seconds of retries after it.
+        assert waited < 30
+        with sluice.connect(url) as again:  # the server is back: the queue is there
+            assert again.queue("in").stats()["ready"] == 0
+    finally:
+        drop_schema(url)

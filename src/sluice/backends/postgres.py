@@ -405,14 +405,20 @@ class PostgresBackend:
             return cur.fetchall() if cur.description else []
 
     def _retrying(self, work: Callable[[], Any]) -> Any:
-        """Run idempotent work, retrying while the server is unreachable (a restart)."""
+        """Run idempotent work, retrying while the server is unreachable (a restart).
+
+        The retries cover a restart's few seconds, not more: an attempt may itself wait
+        out the pool's timeout, and eight of those made closing a Database whose server
+        had gone take 86 s.
+        """
+        give_up = time.monotonic() + sum(_RETRY_DELAYS)
         for delay in (*_RETRY_DELAYS, None):
             try:
                 return work()
             except StorageError as exc:
                 if delay is None or not isinstance(exc.__cause__, psycopg.OperationalError):
                     raise
-                if self._closed:
+                if self._closed or time.monotonic() + delay > give_up:
                     raise
                 time.sleep(delay)
         raise AssertionError("unreachable")

@@ -153,7 +153,8 @@ DECLARE
     settled bigint;
 BEGIN
     DELETE FROM {schema}.messages
-    WHERE id = ANY(in_ids) AND state = 2 AND c_session = in_session AND c_tx = in_tx;
+    WHERE id IN (SELECT unnest(in_ids)) AND state = 2
+      AND c_session = in_session AND c_tx = in_tx;
     GET DIAGNOSTICS settled = ROW_COUNT;
     IF settled <> cardinality(in_ids) THEN
         RAISE EXCEPTION USING ERRCODE = 'SL001', MESSAGE = 'lease lost',
