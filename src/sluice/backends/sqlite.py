@@ -70,6 +70,10 @@ def _load_queries() -> dict[str, str]:
         for c in MESSAGE_COLUMNS
     )
     queries = {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
+    # A Spark stream's claim: the rows stay in the database (its tasks read them), so
+    # nothing comes back but the count.
+    claim = queries["claim"]
+    queries["stream_claim"] = claim[: claim.index("RETURNING")].rstrip() + ";"
     for name in ("claim", "claim_with_own"):
         # One message: a scalar subquery is cheaper than materialising an id list.
         queries[f"{name}_one"] = queries.pop(name).replace("WHERE id IN (", "WHERE id = (", 1)

@@ -163,6 +163,7 @@ ORDER BY id LIMIT 1;
 DELETE FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx;
 
 -- name: claim
+-- Loaded as claim_one (one message), and as stream_claim without RETURNING.
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id IN (
     SELECT id FROM messages AS m
@@ -386,17 +387,6 @@ ORDER BY c_tx, id;
 SELECT count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
   AND c_session = :session AND c_tx > :after AND c_tx <= :upto;
-
--- name: stream_claim
--- A stream's claim of its next round: the rows stay here (the Spark tasks read them,
--- stream_held); the caller needs only their number.
-UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
-WHERE id IN (
-    SELECT id FROM messages AS m
-    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-      AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
-    ORDER BY {order}
-    LIMIT :limit);
 
 -- name: stream_settle
 -- Spark committed the stream's rounds (:after, :upto]: what it holds of them goes, by
