@@ -73,7 +73,7 @@ def _load_queries() -> dict[str, str]:
     # A Spark stream's claim: the rows stay in the database (its tasks read them), so
     # nothing comes back but the count.
     claim = queries["claim"]
-    queries["stream_claim"] = claim[: claim.index("RETURNING")].rstrip() + ";"
+    queries["stream_claim"] = claim[: claim.rindex("\nRETURNING ")] + ";"
     for name in ("claim", "claim_with_own"):
         # One message: a scalar subquery is cheaper than materialising an id list.
         queries[f"{name}_one"] = queries.pop(name).replace("WHERE id IN (", "WHERE id = (", 1)

@@ -315,7 +315,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             else:
                 got = _spark_backend(db).stream_claim(session, round_, self.queue, chunk, select)
-            if not got:
+            if got <= 0:
                 break
             taken += got
         return taken
