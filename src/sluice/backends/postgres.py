@@ -137,6 +137,14 @@ def _load_queries(schema: str) -> dict[str, str]:
         for c in (*MESSAGE_COLUMNS, "body_bytes")
     )
     named = dict(sql.queries("postgresql"))
+    # A Spark stream's claim: the rows stay in the database (its tasks read them), so
+    # only their number comes back; returning a round of 1 KB bodies only to count them
+    # cost as much as the update itself.
+    claim = named["claim"]
+    named["stream_claim"] = (
+        claim[: claim.index("RETURNING {message_columns})")].replace("{claimable}", "state = 1")
+        + "RETURNING 1)\nSELECT count(*) FROM claimed;"
+    )
     for name in ("claim", "claim_lanes"):
         claim = named.pop(name)
         named[name] = claim.replace("{claimable}", "state = 1")

@@ -172,7 +172,8 @@ DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_
 
 -- name: claim
 -- Also loaded as claim_with_own, whose claimable rows include the transaction's own
--- uncommitted enqueues (they keep state 0 until commit).
+-- uncommitted enqueues (they keep state 0 until commit), and as stream_claim, which
+-- returns only the count.
 -- The relax clause lets the claim commit without waiting for the WAL flush: it sits in the
 -- queue's lookup, which runs once per execution. One statement, one round trip.
 WITH claimed AS (
@@ -413,24 +414,6 @@ ORDER BY c_tx, id;
 SELECT count(*) FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 2
   AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s;
-
--- name: stream_claim
--- A stream's claim of its next round: as claim, but the rows stay in the database (the
--- Spark tasks read them, stream_held) and only their number comes back. Returning a
--- round of 1 KB bodies only to count them cost as much as the update itself.
-WITH claimed AS (
-    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM (
-        SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
-          AND state = 1 AND available_at <= %(now)s
-          AND (expires_at IS NULL OR expires_at > %(now)s){select}
-        ORDER BY {order}
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
-    RETURNING 1)
-SELECT count(*) FROM claimed;
 
 -- name: stream_settle
 -- Spark committed the stream's rounds (after, upto]: what it holds of them goes, by
