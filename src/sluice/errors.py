@@ -22,19 +22,27 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   ├── PayloadTooLarge
     │   ├── TypeViolation           a body that does not conform to its message type
     │   └── MessageStateError       ack twice, release a message not held, ...
-    └── TransactionError
-        ├── TransactionClosed       using a committed or aborted transaction
-        ├── LeaseLost               the owner was taken for dead and rolled back
-        └── IncompleteBlock         a blockwise commit holding part of a block
+    ├── TransactionError
+    │   ├── TransactionClosed       using a committed or aborted transaction
+    │   ├── LeaseLost               the owner was taken for dead and rolled back
+    │   ├── IncompleteBlock         a blockwise commit holding part of a block
+    │   └── Conflict                another transaction changed what a commit depended on
+    └── JobError
+        ├── JobNotFound
+        ├── UnknownTaskType         a task type nobody defined or registered
+        └── TaskTimeout             raised inside a task that ran past its timeout
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "Conflict",
     "ExpressionError",
     "IncompleteBlock",
     "InvalidBody",
+    "JobError",
+    "JobNotFound",
     "LeaseLost",
     "MessageError",
     "MessageStateError",
@@ -47,10 +55,12 @@ __all__ = [
     "SchemaTooNew",
     "SluiceError",
     "StorageError",
+    "TaskTimeout",
     "TransactionClosed",
     "TransactionError",
     "TypeDefinitionError",
     "TypeViolation",
+    "UnknownTaskType",
 ]
 
 
@@ -136,3 +146,24 @@ class LeaseLost(TransactionError):
 class IncompleteBlock(TransactionError):
     """The transaction holds part of a writer's block on a blockwise queue; take the rest
     of the block and commit again, or abort. The transaction is still open."""
+
+
+class Conflict(TransactionError):
+    """Another transaction changed what this commit depended on; nothing was changed."""
+
+
+class JobError(SluiceError):
+    """A job or task operation failed."""
+
+
+class JobNotFound(JobError):
+    """No such job; it may have been cleaned up after its retention period."""
+
+
+class UnknownTaskType(JobError):
+    """The task type is not defined; define it with db.jobs.define or register it with
+    @db.task first."""
+
+
+class TaskTimeout(JobError):
+    """The task ran past its timeout; its transaction is rolled back and it is retried."""

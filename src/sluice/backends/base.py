@@ -182,6 +182,19 @@ class SessionInfo:
     lease: float
 
 
+class Effect(NamedTuple):
+    """A named statement (sluice/sql/<dialect>/jobs.sql) that commits with a queue transaction.
+
+    ``expect``: the number of rows it must change, or the commit fails with
+    ``Conflict`` and changes nothing (None: any). On PostgreSQL the statement
+    checks it itself with ``expect()``; SQLite checks the row count.
+    """
+
+    name: str
+    params: Mapping[str, Any]
+    expect: int | None = None
+
+
 @dataclass(slots=True)
 class CommitPlan:
     """Everything a commit must do, so a backend can do it as one database transaction.
@@ -201,6 +214,8 @@ class CommitPlan:
     durable: bool = True
     lanes: Sequence[Lane] = ()
     """Lanes whose head may change: those of held messages and of enqueues."""
+    effects: Sequence[Effect] = ()
+    """Further statements of the same database transaction, after the queue's."""
 
 
 class TxBackend(Protocol):
@@ -523,3 +538,23 @@ class SparkBackend(Protocol):
 
         LeaseLost, and nothing published, if a part's rows are not all there.
         """
+
+
+class JobsBackend(Protocol):
+    """What jobs, tasks, profiles and schedules need of a SQL backend (docs/jobs.md).
+
+    The statements are jobs.sql's named queries. Both backends implement it.
+    """
+
+    def jobs_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run one read-only statement; its rows."""
+        ...
+
+    def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
+        """Run ``steps`` as one database transaction, all or nothing.
+
+        A step whose row count is not its ``expect`` rolls the whole unit back:
+        then nothing changed and the answer is False. Atomic; idempotent only if
+        the steps are.
+        """
+        ...

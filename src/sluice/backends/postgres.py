@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice import sql
@@ -36,6 +36,7 @@ from sluice.backends.base import (
     SLOTS,
     STREAM_LEASE,
     CommitPlan,
+    Effect,
     Envelope,
     Lane,
     PropertyDef,
@@ -56,10 +57,12 @@ from sluice.backends.selection import compile_selection
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.errors import (
     ConfigurationError,
+    Conflict,
     InvalidBody,
     LeaseLost,
     QueueExists,
     QueueNotFound,
+    SluiceError,
     StorageError,
 )
 from sluice.expr.postgres import PostgresCompiler
@@ -350,6 +353,21 @@ class PostgresBackend:
             ) from exc
         self._notifier.signal()
         return fresh
+
+    # --- jobs (JobsBackend) -----------------------------------------------------------
+    def jobs_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        return self._retrying(lambda: self._one(name, params, durable=False))  # type: ignore[no-any-return]
+
+    def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
+        try:
+            with self._transaction(durable=durable) as conn:
+                for step in steps:
+                    changed = conn.execute(self._q[step.name], step.params).rowcount
+                    if step.expect is not None and changed != step.expect:
+                        raise _Unchanged
+        except _Unchanged:
+            return False
+        return True
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback(queue)`` when another process may have made messages available."""
@@ -752,7 +770,7 @@ class PostgresBackend:
         try:
             notified = self._run_checked(statements, plan.enqueues, durable=plan.durable)
         except _Expected as exc:
-            raise _lease_lost(plan) from exc
+            raise commit_failure(plan, exc) from exc
         self._uncertain.discard((plan.session, plan.tx))
         if (plan.pending or plan.rejects) and not notified:
             self._notifier.signal(None)  # which queues gained is not known here
@@ -943,6 +961,10 @@ def claim_rounds(
 def _commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[tuple[str, Any]]:
     key = {"session": plan.session, "tx": plan.tx}
     statements: list[tuple[str, Any]] = []
+    if plan.effects:
+        plain = _commit_statements(replace(plan, effects=()), in_caller_tx=in_caller_tx)
+        # The effects' own expect() checks their row counts (jobs.sql).
+        return plain + [(e.name, e.params) for e in plan.effects]
     if plan.lanes and plan.held and not (plan.rejects or plan.pending or plan.enqueues):
         # The common commit of a lane's reader: one statement settles and promotes.
         settle = key | {"ids": list(plan.held)} | _lanes_params(plan.lanes)
@@ -974,6 +996,13 @@ def _commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[
     return statements
 
 
+def commit_failure(plan: CommitPlan, exc: _Expected) -> SluiceError:
+    """What a commit whose ``expect()`` failed raises: a jobs effect's, or a lost lease."""
+    if exc.what.startswith("effect: "):
+        return Conflict(f"{exc.what.removeprefix('effect: ')}; nothing was changed")
+    return _lease_lost(plan)
+
+
 def _text(body: str) -> str:
     if "\x00" in body:
         raise InvalidBody(
@@ -989,6 +1018,10 @@ def _rows(rows: list[Row]) -> list[Row]:
 
 def _first(rows: list[Row]) -> Any:
     return rows[0][0] if rows else None
+
+
+class _Unchanged(Exception):
+    """A jobs step changed other than the rows it expected: the unit rolls back."""
 
 
 class _Expected(StorageError):

@@ -27,11 +27,11 @@ from sluice.backends.postgres import (
     _enqueue,
     _Expected,
     _lanes_params,
-    _lease_lost,
     _rows,
     _translate,
     abort_statements,
     claim_rounds,
+    commit_failure,
     fronts,
     lane_front_statements,
     release_statements,
@@ -140,7 +140,7 @@ class ConnectionBackend:
         try:
             self._checked(_commit_statements(plan, in_caller_tx=True), plan.enqueues)
         except _Expected as exc:
-            raise _lease_lost(plan) from exc
+            raise commit_failure(plan, exc) from exc
         except QueueNotFound:
             raise
         if plan.enqueues or plan.pending or plan.rejects or plan.lanes:

@@ -20,6 +20,7 @@ from sluice.backends.base import (
     MESSAGE_COLUMNS,
     STREAM_LEASE,
     CommitPlan,
+    Effect,
     Envelope,
     Lane,
     PropertyDef,
@@ -42,6 +43,7 @@ from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.errors import (
     ConfigurationError,
+    Conflict,
     LeaseLost,
     NotASluiceDatabase,
     QueueExists,
@@ -502,6 +504,10 @@ class SQLiteBackend:
 
     def _commit_alone(self, plan: CommitPlan) -> None:
         key: dict[str, object] = {"session": plan.session, "tx": plan.tx}
+        if plan.effects:
+            with self._write(durable=plan.durable) as conn:
+                self._apply(conn, plan)
+            return
         if plan.held and not (plan.rejects or plan.pending or plan.enqueues or plan.lanes):
             # The common acknowledgement: one statement. Recovery releases all of a
             # session's claims at once, so it matches all held rows or none.
@@ -566,6 +572,13 @@ class SQLiteBackend:
         if plan.enqueues:
             self._insert(conn, plan.session, plan.tx, plan.enqueues, state=1)
         self._promote(conn, plan.lanes)
+        for effect in plan.effects:
+            changed = conn.execute(self._q[effect.name], effect.params).rowcount
+            if effect.expect is not None and changed != effect.expect:
+                raise Conflict(
+                    f"{effect.name}: another transaction changed the row this commit "
+                    "depended on; nothing was changed"
+                )
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": _ids(held)}
@@ -715,6 +728,22 @@ class SQLiteBackend:
                 self._roll_back_orphans(conn)
             return fresh
 
+    # --- jobs (JobsBackend) -----------------------------------------------------------
+    def jobs_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        with self._read() as conn:
+            return conn.execute(self._q[name], params).fetchall()
+
+    def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
+        try:
+            with self._write(durable=durable) as conn:
+                for step in steps:
+                    changed = conn.execute(self._q[step.name], step.params).rowcount
+                    if step.expect is not None and changed != step.expect:
+                        raise _Unchanged
+        except _Unchanged:
+            return False
+        return True
+
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Nothing to subscribe to: waiters poll ``change_token`` (PRAGMA data_version)."""
 
@@ -725,6 +754,10 @@ class SQLiteBackend:
 
 
 _NO_KEYS = (None,) * 8
+
+
+class _Unchanged(Exception):
+    """A jobs step changed other than the rows it expected: the unit rolls back."""
 
 
 def _typed(envelope: Envelope) -> bool:

@@ -8,10 +8,10 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import SLOTS, Backend, Selection
 from sluice.catalog import (
@@ -29,6 +29,11 @@ from sluice.engine.transaction import Transaction
 from sluice.engine.types import TypeRegistry, definition_of
 from sluice.engine.wakeups import Wakeups
 from sluice.errors import ConfigurationError, QueueExists, QueueNotFound, SluiceError
+
+if TYPE_CHECKING:
+    from sluice.jobs.manager import Jobs
+    from sluice.jobs.task import TaskFunction
+    from sluice.jobs.worker import Worker
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "Database"]
 
@@ -80,6 +85,8 @@ class Database:
         self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
         self._closed = False
         self._forked = False
+        self._jobs: Jobs | None = None
+        self._task_functions: dict[str, TaskFunction] = {}
         _open_databases.add(self)
         self.recover()
         self._keeper = leases.LeaseKeeper(self._tick, lease)
@@ -363,6 +370,89 @@ class Database:
             )
         self._specs[name] = (spec, now + _SPEC_TTL)
         return spec
+
+    # --- jobs and tasks (docs/jobs.md) -------------------------------------------------
+    @property
+    def jobs(self) -> Jobs:
+        """Task types, profiles, jobs, schedules and alerts of this database."""
+        with self._lock:
+            if self._jobs is None:
+                from sluice.jobs.manager import Jobs  # noqa: PLC0415  (jobs builds on this module)
+
+                self._jobs = Jobs(self)
+            return self._jobs
+
+    def task(
+        self,
+        name: str,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        duration: float | None = None,
+        max_attempts: int | None = None,
+        backoff: float | None = None,
+        timeout: float | None = None,
+        retention: float | None = None,
+    ) -> Callable[[TaskFunction], TaskFunction]:
+        """Register the decorated function to run tasks of type ``name`` (defining the type).
+
+        The function gets a ``sluice.jobs.Task``; options as for ``db.jobs.define``
+        (left out: its defaults). Workers of this process run it: ``db.worker()``.
+        """
+        from sluice.jobs import model  # noqa: PLC0415
+
+        def register(function: TaskFunction) -> TaskFunction:
+            self.jobs.define(
+                name,
+                queue=queue,
+                priority=priority,
+                duration=duration,
+                max_attempts=model.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+                backoff=model.DEFAULT_BACKOFF if backoff is None else backoff,
+                timeout=timeout,
+                retention=model.DEFAULT_RETENTION if retention is None else retention,
+            )
+            self._task_functions[name] = function
+            return function
+
+        return register
+
+    def worker(
+        self,
+        *,
+        tasks: Sequence[str] | None = None,
+        concurrency: int = 1,
+        poll: float | None = None,
+        grace: float | None = None,
+        signals: Mapping[str, Callable[[], float]] | None = None,
+    ) -> Worker:
+        """A worker for the task functions registered with ``@db.task`` (or those of ``tasks``).
+
+        ``worker.run()`` works until stopped (SIGTERM/SIGINT in the main thread
+        finish the tasks in hand first); ``start()``/``stop()``/``join()`` run
+        it in the background; ``run_until_idle()`` in the calling thread.
+        ``signals``: load signals by name, for load-following profiles.
+        """
+        from sluice.jobs.worker import DEFAULT_GRACE, DEFAULT_POLL, Worker  # noqa: PLC0415
+
+        names = list(self._task_functions) if tasks is None else list(tasks)
+        missing = [n for n in names if n not in self._task_functions]
+        if missing:
+            from sluice.errors import UnknownTaskType  # noqa: PLC0415
+
+            raise UnknownTaskType(
+                f"no function registered for task type {', '.join(map(repr, missing))}: "
+                "decorate one with @db.task(name) in this process"
+            )
+        return Worker(
+            self,
+            self.jobs,
+            {n: self._task_functions[n] for n in names},
+            concurrency=concurrency,
+            poll=DEFAULT_POLL if poll is None else poll,
+            grace=DEFAULT_GRACE if grace is None else grace,
+            signals=dict(signals or {}),
+        )
 
     # --- sessions --------------------------------------------------------------------
     def recover(self) -> list[int]:

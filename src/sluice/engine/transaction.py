@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, get_args
 
 from sluice.backends.base import (
     CommitPlan,
+    Effect,
     Envelope,
     Lane,
     Row,
@@ -94,6 +95,7 @@ class Transaction:
         "_count",
         "_db",
         "_durable",
+        "_effects",
         "_held",
         "_held_lanes",
         "_lanes_out",
@@ -132,10 +134,16 @@ class Transaction:
         self._rejects: dict[int, str] = {}
         self._touched = False
         self._durable = False
+        self._effects: list[Effect] = []
 
     @property
     def id(self) -> str:
         return f"{self.session}/{self.number}"
+
+    @property
+    def next_message_id(self) -> str:
+        """The id the next message this transaction enqueues will get."""
+        return f"{self.session}/{self.number}/{self._count + 1}"
 
     @property
     def closed(self) -> bool:
@@ -392,7 +400,7 @@ class Transaction:
         self._check_active()
         if self._held_lanes:
             self._check_blocks()
-        if self._buffer or self._touched:
+        if self._buffer or self._touched or self._effects:
             plan = CommitPlan(
                 session=self.session,
                 tx=self.number,
@@ -402,6 +410,7 @@ class Transaction:
                 rejects=self._rejects,
                 durable=self._durable,
                 lanes=sorted(self._lanes_out | set(self._held_lanes.values())),
+                effects=self._effects,
             )
             try:
                 self._backend.commit(plan)
@@ -421,6 +430,16 @@ class Transaction:
             for queue, count in counts.items():
                 wakeups.notify(queue, count)
 
+    def add_effect(self, effect: Effect) -> None:
+        """Have a named jobs statement commit with this transaction (sluice.jobs uses it).
+
+        If the statement's expectation fails, the commit raises ``Conflict`` and
+        changes nothing.
+        """
+        self._check_active()
+        self._effects.append(effect)
+        self._durable = True
+
     def stage(self) -> StagedPart:
         """End this transaction by leaving its enqueues pending, for another process to publish.
 
@@ -429,7 +448,7 @@ class Transaction:
         ``publish_staged``, or ends their sessions, which drops them.
         """
         self._check_active()
-        if self._held:
+        if self._held or self._effects:
             raise ConfigurationError("a transaction that dequeued cannot be staged")
         self._flush()
         self.state = TxState.COMMITTED

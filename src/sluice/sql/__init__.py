@@ -15,12 +15,21 @@ def _read(dialect: str, filename: str) -> str:
     return resources.files(__package__).joinpath(dialect, filename).read_text("utf-8")
 
 
+_QUERY_FILES = ("queries.sql", "jobs.sql")
+"""Per dialect: the queue engine's queries, then those of jobs and tasks."""
+
+
 @cache
 def queries(dialect: str) -> dict[str, str]:
     """The named queries of a dialect: ``-- name: x`` starts section ``x``."""
-    text = _read(dialect, "queries.sql")
-    parts = _NAME.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    named: dict[str, str] = {}
+    for filename in _QUERY_FILES:
+        parts = _NAME.split(_read(dialect, filename))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in named:
+                raise ValueError(f"query {name!r} is defined twice in sluice/sql/{dialect}")
+            named[name] = body.strip()
+    return named
 
 
 def schema(dialect: str) -> str:

@@ -1,0 +1,38 @@
+"""The Dramatiq broker and actor of the peer benchmark, on Redis.
+
+Workers start it with ``dramatiq bench.jobs_peer_tasks.dramatiq_app``, which uses the broker
+this module sets as the global one; the parent declares the actor on a broker of its own with
+:func:`make_broker` and :func:`declare`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+
+from bench.jobs_peer_tasks import QUEUE, REDIS_URL_ENV
+
+NAMESPACE = "sluice-bench-dramatiq"
+ACTOR = "noop"
+
+
+def noop() -> None:
+    """The benchmark's task: it does nothing."""
+
+
+def make_broker(url: str) -> RedisBroker:
+    """A Redis broker with Dramatiq's default middleware, its keys under ``NAMESPACE``."""
+    return RedisBroker(url=url, namespace=NAMESPACE)
+
+
+def declare(broker: RedisBroker) -> Any:
+    """The no-op actor on ``broker``, with Dramatiq's default options."""
+    return dramatiq.actor(noop, actor_name=ACTOR, queue_name=QUEUE, broker=broker)
+
+
+broker = make_broker(os.environ.get(REDIS_URL_ENV, "redis://127.0.0.1:6379/13"))
+dramatiq.set_broker(broker)
+actor = declare(broker)

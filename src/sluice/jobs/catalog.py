@@ -1,0 +1,121 @@
+"""Task types in the database: each maps onto a queue whose tasks carry job properties.
+
+A task message's properties say which job it belongs to and how it ranks; they
+are declared on the task queue, so stored in fixed slots and indexed, and the
+default processing order runs inside the database like any ordering dequeue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from sluice.backends.base import Effect, JobsBackend
+from sluice.errors import ConfigurationError, UnknownTaskType
+from sluice.jobs.model import TaskType
+
+if TYPE_CHECKING:
+    from sluice.engine.database import Database
+
+__all__ = ["JOB_PROPERTIES", "PROCESSING_ORDER", "TaskTypes", "jobs_backend"]
+
+JOB_PROPERTIES = (
+    # (property, expression, type, slot): the slots jobs.sql reads.
+    ("job", "props.job", "text", "t1"),
+    ("job_priority", "props.job_priority", "number", "n1"),
+    ("job_deadline", "props.job_deadline", "number", "n2"),
+    ("deadline", "props.deadline", "number", "n3"),
+)
+
+PROCESSING_ORDER = (
+    "props.job_priority DESC",
+    "props.job_deadline",
+    "priority DESC",
+    "props.deadline",
+)
+"""Job priority, then job deadline, then task priority, then task deadline."""
+
+_TTL = 1.0  # task types changed by another process are seen within this time
+
+
+def jobs_backend(db: Database) -> JobsBackend:
+    """The database's backend as jobs use it; both SQL backends implement JobsBackend."""
+    if not hasattr(db.backend, "jobs_write"):
+        raise ConfigurationError(f"the {db.backend.dialect} backend does not support jobs")
+    return cast(JobsBackend, db.backend)
+
+
+class TaskTypes:
+    """The task types of one database, read through a short-lived cache."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cache: dict[str, TaskType] = {}
+        self._read_at = 0.0
+        self._lock = threading.Lock()
+
+    def define(self, task_type: TaskType) -> TaskType:
+        """Create or update a task type and its queue (idempotent)."""
+        db = self._db
+        error_queue = f"{task_type.queue}.failed"
+        db.create_queue(
+            task_type.queue,
+            error_queue=error_queue,
+            exist_ok=True,
+        )
+        self._declare_properties(task_type.queue)
+        jobs_backend(db).jobs_write([Effect("task_type_upsert", task_type.params())])
+        self.refresh()
+        return self.get(task_type.name)
+
+    def _declare_properties(self, queue: str) -> None:
+        have = {p.expression: p.slot for p in self._db.backend.queue_properties(queue)}
+        for name, expression, kind, slot in JOB_PROPERTIES:
+            if expression in have:
+                if have[expression] != slot:
+                    raise ConfigurationError(
+                        f"queue {queue!r} stores {expression} in {have[expression]}, not {slot}: "
+                        "a task queue must be created by sluice.jobs; use a new queue name"
+                    )
+                continue
+            self._db.create_property(f"{queue}:{name}", expression, queues=[queue], type=kind)
+        have = {p.expression: p.slot for p in self._db.backend.queue_properties(queue)}
+        wrong = [e for _, e, _, s in JOB_PROPERTIES if have.get(e) != s]
+        if wrong:
+            raise ConfigurationError(
+                f"queue {queue!r} already had declared properties, so {', '.join(wrong)} "
+                "could not take the slots jobs need; use a new queue name for the task type"
+            )
+
+    def set_profile(self, name: str, profile_json: str | None) -> None:
+        self.get(name)
+        jobs_backend(self._db).jobs_write(
+            [Effect("task_type_profile", {"name": name, "profile": profile_json}, expect=1)]
+        )
+        self.refresh()
+
+    def refresh(self) -> None:
+        rows = jobs_backend(self._db).jobs_read("task_types", {})
+        with self._lock:
+            self._cache = {row[0]: TaskType.from_row(row) for row in rows}
+            self._read_at = time.monotonic()
+
+    def get(self, name: str) -> TaskType:
+        if time.monotonic() - self._read_at > _TTL or name not in self._cache:
+            self.refresh()
+        found = self._cache.get(name)
+        if found is None:
+            raise UnknownTaskType(
+                f"task type {name!r} is not defined; define it with db.jobs.define({name!r}) "
+                "or register a function for it with @db.task"
+            )
+        return found
+
+    def all(self) -> list[TaskType]:
+        if time.monotonic() - self._read_at > _TTL:
+            self.refresh()
+        return sorted(self._cache.values(), key=lambda t: t.name)
+
+    def params(self) -> dict[str, Any]:  # for debugging and the CLI
+        return {t.name: t.params() for t in self.all()}

@@ -1,0 +1,352 @@
+"""``db.jobs``: task types, profiles, job submission and status, schedules, alerts, upkeep."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sluice.backends.base import Effect
+from sluice.engine.transaction import Transaction
+from sluice.errors import Conflict, JobNotFound
+from sluice.jobs.catalog import TaskTypes, jobs_backend
+from sluice.jobs.clock import Clock, SystemClock
+from sluice.jobs.cron import Cron
+from sluice.jobs.model import (
+    DEFAULT_BACKOFF,
+    DEFAULT_BACKOFF_MAX,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETENTION,
+    JobStatus,
+    TaskRecord,
+    TaskType,
+)
+from sluice.jobs.profiles import Profile
+from sluice.jobs.submit import JobHeader, TaskSpec, enqueue_tasks, submit_job, task_specs, when
+from sluice.message import Body
+
+if TYPE_CHECKING:
+    from sluice.engine.database import Database
+
+__all__ = ["Jobs"]
+
+log = logging.getLogger("sluice.jobs")
+
+_STALE_WINDOWS = 2 * 86400.0  # rate windows older than this are deleted by upkeep
+_CATCH_UP = 100  # due times of one schedule fired per upkeep pass at most
+
+CompletionCallback = Callable[[JobStatus], None]
+
+
+class Jobs:
+    """Jobs and tasks of one Database (``db.jobs``); thread-safe."""
+
+    def __init__(self, db: Database, clock: Clock | None = None) -> None:
+        self._db = db
+        self.clock: Clock = clock or SystemClock()
+        """The time deadlines, profiles and schedules are judged by (settable, for tests)."""
+        self.types = TaskTypes(db)
+        self._callbacks: list[CompletionCallback] = []
+        self._lock = threading.Lock()
+
+    # --- task types and profiles ------------------------------------------------------
+    def define(
+        self,
+        name: str,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        duration: float | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        backoff: float = DEFAULT_BACKOFF,
+        backoff_max: float = DEFAULT_BACKOFF_MAX,
+        timeout: float | None = None,
+        retention: float | None = DEFAULT_RETENTION,
+    ) -> TaskType:
+        """Define (or redefine) a task type; its tasks wait in ``queue`` (``tasks.<name>``).
+
+        ``duration``: seconds from submission to a task's deadline; ``backoff``:
+        seconds before the first retry, doubled for each further one up to
+        ``backoff_max``; ``timeout``: real seconds a run may take; ``retention``:
+        seconds a finished task without a job keeps its record (0: none kept).
+        A profile set earlier is kept.
+        """
+        task_type = TaskType(
+            name,
+            queue or f"tasks.{name}",
+            priority=priority,
+            duration=duration,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            backoff_max=backoff_max,
+            timeout=timeout,
+            retention=retention,
+        )
+        return self.types.define(task_type)
+
+    def set_profile(self, profile: Profile) -> None:
+        """Limit a task type's throughput by time of week (``profile.task_type`` names it)."""
+        self.types.set_profile(profile.task_type, profile.to_json())
+
+    def clear_profile(self, task_type: str) -> None:
+        self.types.set_profile(task_type, None)
+
+    def profile(self, task_type: str) -> Profile | None:
+        text = self.types.get(task_type).profile
+        return None if text is None else Profile.from_json(text)
+
+    # --- submitting -------------------------------------------------------------------
+    def submit(
+        self,
+        name: str,
+        tasks: Iterable[TaskSpec | tuple[str, Body]],
+        *,
+        priority: int = 0,
+        deadline: float | datetime | None = None,
+        owner: str | None = None,
+        info: Any = None,
+        alert_queue: str | None = None,
+        job_type: str | None = None,
+        retention: float | None = DEFAULT_RETENTION,
+        tx: Transaction | None = None,
+    ) -> str:
+        """Submit a job: its tasks and its record, in one transaction; returns the job id.
+
+        ``tasks``: ``(task_type, body)`` pairs or ``TaskSpec``s; ``deadline``:
+        epoch seconds or an aware datetime, by ``db.jobs.clock``; ``info``: free
+        JSON kept with the job; ``alert_queue``: where a message announces the
+        job's end; ``retention``: seconds the finished job and its task records
+        are kept (None: until deleted). With ``tx`` the job is part of that
+        transaction and exists once it commits.
+        """
+        if alert_queue is not None:
+            self._db.queue(alert_queue)  # QueueNotFound now rather than at the end
+        specs = task_specs(tasks)
+        own = tx is None
+        tx = tx or self._db.begin()
+        try:
+            job = submit_job(
+                tx,
+                self.types,
+                self.clock,
+                name=name,
+                specs=specs,
+                priority=priority,
+                deadline=when(deadline, "deadline"),
+                owner=owner,
+                info=info,
+                alert_queue=alert_queue,
+                job_type=job_type,
+                retention=retention,
+            )
+        except BaseException:
+            if own:
+                tx.abort()
+            raise
+        if own:
+            tx.commit()
+        return job
+
+    def submit_task(
+        self,
+        task_type: str,
+        body: Body = None,
+        *,
+        priority: int | None = None,
+        deadline: float | datetime | None = None,
+        start_at: float | datetime | None = None,
+        tx: Transaction | None = None,
+    ) -> str:
+        """Submit one task of no job; returns its id. ``start_at``: not to run before then."""
+        spec = TaskSpec(task_type, body, priority, deadline, start_at)
+        if tx is not None:
+            return enqueue_tasks(tx, self.types, self.clock, JobHeader(None), [spec])[0]
+        with self._db.transaction() as own:
+            return enqueue_tasks(own, self.types, self.clock, JobHeader(None), [spec])[0]
+
+    # --- looking ----------------------------------------------------------------------
+    def get(self, job_id: str, *, tasks: bool = False) -> JobStatus:
+        """A job and the roll-up of its tasks; with ``tasks`` the finished tasks' records."""
+        backend = jobs_backend(self._db)
+        rows = backend.jobs_read("job_columns", {"id": job_id})
+        if not rows:
+            raise JobNotFound(f"job {job_id!r} does not exist (or was cleaned up)")
+        live = {str(k): int(n) for k, n in backend.jobs_read("job_live", {"id": job_id})}
+        records = self.tasks(job_id) if tasks else ()
+        return JobStatus.from_rows(rows[0], live, records)
+
+    def tasks(self, job_id: str) -> tuple[TaskRecord, ...]:
+        """The records of a job's finished tasks, in the order they ended."""
+        rows = jobs_backend(self._db).jobs_read("job_tasks", {"id": job_id})
+        return tuple(
+            TaskRecord(r[0], r[1], bool(r[2]), r[3], int(r[4]), float(r[5]), float(r[6]))
+            for r in rows
+        )
+
+    def list(self, *, open_only: bool = False, limit: int = 100) -> builtins.list[JobStatus]:
+        """Jobs, newest first."""
+        backend = jobs_backend(self._db)
+        rows = backend.jobs_read("job_list", {"open": int(open_only), "limit": limit})
+        found = []
+        for row in rows:
+            live = {str(k): int(n) for k, n in backend.jobs_read("job_live", {"id": row[0]})}
+            found.append(JobStatus.from_rows(row, live))
+        return found
+
+    def set_info(self, job_id: str, info: Any) -> None:
+        """Replace a job's free JSON info (kept between processing cycles)."""
+        text = json.dumps(info)
+        if not jobs_backend(self._db).jobs_write(
+            [Effect("job_info", {"id": job_id, "info": text}, expect=1)]
+        ):
+            raise JobNotFound(f"job {job_id!r} does not exist (or was cleaned up)")
+
+    # --- schedules and load signals ----------------------------------------------------
+    def schedule(
+        self, name: str, task_type: str, cron: str, *, tz: str = "UTC", body: Body = None
+    ) -> float:
+        """Submit a ``task_type`` task at each due time of ``cron``, once across all workers.
+
+        Returns the next due time (epoch seconds). Redefining a schedule with the
+        same cron and zone keeps its next due time.
+        """
+        self.types.get(task_type)
+        schedule = Cron.parse(cron, tz)
+        due = schedule.next_after(self.clock.now())
+        params = {
+            "name": name,
+            "task_type": task_type,
+            "cron": cron,
+            "tz": tz,
+            "args": json.dumps(body),
+            "next_due": due,
+        }
+        jobs_backend(self._db).jobs_write([Effect("schedule_upsert", params)])
+        return due
+
+    def unschedule(self, name: str) -> bool:
+        return jobs_backend(self._db).jobs_write(
+            [Effect("schedule_delete", {"name": name}, expect=1)]
+        )
+
+    def schedules(self) -> builtins.list[dict[str, Any]]:
+        rows = jobs_backend(self._db).jobs_read("schedule_list", {})
+        keys = ("name", "task_type", "cron", "tz", "body", "next_due")
+        return [dict(zip(keys, (*r[:4], json.loads(r[4]), r[5]), strict=True)) for r in rows]
+
+    def report(self, metric: str, value: float) -> None:
+        """Report a load signal (requests per minute, say) for load-following profiles."""
+        params = {"name": metric, "value": float(value), "now": self.clock.now()}
+        jobs_backend(self._db).jobs_write([Effect("metric_set", params)], durable=False)
+
+    # --- completion alerts --------------------------------------------------------------
+    def on_complete(self, callback: CompletionCallback) -> None:
+        """Call ``callback(job)`` in this process when a job it sends the alert of has ended."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+    def send_alerts(self, job_id: str | None = None) -> int:
+        """Announce ended jobs not yet announced (or just ``job_id``); how many this call sent.
+
+        Each job's alert goes out once across all workers: the message to its
+        alert queue commits together with the mark that it was sent.
+        """
+        backend = jobs_backend(self._db)
+        if job_id is None:
+            ids = [str(r[0]) for r in backend.jobs_read("jobs_unalerted", {})]
+        else:
+            rows = backend.jobs_read("job_columns", {"id": job_id})
+            ids = [job_id] if rows and rows[0][14] is not None and rows[0][15] is None else []
+        sent = 0
+        for job in ids:
+            status = self.get(job, tasks=True)
+            try:
+                with self._db.transaction() as tx:
+                    tx.add_effect(
+                        Effect("job_alerted", {"id": job, "now": self.clock.now()}, expect=1)
+                    )
+                    if status.alert_queue is not None:
+                        tx.enqueue(status.alert_queue, _alert(status))
+            except Conflict:
+                continue  # another worker announced it
+            sent += 1
+            with self._lock:
+                callbacks = list(self._callbacks)
+            for callback in callbacks:
+                try:
+                    callback(status)
+                except Exception:
+                    log.exception("sluice job %s: a completion callback failed", job)
+        return sent
+
+    # --- upkeep -----------------------------------------------------------------------
+    def maintain(self) -> None:
+        """Fire due schedules, announce ended jobs, and delete what retention lets go."""
+        self.fire_schedules()
+        self.send_alerts()
+        now = self.clock.now()
+        jobs_backend(self._db).jobs_write(
+            [
+                Effect("jobs_finish_stale", {"now": now}),
+                Effect("tasks_expire", {"now": now}),
+                Effect("jobs_expire_tasks", {"now": now}),
+                Effect("jobs_expire", {"now": now}),
+                Effect("windows_expire", {"before": now - _STALE_WINDOWS}),
+            ],
+            durable=False,
+        )
+
+    def fire_schedules(self) -> int:
+        """Submit the tasks of due schedules; each due time fires once across all workers."""
+        now = self.clock.now()
+        fired = 0
+        for name, task_type, cron, tz, args, first_due in jobs_backend(self._db).jobs_read(
+            "schedules_due", {"now": now}
+        ):
+            schedule = Cron.parse(cron, tz)
+            body = json.loads(args)
+            due = first_due
+            for _ in range(_CATCH_UP):
+                if due > now:
+                    break
+                following = schedule.next_after(due)
+                try:
+                    with self._db.transaction() as tx:
+                        tx.add_effect(
+                            Effect(
+                                "schedule_advance",
+                                {"name": name, "due": due, "next": following},
+                                expect=1,
+                            )
+                        )
+                        enqueue_tasks(
+                            tx, self.types, self.clock, JobHeader(None), [TaskSpec(task_type, body)]
+                        )
+                except Conflict:
+                    break  # another worker fired this due time
+                fired += 1
+                due = following
+        return fired
+
+    def usage(self, task_type: str, since: float) -> builtins.list[tuple[str, float, int]]:
+        """Starts counted per rate window since ``since``: (hour or cycle, start, used)."""
+        rows = jobs_backend(self._db).jobs_read(
+            "window_used", {"task_type": task_type, "since": since}
+        )
+        return [(str(k), float(s), int(u)) for k, s, u in rows]
+
+
+def _alert(status: JobStatus) -> dict[str, Any]:
+    return {
+        "job": status.id,
+        "name": status.name,
+        "status": status.status,
+        "total": status.total,
+        "succeeded": [t.task for t in status.tasks if t.success],
+        "failed": [{"task": t.task, "note": t.note} for t in status.tasks if not t.success],
+        "ended_at": status.ended_at,
+    }
