@@ -15,9 +15,12 @@ from sluice.engine.queue import Queue
 from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import (
     ConfigurationError,
+    Conflict,
     ExpressionError,
     IncompleteBlock,
     InvalidBody,
+    JobError,
+    JobNotFound,
     LeaseLost,
     MessageError,
     MessageStateError,
@@ -30,10 +33,12 @@ from sluice.errors import (
     SchemaTooNew,
     SluiceError,
     StorageError,
+    TaskTimeout,
     TransactionClosed,
     TransactionError,
     TypeDefinitionError,
     TypeViolation,
+    UnknownTaskType,
 )
 from sluice.message import Message, MessageState
 
@@ -41,11 +46,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigurationError",
+    "Conflict",
     "Database",
     "EnqueueOptions",
     "ExpressionError",
     "IncompleteBlock",
     "InvalidBody",
+    "JobError",
+    "JobNotFound",
     "LeaseLost",
     "Message",
     "MessageError",
@@ -62,11 +70,13 @@ __all__ = [
     "SchemaTooNew",
     "SluiceError",
     "StorageError",
+    "TaskTimeout",
     "Transaction",
     "TransactionClosed",
     "TransactionError",
     "TypeDefinitionError",
     "TypeViolation",
+    "UnknownTaskType",
     "__version__",
     "connect",
 ]

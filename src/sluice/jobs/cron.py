@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import itertools
 import math
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -40,6 +39,13 @@ _LONGEST_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 # The longest wait a possible schedule has: 29 February falls on a given weekday up to 40 years
 # apart (across 2100, which is not a leap year).
 _HORIZON_YEARS = 50
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+def _offset(moment: datetime.datetime) -> int:
+    offset = moment.utcoffset()
+    assert offset is not None  # an aware datetime in a ZoneInfo always has one
+    return int(offset.total_seconds())
 
 
 def _zone(tz: str) -> ZoneInfo:
@@ -129,30 +135,27 @@ class Cron:
 
     def _first_due_on(self, day: datetime.date, after: float) -> float | None:
         midnight = datetime.datetime.combine(day, datetime.time(), self._zone)
-        next_midnight = midnight + datetime.timedelta(days=1)
-        if midnight.utcoffset() == next_midnight.utcoffset():
-            # No change of offset today (tzdata never has two within a day): due times are
-            # plain offsets from midnight, in order.
-            base = midnight.timestamp()
-            for hour in self._hours:
-                if base + (hour + 1) * 3600 <= after:
+        # tzdata never changes a zone's offset twice within a day, so these are all of today's.
+        offsets = (_offset(midnight), _offset(midnight + datetime.timedelta(days=1)))
+        low, high = min(offsets), max(offsets)
+        wall_midnight = (day - _EPOCH).days * 86400  # the wall clock read as if it were UTC
+        first: float | None = None
+        # Every occurrence of a wall time lies in [wall - high, wall - low], and wall times come
+        # in order: skip those surely not after `after`, stop once none can come earlier.
+        for hour in self._hours:
+            if wall_midnight + hour * 3600 + self._minutes[-1] * 60 - low <= after:
+                continue
+            for minute in self._minutes:
+                wall = wall_midnight + hour * 3600 + minute * 60
+                if wall - low <= after:
                     continue
-                for minute in self._minutes:
-                    due = base + hour * 3600 + minute * 60
-                    if due > after:
-                        return due
-            return None
-        return min(
-            (
-                due
-                for hour, minute in itertools.product(self._hours, self._minutes)
-                for due in self._occurrences(
-                    datetime.datetime.combine(day, datetime.time(hour, minute))
-                )
-                if due > after
-            ),
-            default=None,
-        )
+                if first is not None and wall - high >= first:
+                    return first
+                local = datetime.datetime.combine(day, datetime.time(hour, minute))
+                for due in self._occurrences(local):
+                    if due > after and (first is None or due < first):
+                        first = due
+        return first
 
     def _occurrences(self, wall: datetime.datetime) -> tuple[float, ...]:
         """The instants at which the local wall-clock time ``wall`` is due, by the DST rule."""

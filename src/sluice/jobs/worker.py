@@ -232,7 +232,7 @@ class Worker:
                 where = f"props.job = '{job.replace(chr(39), chr(39) * 2)}'"
                 found = _first(tx.dequeue(queue, where=where, order_by=PROCESSING_ORDER))
                 if found is not None:
-                    tx.add_effect(Effect("job_served", {"id": job, "now": now}))
+                    tx.add_effect(Effect("job_served", {"id": job}))
                     return found
             else:
                 found = _first(tx.dequeue(queue, where=choice, order_by=PROCESSING_ORDER))

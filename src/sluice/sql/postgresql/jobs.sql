@@ -75,7 +75,8 @@ SET succeeded = succeeded + %(ok)s, failed = failed + %(bad)s,
 WHERE id = %(job)s AND ended_at IS NULL;
 
 -- name: job_served
-UPDATE {schema}.jobs SET served_at = %(now)s WHERE id = %(id)s;
+-- A turn number, not a time: turns taken within one tick of the clock stay ordered.
+UPDATE {schema}.jobs SET served_at = (SELECT coalesce(max(served_at), 0) + 1 FROM {schema}.jobs) WHERE id = %(id)s;
 
 -- name: late_jobs
 -- Late jobs with a task of the queue ready now, least recently served first.

@@ -75,7 +75,8 @@ SET succeeded = succeeded + :ok, failed = failed + :bad,
 WHERE id = :job AND ended_at IS NULL;
 
 -- name: job_served
-UPDATE jobs SET served_at = :now WHERE id = :id;
+-- A turn number, not a time: turns taken within one tick of the clock stay ordered.
+UPDATE jobs SET served_at = (SELECT coalesce(max(served_at), 0) + 1 FROM jobs) WHERE id = :id;
 
 -- name: late_jobs
 -- Late jobs with a task of the queue ready now, least recently served first.
