@@ -6,8 +6,8 @@ Time is a ManualClock the tests move; workers run in the test's thread
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -28,7 +28,7 @@ def clock(db: sluice.Database) -> ManualClock:
 
 
 @pytest.fixture
-def ran(db: sluice.Database, clock: ManualClock) -> Iterator[list[object]]:
+def ran(db: sluice.Database, clock: ManualClock) -> list[object]:
     """Bodies of the mail tasks run, in order; a body "boom" raises, "bounce" fails logically."""
     bodies: list[object] = []
 
@@ -41,7 +41,7 @@ def ran(db: sluice.Database, clock: ManualClock) -> Iterator[list[object]]:
             return
         bodies.append(task.body)
 
-    yield bodies
+    return bodies
 
 
 def test_a_job_runs_to_done_and_its_alert_names_every_task(
@@ -71,9 +71,12 @@ def test_a_job_runs_to_done_and_its_alert_names_every_task(
     alert = db.queue("alerts").get()
     assert alert is not None
     alert.ack()
-    assert alert.body["job"] == job and alert.body["status"] == "failed"  # type: ignore[index]
-    assert len(alert.body["succeeded"]) == 2  # type: ignore[index]
-    assert alert.body["failed"][0]["note"] == "mailbox unknown"  # type: ignore[index]
+    body = alert.body
+    assert isinstance(body, dict)
+    assert body["job"] == job
+    assert body["status"] == "failed"
+    assert len(body["succeeded"]) == 2
+    assert body["failed"][0]["note"] == "mailbox unknown"
     assert [s.id for s in ended] == [job]
     assert db.jobs.send_alerts() == 0  # once only
     assert db.queue("alerts").get() is None
@@ -110,8 +113,9 @@ def test_late_jobs_take_turns_with_the_next_ones(
     worker.run_until_idle(max_tasks=8)
     firsts = [str(b)[0] for b in ran]
     assert firsts.count("C") == 4  # half of the turns go to the on-time work
-    assert firsts.count("A") == 2 and firsts.count("B") == 2  # the late ones share the rest
-    assert all(a != b for a, b in zip(firsts, firsts[1:], strict=False) if "C" in (a + b))
+    assert firsts.count("A") == 2
+    assert firsts.count("B") == 2
+    assert all(a != b for a, b in itertools.pairwise(firsts) if "C" in (a + b))
     worker.run_until_idle()
     assert sorted(map(str, ran)) == sorted(f"{j}{i}" for j in "ABC" for i in range(4))
 
@@ -140,7 +144,8 @@ def test_a_failed_run_waits_its_backoff_and_keeps_the_error(db: sluice.Database)
     before = datetime.now(UTC)
     assert db.worker().run_until_idle() == 1  # one run, then it waits
     (waiting,) = db.queue("tasks.flaky").browse(state="delayed")
-    assert waiting.attempts == 1 and waiting.error == "OSError: connection reset"
+    assert waiting.attempts == 1
+    assert waiting.error == "OSError: connection reset"
     assert 25 < (waiting.available_at - before).total_seconds() < 35
 
 
@@ -220,7 +225,8 @@ def test_profile_caps_starts_per_hour_and_per_cycle(
     clock.advance(60)
     assert worker.run_until_idle() == 4
     usage = {(kind, used) for kind, _, used in db.jobs.usage("mail", T0)}
-    assert ("hour", 2) in usage and ("cycle", 4) in usage
+    assert ("hour", 2) in usage
+    assert ("cycle", 4) in usage
 
 
 def test_load_following_profile_slows_down_as_load_rises(

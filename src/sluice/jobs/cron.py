@@ -66,10 +66,10 @@ class Cron:
     day fields are restricted (neither starts with ``*``) a day is due if either matches.
 
     Times are local wall-clock times in ``tz``. Jobs with a specific hour (the hour field does
-    not start with ``*``) run once per due time: a time skipped by a spring-forward fires at
-    the first instant after the gap, and a time repeated by a fall-back fires at its first
-    occurrence only. Jobs whose hour field starts with ``*`` follow the clock as it runs: times
-    in a gap never happen, and repeated times fire at both occurrences.
+    not start with ``*``) do not lose or repeat a run: times skipped by a spring-forward fire
+    once, at the first instant after the gap, and a time repeated by a fall-back fires at its
+    first occurrence only. Jobs whose hour field starts with ``*`` follow the clock as it
+    runs: times in a gap never happen, and repeated times fire at both occurrences.
     """
 
     expression: str

@@ -39,6 +39,7 @@ DEFAULT_POLL = 0.5
 """Real seconds an idle worker waits at most before looking for work again."""
 DEFAULT_GRACE = 30.0
 """Real seconds a stopping worker lets running tasks finish before interrupting them."""
+_INTERRUPT_WAIT = 2.0  # real seconds an interrupted task gets to roll back
 
 
 class WorkerShutdown(BaseException):
@@ -121,7 +122,10 @@ class Worker:
         """Wait for the threads; tasks still running after ``grace`` seconds are interrupted.
 
         An interrupted task's transaction is rolled back, so its task returns to
-        the queue to be run again.
+        the queue to be run again. A task blocked in a C call (a sleep, a socket
+        read) only sees the interruption when the call returns: such a thread is
+        left behind after a few more seconds, and closing the Database gives its
+        task back.
         """
         self._stopping.set()
         give_up = time.monotonic() + self.grace
@@ -130,8 +134,11 @@ class Worker:
         with self._lock:
             for run in self._running.values():
                 run.interrupt(WorkerShutdown)
+        give_up = time.monotonic() + _INTERRUPT_WAIT
         for thread in self._threads:
-            thread.join()
+            thread.join(max(0.0, give_up - time.monotonic()))
+            if thread.is_alive():
+                log.warning("sluice worker: %s did not stop; left behind", thread.name)
         self._threads.clear()
 
     def _loop(self) -> None:
