@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 import sluice
-from sluice import admin, demo
+from sluice import admin, cli_jobs, demo
 from sluice.catalog import ISOLATION_LEVELS
 from sluice.message import Message
 
@@ -261,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pipeline_parser(
         add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice[spark])")
     )
+    cli_jobs.add_commands(add)
     return parser
 
 
@@ -304,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command in ("db", "pipeline"):
+        if args.command in ("db", "pipeline", "worker"):
             return int(args.func(args))
         if args.command == "demo":
             if args.db == os.environ.get("SLUICE_URL", DEFAULT_URL):

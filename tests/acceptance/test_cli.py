@@ -114,3 +114,55 @@ def test_isolated_queues_and_groups_from_the_command_line(tmp_path: Path) -> Non
     assert queues[0]["isolation"] == "ordered"
     bad = sluice("create", "other", "--isolation", "serializable", db=db)
     assert bad.returncode == 2
+
+
+APP = """
+import sluice
+
+db = sluice.connect({url!r})
+db.create_queue("sent", exist_ok=True)
+
+
+@db.task("mail", max_attempts=2)
+def mail(task):
+    task.enqueue("sent", task.body)
+"""
+
+
+def test_worker_and_jobs_commands(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import sluice as library
+
+    db_path = tmp_path / "jobs.db"
+    (tmp_path / "mailapp.py").write_text(APP.format(url=f"sqlite:///{db_path}"))
+    with library.connect(f"sqlite:///{db_path}") as db:
+        db.create_queue("sent", exist_ok=True)
+        db.jobs.define("mail", max_attempts=2)
+        job = db.jobs.submit("newsletter", [("mail", n) for n in range(50)])
+        with subprocess.Popen(
+            [sys.executable, "-m", "sluice.cli", "worker", "mailapp:db", "--concurrency", "2"],
+            cwd=tmp_path,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as worker:
+            give_up = time.monotonic() + 60
+            while db.jobs.get(job).status != "done" and time.monotonic() < give_up:
+                time.sleep(0.05)  # another process's progress: looked at, not signalled
+            worker.send_signal(signal.SIGTERM)
+            _, err = worker.communicate(timeout=60)
+        assert worker.returncode == 0, err
+        assert "stopped after 50 task(s)" in err
+        assert db.queue("sent").stats()["ready"] == 50
+    listed = json.loads(sluice("jobs", "--json", db=db_path).stdout)
+    assert [(j["id"], j["status"], j["progress"]) for j in listed] == [(job, "done", 1.0)]
+    watched = sluice("jobs", "--watch", job, "--once", db=db_path)
+    assert watched.returncode == 0
+    assert "100.0% 50/50 ok=50 failed=0" in watched.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "worker", "nosuchmodule:db"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "cannot import 'nosuchmodule'" in bad.stderr

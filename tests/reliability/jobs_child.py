@@ -45,7 +45,7 @@ def main() -> None:
     @db.task("slow")
     def slow(task: Task) -> None:
         say(event="started", task=task.id)
-        time.sleep(float(task.body))  # type: ignore[arg-type]  (the work itself)
+        time.sleep(float(str(task.body)))  # the work itself
         task.enqueue("sent", task.id)
 
     if mode == "limited":
