@@ -356,7 +356,8 @@ class PostgresBackend:
 
     # --- jobs (JobsBackend) -----------------------------------------------------------
     def jobs_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
-        return self._retrying(lambda: self._one(name, params, durable=False))  # type: ignore[no-any-return]
+        # One statement, no BEGIN/COMMIT: a read needs no durability setting.
+        return self._retrying(lambda: self._one(name, params))  # type: ignore[no-any-return]
 
     def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
         try:

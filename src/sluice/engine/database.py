@@ -392,7 +392,7 @@ class Database:
         max_attempts: int | None = None,
         backoff: float | None = None,
         timeout: float | None = None,
-        retention: float | None = None,
+        retention: float | None = 0.0,
     ) -> Callable[[TaskFunction], TaskFunction]:
         """Register the decorated function to run tasks of type ``name`` (defining the type).
 
@@ -410,7 +410,7 @@ class Database:
                 max_attempts=model.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
                 backoff=model.DEFAULT_BACKOFF if backoff is None else backoff,
                 timeout=timeout,
-                retention=model.DEFAULT_RETENTION if retention is None else retention,
+                retention=retention,
             )
             self._task_functions[name] = function
             return function
@@ -422,6 +422,7 @@ class Database:
         *,
         tasks: Sequence[str] | None = None,
         concurrency: int = 1,
+        batch: int = 1,
         poll: float | None = None,
         grace: float | None = None,
         signals: Mapping[str, Callable[[], float]] | None = None,
@@ -431,7 +432,9 @@ class Database:
         ``worker.run()`` works until stopped (SIGTERM/SIGINT in the main thread
         finish the tasks in hand first); ``start()``/``stop()``/``join()`` run
         it in the background; ``run_until_idle()`` in the calling thread.
-        ``signals``: load signals by name, for load-following profiles.
+        ``batch``: tasks a thread takes and settles in one transaction (one
+        fsync for all; a task that fails is given back alone); ``signals``: load
+        signals by name, for load-following profiles.
         """
         from sluice.jobs.worker import DEFAULT_GRACE, DEFAULT_POLL, Worker  # noqa: PLC0415
 
@@ -449,6 +452,7 @@ class Database:
             self.jobs,
             {n: self._task_functions[n] for n in names},
             concurrency=concurrency,
+            batch=batch,
             poll=DEFAULT_POLL if poll is None else poll,
             grace=DEFAULT_GRACE if grace is None else grace,
             signals=dict(signals or {}),

@@ -37,6 +37,7 @@ from sluice.errors import (
     MessageStateError,
     SluiceError,
     TransactionClosed,
+    TransactionError,
 )
 from sluice.message import (
     JSON,
@@ -429,6 +430,31 @@ class Transaction:
                 counts[e.queue] = counts.get(e.queue, 0) + 1
             for queue, count in counts.items():
                 wakeups.notify(queue, count)
+
+    def savepoint(self) -> tuple[int, int, int, int, frozenset[Lane]]:
+        """A mark that ``rollback_to`` can undo this transaction's later enqueues to."""
+        self._check_active()
+        lanes = frozenset(self._lanes_out)
+        return (len(self._buffer), len(self._effects), self._pending, len(self._held), lanes)
+
+    def rollback_to(self, mark: tuple[int, int, int, int, frozenset[Lane]]) -> None:
+        """Undo the enqueues and effects added since ``mark``; the transaction goes on.
+
+        Only while they are still buffered and nothing was taken since: after a
+        dequeue (or a flush) since the mark, TransactionError, and the
+        transaction should be aborted. Ids handed out meanwhile are not reused.
+        """
+        self._check_active()
+        buffered, effects, pending, held, lanes = mark
+        if self._pending != pending or len(self._held) != held or len(self._buffer) < buffered:
+            raise TransactionError(
+                "this transaction took or flushed messages since the savepoint, so it cannot "
+                "be rolled back to it; abort it instead"
+            )
+        del self._buffer[buffered:]
+        del self._effects[effects:]
+        self._lanes_out = set(lanes)
+        self._buffered_queues = {e.queue for e in self._buffer}
 
     def add_effect(self, effect: Effect) -> None:
         """Have a named jobs statement commit with this transaction (sluice.jobs uses it).

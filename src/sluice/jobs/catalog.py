@@ -7,6 +7,7 @@ default processing order runs inside the database like any ordering dequeue.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any, cast
@@ -18,23 +19,46 @@ from sluice.jobs.model import TaskType
 if TYPE_CHECKING:
     from sluice.engine.database import Database
 
-__all__ = ["JOB_PROPERTIES", "PROCESSING_ORDER", "TaskTypes", "jobs_backend"]
+__all__ = [
+    "JOB_PROPERTIES",
+    "TaskTypes",
+    "is_task",
+    "jobs_backend",
+    "processing_order",
+    "property_name",
+]
 
 JOB_PROPERTIES = (
-    # (property, expression, type, slot): the slots jobs.sql reads.
+    # (property, expression, type, slot): the slots jobs.sql and the tasks index read.
+    # Deadlines are stored negated, as urgencies: every key of the processing order is
+    # then descending, the one direction that a SQLite index serves with NULLs last.
     ("job", "props.job", "text", "t1"),
     ("job_priority", "props.job_priority", "number", "n1"),
-    ("job_deadline", "props.job_deadline", "number", "n2"),
-    ("deadline", "props.deadline", "number", "n3"),
+    ("job_urgency", "0 - props.job_deadline", "number", "n2"),
+    ("urgency", "0 - props.deadline", "number", "n3"),
+    ("task_priority", "props.priority", "number", "n4"),
 )
 
-PROCESSING_ORDER = (
-    "props.job_priority DESC",
-    "props.job_deadline",
-    "priority DESC",
-    "props.deadline",
-)
-"""Job priority, then job deadline, then task priority, then task deadline."""
+
+def property_name(name: str, queue: str) -> str:
+    """The declared property ``name`` of a task queue: one per queue, as selections name it."""
+    return f"{name}__{re.sub(r'[^A-Za-z0-9_]', '_', queue)}"
+
+
+def processing_order(queue: str) -> list[str]:
+    """Job priority, then job deadline, then task priority, then task deadline."""
+    return [
+        f"{property_name('job_priority', queue)} DESC",
+        f"{property_name('job_urgency', queue)} DESC",
+        f"{property_name('task_priority', queue)} DESC",
+        f"{property_name('urgency', queue)} DESC",
+    ]
+
+
+def is_task(queue: str) -> str:
+    """The condition that lets a claim use the tasks index (every task message meets it)."""
+    return f"{property_name('job_priority', queue)} IS NOT NULL"
+
 
 _TTL = 1.0  # task types changed by another process are seen within this time
 
@@ -79,7 +103,9 @@ class TaskTypes:
                         "a task queue must be created by sluice.jobs; use a new queue name"
                     )
                 continue
-            self._db.create_property(f"{queue}:{name}", expression, queues=[queue], type=kind)
+            self._db.create_property(
+                property_name(name, queue), expression, queues=[queue], type=kind
+            )
         have = {p.expression: p.slot for p in self._db.backend.queue_properties(queue)}
         wrong = [e for _, e, _, s in JOB_PROPERTIES if have.get(e) != s]
         if wrong:

@@ -65,14 +65,15 @@ class Jobs:
         backoff: float = DEFAULT_BACKOFF,
         backoff_max: float = DEFAULT_BACKOFF_MAX,
         timeout: float | None = None,
-        retention: float | None = DEFAULT_RETENTION,
+        retention: float | None = 0.0,
     ) -> TaskType:
         """Define (or redefine) a task type; its tasks wait in ``queue`` (``tasks.<name>``).
 
         ``duration``: seconds from submission to a task's deadline; ``backoff``:
         seconds before the first retry, doubled for each further one up to
         ``backoff_max``; ``timeout``: real seconds a run may take; ``retention``:
-        seconds a finished task without a job keeps its record (0: none kept).
+        seconds a finished task without a job keeps its record (0: none kept;
+        None: kept until deleted). Jobs keep their tasks' records themselves.
         A profile set earlier is kept.
         """
         task_type = TaskType(

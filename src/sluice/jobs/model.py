@@ -40,7 +40,8 @@ class TaskType:
     ``duration``: seconds from submission to a task's deadline (None: no
     deadline); ``backoff``: seconds before the first retry, doubling up to
     ``backoff_max``; ``timeout``: seconds a run may take (None: no limit);
-    ``retention``: seconds the record of a finished task without a job is kept.
+    ``retention``: seconds the record of a finished task without a job is kept
+    (0, the default: none is kept; a failed one is still in the error queue).
     """
 
     name: str
@@ -51,7 +52,7 @@ class TaskType:
     backoff: float = DEFAULT_BACKOFF
     backoff_max: float = DEFAULT_BACKOFF_MAX
     timeout: float | None = None
-    retention: float | None = DEFAULT_RETENTION
+    retention: float | None = 0.0
     profile: str | None = None
     """The throughput profile as JSON (sluice.jobs.profiles.Profile.to_json)."""
 

@@ -115,6 +115,7 @@ def _enqueue(
         "job_priority": job.priority,
         "job_deadline": FAR if job.deadline is None else job.deadline,
         "deadline": FAR if deadline is None else deadline,
+        "priority": priority,  # the message's own, stored where the tasks index has it
     }
     if job.id is not None:
         properties["job"] = job.id

@@ -14,14 +14,14 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Effect
 from sluice.engine.transaction import Transaction
 from sluice.errors import Conflict, LeaseLost, SluiceError, TaskTimeout, UnknownTaskType
-from sluice.jobs.catalog import PROCESSING_ORDER, jobs_backend
+from sluice.jobs.catalog import is_task, jobs_backend, processing_order, property_name
 from sluice.jobs.limits import Gate
 from sluice.jobs.model import TaskType
 from sluice.jobs.task import Task, TaskFunction
@@ -40,6 +40,7 @@ DEFAULT_POLL = 0.5
 DEFAULT_GRACE = 30.0
 """Real seconds a stopping worker lets running tasks finish before interrupting them."""
 _INTERRUPT_WAIT = 2.0  # real seconds an interrupted task gets to roll back
+_LATE_CHECK = 0.5  # real seconds a worker believes that no job is late, at one clock time
 
 
 class WorkerShutdown(BaseException):
@@ -56,6 +57,7 @@ class Worker:
         functions: dict[str, TaskFunction],
         *,
         concurrency: int = 1,
+        batch: int = 1,
         poll: float = DEFAULT_POLL,
         grace: float = DEFAULT_GRACE,
         signals: dict[str, Callable[[], float]] | None = None,
@@ -69,6 +71,9 @@ class Worker:
         self._jobs = jobs
         self._functions = dict(functions)
         self.concurrency = concurrency
+        if not isinstance(batch, int) or batch < 1:
+            raise SluiceError(f"batch must be a positive int, not {batch!r}")
+        self.batch = batch
         self.poll = poll
         self.grace = grace
         self._gate = Gate(db, dict(signals or {}))
@@ -77,6 +82,7 @@ class Worker:
         self._running: dict[int, _Run] = {}
         self._lock = threading.Lock()
         self._late_turn: dict[str, bool] = {}
+        self._no_late: dict[str, tuple[float, float]] = {}
         self._rotation = 0
         self._maintenance_interval = maintenance_interval
         self._maintained_at = 0.0
@@ -200,57 +206,112 @@ class Worker:
         return sorted(rotated, key=rank)
 
     def _run_one(self, task_type: TaskType, now: float) -> float:
-        starts, until = self._gate.take(task_type, now)
+        starts, until = self._gate.take(task_type, now, self.batch)
         if starts is None:
-            return max(until - now, 0.001)
+            if self.batch > 1:  # the window may still have room for fewer
+                starts, until = self._gate.take(task_type, now, 1)
+            if starts is None:
+                return max(until - now, 0.001)
         tx = self._db.begin()
         try:
-            message = self._next(tx, task_type, now)
+            messages = self._next(tx, task_type, now, starts.n)
         except BaseException:
             tx.abort()
             self._gate.give_back(starts)
             raise
-        if message is None:
+        if not messages:
             tx.commit()
             self._gate.give_back(starts)
             return self.poll
-        if message.attempts >= task_type.max_attempts:
-            self._finish(tx, task_type, message, success=False, note=_used_up(message), started=now)
-            self._gate.give_back(starts)
-            return 0.0
-        self._execute(tx, task_type, message)
+        ran = self._execute(tx, task_type, messages)
+        self._gate.give_back(starts, starts.n - ran)
         return 0.0
 
-    def _next(self, tx: Transaction, task_type: TaskType, now: float) -> Message | None:
-        """The next task by the processing order; late jobs take turns with the rest."""
+    def _next(self, tx: Transaction, task_type: TaskType, now: float, limit: int) -> list[Message]:
+        """The next tasks by the processing order; late jobs take turns with the rest.
+
+        While a job is late, one task at a time, so that the turns stay fair.
+        """
         queue = task_type.queue
-        late = jobs_backend(self._db).jobs_read(
-            "late_jobs", {"now": now, "queue": queue, "limit": 1}
-        )
+        order = processing_order(queue)
+        tasks = is_task(queue)
+        late = self._late_jobs(queue, now)
         if not late:
-            return _first(tx.dequeue(queue, order_by=PROCESSING_ORDER))
-        job = str(late[0][0])
-        on_time = f"props.job_deadline >= {now:.6f}"
+            return tx.dequeue(queue, where=tasks, order_by=order, limit=limit)
+        job = late[0]
+        quoted = job.replace("'", "''")
+        late_job = f"{tasks} AND {property_name('job', queue)} = '{quoted}'"
+        on_time = f"{tasks} AND {property_name('job_urgency', queue)} <= {-now:.6f}"
         late_turn = self._late_turn.get(queue, False)
         self._late_turn[queue] = not late_turn
-        order: Sequence[str | None] = (job, on_time) if late_turn else (on_time, job)
-        for choice in order:
-            if choice == job:
-                where = f"props.job = '{job.replace(chr(39), chr(39) * 2)}'"
-                found = _first(tx.dequeue(queue, where=where, order_by=PROCESSING_ORDER))
-                if found is not None:
+        for where in (late_job, on_time) if late_turn else (on_time, late_job):
+            found = tx.dequeue(queue, where=where, order_by=order)
+            if found:
+                if where is late_job:
                     tx.add_effect(Effect("job_served", {"id": job}))
-                    return found
-            else:
-                found = _first(tx.dequeue(queue, where=choice, order_by=PROCESSING_ORDER))
-                if found is not None:
-                    return found
-        return _first(tx.dequeue(queue, order_by=PROCESSING_ORDER))
+                return found
+        return tx.dequeue(queue, where=tasks, order_by=order)
 
-    def _execute(self, tx: Transaction, task_type: TaskType, message: Message) -> None:
+    def _late_jobs(self, queue: str, now: float) -> list[str]:
+        """Late jobs with tasks ready in ``queue``; "none" is believed for a moment."""
+        checked = self._no_late.get(queue)
+        if checked is not None and 0 <= now - checked[0] < 1.0 and time.monotonic() < checked[1]:
+            return []
+        rows = jobs_backend(self._db).jobs_read(
+            "late_jobs", {"now": now, "queue": queue, "limit": 1}
+        )
+        if rows:
+            self._no_late.pop(queue, None)
+            return [str(rows[0][0])]
+        # Nothing is late now: asked again once the clock moves on or a moment has passed.
+        self._no_late[queue] = (now, time.monotonic() + _LATE_CHECK)
+        return []
+
+    def _execute(self, tx: Transaction, task_type: TaskType, messages: list[Message]) -> int:
+        """Run the batch's tasks, then settle them all in one commit; how many ran.
+
+        A failed task's own enqueues are rolled back to its savepoint and its
+        message given back with its backoff; the others commit. Tasks whose runs
+        are used up are finished as failed without running.
+        """
         clock = self._jobs.clock
-        started = clock.now()
-        task = Task(message, task_type, tx, self._jobs.types, clock)
+        settled: list[tuple[Message, bool, str | None, float]] = []
+        ran = 0
+        for message in messages:
+            started = clock.now()
+            if message.attempts >= task_type.max_attempts:
+                settled.append((message, False, _used_up(message), started))
+                continue
+            ran += 1
+            task = Task(message, task_type, tx, self._jobs.types, clock)
+            mark = tx.savepoint()
+            error = self._call(task_type, task)
+            if error is None:
+                settled.append((message, task.success, task.note, started))
+                continue
+            try:
+                tx.rollback_to(mark)
+            except SluiceError:
+                # It took messages through task.transaction: only an abort undoes that.
+                self._give_back(tx, task_type, message, error)
+                tx.abort()
+                return ran
+            self._give_back(tx, task_type, message, error)
+            tx.release(message)
+        for message, success, note, started in settled:
+            self._settle(tx, task_type, message, success=success, note=note, started=started)
+        try:
+            tx.commit()
+        except (LeaseLost, Conflict):
+            # Taken for dead while they ran: the tasks went back and run again elsewhere.
+            log.warning("sluice worker: lease lost before a commit; %s task(s) run again", ran)
+            return ran
+        with self._lock:
+            self.processed += len(settled)
+        return ran
+
+    def _call(self, task_type: TaskType, task: Task) -> BaseException | None:
+        """Run the task's function in this thread, within its timeout; what it raised."""
         function = self._functions[task_type.name]
         run = _Run(threading.get_ident())
         with self._lock:
@@ -260,7 +321,6 @@ class Worker:
             timer = threading.Timer(task_type.timeout, run.interrupt, (TaskTimeout,))
             timer.daemon = True
             timer.start()
-        error: BaseException | None = None
         try:
             try:
                 function(task)
@@ -273,15 +333,10 @@ class Worker:
             if interrupted is not None:
                 raise interrupted("the task was interrupted when it had just finished")
         except (Exception, TaskTimeout, WorkerShutdown) as exc:
-            error = exc
-        if error is None:
-            self._finish(
-                tx, task_type, message, success=task.success, note=task.note, started=started
-            )
-        else:
-            self._failed(tx, task_type, message, error, shutdown=isinstance(error, WorkerShutdown))
+            return exc
+        return None
 
-    def _finish(
+    def _settle(
         self,
         tx: Transaction,
         task_type: TaskType,
@@ -291,10 +346,11 @@ class Worker:
         note: str | None,
         started: float,
     ) -> None:
-        """Settle the task as done (successfully or not) with its record and its job's roll-up."""
+        """Have the task end with ``tx``: its record, its job's roll-up, the message gone."""
         now = self._jobs.clock.now()
         job = message.properties.get("job")
-        if not success and note is not None:
+        used_up = message.attempts >= task_type.max_attempts
+        if not success:
             log.info("sluice task %s (%s) failed: %s", message.id, task_type.name, note)
         if job is not None or task_type.retention != 0:
             expires = None
@@ -306,8 +362,7 @@ class Worker:
                 "task_type": task_type.name,
                 "success": int(success),
                 "note": note,
-                "attempts": message.attempts
-                + (0 if message.attempts >= task_type.max_attempts else 1),
+                "attempts": message.attempts + (0 if used_up else 1),
                 "started": started,
                 "now": now,
                 "expires": expires,
@@ -322,57 +377,29 @@ class Worker:
                 "now": now,
             }
             tx.add_effect(Effect("job_count", counts))
-        if not success and message.attempts >= task_type.max_attempts:
+        if used_up:
             tx.reject(message, note or "failed")
-        try:
-            tx.commit()
-        except (LeaseLost, Conflict):
-            # Taken for dead while it ran: the task went back and runs again elsewhere.
-            log.warning(
-                "sluice task %s: lease lost before its commit; it will run again", message.id
-            )
-            return
-        with self._lock:
-            self.processed += 1
-        if job is not None:
-            self._jobs.send_alerts(str(job))
 
-    def _failed(
-        self,
-        tx: Transaction,
-        task_type: TaskType,
-        message: Message,
-        error: BaseException,
-        *,
-        shutdown: bool,
+    def _give_back(
+        self, tx: Transaction, task_type: TaskType, message: Message, error: BaseException
     ) -> None:
-        """Roll the run back; the task returns after its backoff (its last run: at once)."""
+        """Make the failed run's message wait out its backoff (its last run: none)."""
+        shutdown = isinstance(error, WorkerShutdown)
         note = f"{type(error).__name__}: {error}"[:2000]
         attempts = message.attempts + 1
-        delay = (
-            0.0
-            if shutdown or attempts >= task_type.max_attempts
-            else task_type.retry_delay(attempts)
-        )
-        until = time.time() + self._jobs.clock.real_seconds(delay)
+        last = attempts >= task_type.max_attempts
+        delay = 0.0 if shutdown or last else task_type.retry_delay(attempts)
         params = {
-            "until": until,
+            "until": time.time() + self._jobs.clock.real_seconds(delay),
             "note": note,
             "ref": message.ref,
             "session": tx.session,
             "tx": tx.number,
         }
-        try:
-            jobs_backend(self._db).jobs_write([Effect("task_hold_back", params)], durable=False)
-        finally:
-            tx.abort()
+        jobs_backend(self._db).jobs_write([Effect("task_hold_back", params)], durable=False)
         if not shutdown:
             log.info(
-                "sluice task %s (%s) attempt %s failed: %s",
-                message.id,
-                task_type.name,
-                attempts,
-                note,
+                "sluice task %s (%s) run %s failed: %s", message.id, task_type.name, attempts, note
             )
 
     # --- upkeep ------------------------------------------------------------------------
@@ -419,10 +446,6 @@ class _Run:
             if self._sent is not None:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread), None)
             return self._sent
-
-
-def _first(messages: list[Message]) -> Message | None:
-    return messages[0] if messages else None
 
 
 def _used_up(message: Message) -> str:

@@ -393,3 +393,9 @@ CREATE TABLE {schema}.metrics (
     value double precision NOT NULL,
     at    double precision NOT NULL
 );
+
+-- The processing order of task queues (sluice.jobs.catalog): every key descending,
+-- NULLs last as the compiled order says, then delivery order; only task messages.
+CREATE INDEX messages_tasks ON {schema}.messages
+    (queue_id, state, n1 DESC NULLS LAST, n2 DESC NULLS LAST, n4 DESC NULLS LAST,
+     n3 DESC NULLS LAST, priority DESC, id) WHERE n1 IS NOT NULL;

@@ -79,3 +79,8 @@ CREATE TABLE metrics (
     value REAL NOT NULL,
     at    REAL NOT NULL
 );
+
+-- The processing order of task queues (sluice.jobs.catalog): every key descending,
+-- then delivery order; only task messages (n1, the job priority, is set on every task).
+CREATE INDEX messages_tasks ON messages
+    (queue_id, state, n1 DESC, n2 DESC, n4 DESC, n3 DESC, priority DESC, id) WHERE n1 IS NOT NULL;

@@ -1,0 +1,222 @@
+"""The mass-mailing example: a week of a throttled mailer, run in seconds.
+
+A weekly report goes to 10,000 readers as one job of personalised messages; a
+profile lets the mail task type send 5 an hour in working hours (Monday to
+Friday, 08:00-18:00 in Berlin) and 1,000 an hour at night and at weekends.
+The report's deadline passes while it is still being sent; a newsletter job
+submitted later must not wait for it, and from then on the two take turns.
+Every message really goes through SMTP, to a local sink (aiosmtpd) the example
+starts; the clock is simulated, moved hour by hour, so the week passes as fast
+as the messages can be sent. Needs ``sluice[mail]``.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import socket
+import threading
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from email.message import EmailMessage
+from email.parser import BytesParser
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import sluice
+from sluice.jobs import ManualClock, Task
+from sluice.jobs.profiles import Entry, Profile
+
+__all__ = ["MailingReport", "format_mailing", "run_mailing_demo"]
+
+ZONE = ZoneInfo("Europe/Berlin")
+START = datetime(2027, 1, 4, 6, 0, tzinfo=ZONE)  # a Monday, 06:00 in Berlin
+WORK_HOURS_PER_HOUR = 5
+OFF_HOURS_PER_HOUR = 1000
+
+
+@dataclass
+class MailingReport:
+    """What was sent, hour by hour, and what the example checked."""
+
+    hours: list[tuple[datetime, int, dict[str, int]]] = field(default_factory=list)
+    """(hour, limit in force, messages sent per job) for every hour anything was sent."""
+    submitted: dict[str, int] = field(default_factory=dict)
+    received: int = 0
+    received_twice: int = 0
+    over_limit_hours: int = 0
+    finished: dict[str, datetime] = field(default_factory=dict)
+    deadline: datetime | None = None
+    turns_while_late: int = 0
+
+    @property
+    def ok(self) -> bool:
+        report, news = "weekly report", "newsletter"
+        return (
+            self.received == sum(self.submitted.values())
+            and self.received_twice == 0
+            and self.over_limit_hours == 0
+            and set(self.finished) == {report, news}
+            and self.finished[news] < self.finished[report]
+            and self.turns_while_late > 0
+        )
+
+
+class _Sink:
+    """An SMTP server's handler that keeps what each message says about itself."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tasks: Counter[str] = Counter()
+        self.sent: Counter[tuple[str, str]] = Counter()  # (hour, job) -> messages
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+        message = BytesParser().parsebytes(envelope.content)
+        with self.lock:
+            self.tasks[str(message["X-Sluice-Task"])] += 1
+            self.sent[(str(message["X-Sent-Hour"]), str(message["X-Sluice-Job"]))] += 1
+        return "250 OK"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_mailing_demo(
+    url: str, *, readers: int = 10_000, subscribers: int = 2_000, threads: int = 4
+) -> MailingReport:
+    """Run the week on the queues at ``url``; the report of what went out."""
+    from aiosmtpd.controller import Controller  # noqa: PLC0415  (sluice[mail])
+
+    sink = _Sink()
+    controller = Controller(sink, hostname="127.0.0.1", port=_free_port())
+    controller.start()
+    try:
+        with sluice.connect(url) as db:
+            return _run(db, controller.port, sink, readers, subscribers, threads)
+    finally:
+        controller.stop()
+
+
+def _run(
+    db: sluice.Database, port: int, sink: _Sink, readers: int, subscribers: int, threads: int
+) -> MailingReport:
+    clock = ManualClock(START.timestamp())
+    db.jobs.clock = clock
+    local = threading.local()
+    connections: list[smtplib.SMTP] = []
+
+    @db.task("mail", max_attempts=5, backoff=60.0)
+    def mail(task: Task) -> None:
+        smtp = getattr(local, "smtp", None)
+        if smtp is None:
+            smtp = local.smtp = smtplib.SMTP("127.0.0.1", port)
+            connections.append(smtp)
+        to = task.body
+        assert isinstance(to, dict)
+        message = EmailMessage()
+        message["From"] = "reports@example.org"
+        message["To"] = to["address"]
+        message["Subject"] = f"{to['letter']} for {to['name']}"
+        message["X-Sluice-Task"] = task.id
+        message["X-Sluice-Job"] = to["letter"]
+        message["X-Sent-Hour"] = datetime.fromtimestamp(clock.now(), ZONE).isoformat()
+        message.set_content(f"Dear {to['name']},\n\nyour {to['letter']} is attached.\n")
+        smtp.send_message(message)
+
+    db.jobs.set_profile(
+        Profile(
+            "mail",
+            entries=(
+                Entry.parse(
+                    "mon-fri", "08:00-18:00", tz=str(ZONE), max_per_hour=WORK_HOURS_PER_HOUR
+                ),
+            ),
+            default_per_hour=OFF_HOURS_PER_HOUR,
+            tz=str(ZONE),
+        )
+    )
+    report = MailingReport(deadline=START.replace(hour=18))
+
+    def letters(name: str, count: int) -> list[tuple[str, dict[str, str]]]:
+        return [
+            ("mail", {"address": f"reader{n}@example.org", "name": f"Reader {n}", "letter": name})
+            for n in range(count)
+        ]
+
+    assert report.deadline is not None
+    jobs = {"weekly report": db.jobs.submit(
+        "weekly report", letters("weekly report", readers), deadline=report.deadline
+    )}  # fmt: skip
+    report.submitted["weekly report"] = readers
+    worker = db.worker(concurrency=threads)
+    for hour in range(7 * 24):
+        now = START + timedelta(hours=hour)
+        clock.set(now.timestamp())
+        if now == START.replace(hour=12):
+            jobs["newsletter"] = db.jobs.submit(
+                "newsletter", letters("newsletter", subscribers), deadline=now + timedelta(days=1)
+            )
+            report.submitted["newsletter"] = subscribers
+        runners = [threading.Thread(target=worker.run_until_idle) for _ in range(threads)]
+        for runner in runners:
+            runner.start()
+        for runner in runners:
+            runner.join()
+        for name, job in jobs.items():
+            if name not in report.finished and db.jobs.get(job).ended_at is not None:
+                report.finished[name] = now
+    for smtp in connections:
+        smtp.quit()
+    _tally(report, sink, db)
+    return report
+
+
+def _tally(report: MailingReport, sink: _Sink, db: sluice.Database) -> None:
+    profile = db.jobs.profile("mail")
+    assert profile is not None and report.deadline is not None
+    report.received = sum(sink.tasks.values())
+    report.received_twice = sum(1 for n in sink.tasks.values() if n > 1)
+    by_hour: dict[str, dict[str, int]] = defaultdict(dict)
+    for (sent_at, job), count in sink.sent.items():
+        by_hour[sent_at][job] = count
+    for key in sorted(by_hour):
+        hour = datetime.fromisoformat(key)
+        limit = profile.active(hour).max_per_hour or 0
+        sent = by_hour[key]
+        report.hours.append((hour, limit, sent))
+        report.over_limit_hours += sum(sent.values()) > limit
+        report.turns_while_late += hour >= report.deadline and len(sent) == 2
+
+
+def format_mailing(report: MailingReport) -> str:
+    lines = [
+        "Mass mailing: a week of 'mail' tasks through SMTP, 5/hour Mon-Fri 08-18 (Berlin), "
+        "1,000/hour otherwise",
+        f"{'hour (Berlin)':<18} {'limit':>6} {'report':>7} {'newsletter':>10}",
+    ]
+    rows = report.hours
+    i = 0
+    while i < len(rows):
+        hour, limit, sent = rows[i]
+        j = i
+        while j + 1 < len(rows) and rows[j + 1][1:] == (limit, sent):
+            j += 1  # a run of identical hours is one line
+        span = hour.strftime("%a %H:%M") + (f"-{rows[j][0].strftime('%H:%M')}" if j > i else "")
+        lines.append(
+            f"{span:<18} {limit:>6} {sent.get('weekly report', 0):>7} "
+            f"{sent.get('newsletter', 0):>10}" + (f"  (x{j - i + 1} hours)" if j > i else "")
+        )
+        i = j + 1
+    deadline = report.deadline.strftime("%a %H:%M") if report.deadline else "-"
+    lines += [
+        f"report's deadline {deadline}; finished: "
+        + ", ".join(f"{k} {v.strftime('%a %H:%M')}" for k, v in sorted(report.finished.items())),
+        f"received by SMTP: {report.received:,} of {sum(report.submitted.values()):,} "
+        f"(twice: {report.received_twice}); hours over their limit: {report.over_limit_hours}; "
+        f"hours the late report shared with the newsletter: {report.turns_while_late}",
+        "mass mailing: OK" if report.ok else "mass mailing: FAILED",
+    ]
+    return "\n".join(lines)
