@@ -9,7 +9,7 @@ RUN_DB ?= sluice-demo.db
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[mail]'
 	touch $@
 
 $(BIN)/sluice-test-stamp: pyproject.toml

@@ -58,7 +58,8 @@ def _out(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     url = args.db if "://" in args.db else f"sqlite:///{args.db}"
-    return demo.main([url, "--json"] if args.json else [url])
+    argv = [url, f"--readers={args.readers}"]
+    return demo.main([*argv, "--json"] if args.json else argv)
 
 
 def cmd_queues(args: argparse.Namespace, db: sluice.Database) -> int:
@@ -220,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("demo", cmd_demo, "run the transactional producer/consumer demo on a fresh database")
+    p.add_argument(
+        "--readers", type=int, default=10_000, help="recipients of the mass mailing's report"
+    )
     p.set_defaults(needs_db=False, db_default="sluice-demo.db")
     p = add("db", cmd_db, "show the database's schema version, or upgrade it")
     p.add_argument("action", choices=["version", "upgrade"], help="what to do")

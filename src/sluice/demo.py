@@ -6,7 +6,8 @@ the queues themselves, that every committed message was delivered exactly once,
 nothing uncommitted ever showed, and a single reader that aborts saw the
 messages in commit order. Then the orders example (``demo_orders``) shows
 content-aware queuing: typed orders, a priority function and a selective
-ordering dequeue.
+ordering dequeue; and the mass-mailing example (``demo_mailing``) a week of a
+throttled mailer: jobs, a time-of-week profile, late jobs and SMTP.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sluice
+from sluice.demo_mailing import MailingReport, format_mailing, run_mailing_demo
 from sluice.demo_orders import OrdersReport, format_orders, run_orders_demo
 
 __all__ = ["DemoReport", "run_demo"]
@@ -50,11 +52,13 @@ class DemoReport:
     ordered_reader_in_commit_order: bool = False
     error_queue: int = 0
     orders: OrdersReport = field(default_factory=OrdersReport)
+    mailing: MailingReport = field(default_factory=MailingReport)
 
     @property
     def ok(self) -> bool:
         return (
             self.orders.ok
+            and self.mailing.ok
             and self.delivered == self.committed
             and not (self.delivered_twice or self.never_delivered or self.uncommitted_seen)
             and self.ordered_reader_in_commit_order
@@ -63,22 +67,26 @@ class DemoReport:
         )
 
 
-def run_demo(url: str) -> DemoReport:
-    """Run the whole demo against a fresh database at ``url``."""
+def run_demo(url: str, *, readers: int | None = None) -> DemoReport:
+    """Run the whole demo against a fresh database at ``url``.
+
+    ``readers``: the mass mailing's weekly report goes to this many (10,000).
+    """
     with sluice.connect(url) as db:
         if db.queues():
             raise sluice.SluiceError(
                 f"the demo needs a fresh database, and {url} has queues; remove it or pick another"
             )
-        return _Demo(db, url).run()
+        return _Demo(db, url, readers or 10_000).run()
 
 
 class _Demo:
     """The demo's threads and the record they keep of what really committed."""
 
-    def __init__(self, db: sluice.Database, url: str) -> None:
+    def __init__(self, db: sluice.Database, url: str, readers: int) -> None:
         self.db = db
         self.url = url
+        self.readers = readers
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.commit_order: list[tuple[int, int]] = []
@@ -112,6 +120,7 @@ class _Demo:
             th.join()
         self.summarise(report)
         report.orders = run_orders_demo(db)
+        report.mailing = run_mailing_demo(db, readers=self.readers, subscribers=self.readers // 5)
         return report
 
     def produce(self, p: int) -> None:
@@ -231,6 +240,7 @@ def format_report(report: DemoReport) -> str:
         f"  single reader with {report.ordered_reader_aborts} aborts saw commit order: "
         f"{check[report.ordered_reader_in_commit_order]}",
         format_orders(report.orders),
+        format_mailing(report.mailing),
         f"  result: {'all checks passed' if report.ok else 'CHECKS FAILED'}",
     ]
     return "\n".join(lines)
@@ -241,9 +251,10 @@ def main(argv: list[str]) -> int:
         _victim(argv[1])
         return 0
     url = argv[0] if argv else "sqlite:///sluice-demo.db"
-    report = run_demo(url)
+    readers = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--readers=")), None)
+    report = run_demo(url, readers=readers)
     if "--json" in argv:
-        print(json.dumps(asdict(report) | {"ok": report.ok}))
+        print(json.dumps(asdict(report) | {"ok": report.ok}, default=str))
     else:
         print(format_report(report))
     return 0 if report.ok else 1

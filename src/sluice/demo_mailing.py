@@ -85,23 +85,27 @@ def _free_port() -> int:
 
 
 def run_mailing_demo(
-    url: str, *, readers: int = 10_000, subscribers: int = 2_000, threads: int = 4
+    db: sluice.Database, *, readers: int = 10_000, subscribers: int = 2_000, threads: int = 4
 ) -> MailingReport:
-    """Run the week on the queues at ``url``; the report of what went out."""
-    from aiosmtpd.controller import Controller  # noqa: PLC0415  (sluice[mail])
-
+    """Run the week on ``db`` (its clock is set to the simulated one); what went out."""
+    try:
+        from aiosmtpd.controller import Controller  # noqa: PLC0415
+    except ImportError as exc:
+        raise sluice.ConfigurationError(
+            "the mass-mailing example needs aiosmtpd: pip install 'sluice[mail]'"
+        ) from exc
     sink = _Sink()
     controller = Controller(sink, hostname="127.0.0.1", port=_free_port())
     controller.start()
     try:
-        with sluice.connect(url) as db:
-            return _run(db, controller.port, sink, readers, subscribers, threads)
+        return _run(db, controller.port, sink, readers=readers, subscribers=subscribers,
+                    threads=threads)  # fmt: skip
     finally:
         controller.stop()
 
 
 def _run(
-    db: sluice.Database, port: int, sink: _Sink, readers: int, subscribers: int, threads: int
+    db: sluice.Database, port: int, sink: _Sink, *, readers: int, subscribers: int, threads: int
 ) -> MailingReport:
     clock = ManualClock(START.timestamp())
     db.jobs.clock = clock
@@ -151,7 +155,7 @@ def _run(
         "weekly report", letters("weekly report", readers), deadline=report.deadline
     )}  # fmt: skip
     report.submitted["weekly report"] = readers
-    worker = db.worker(concurrency=threads)
+    worker = db.worker(concurrency=threads, batch=10)
     for hour in range(7 * 24):
         now = START + timedelta(hours=hour)
         clock.set(now.timestamp())
@@ -176,7 +180,8 @@ def _run(
 
 def _tally(report: MailingReport, sink: _Sink, db: sluice.Database) -> None:
     profile = db.jobs.profile("mail")
-    assert profile is not None and report.deadline is not None
+    assert profile is not None
+    assert report.deadline is not None
     report.received = sum(sink.tasks.values())
     report.received_twice = sum(1 for n in sink.tasks.values() if n > 1)
     by_hour: dict[str, dict[str, int]] = defaultdict(dict)

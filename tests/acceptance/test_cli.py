@@ -75,10 +75,15 @@ def test_errors_are_clear_and_exit_2(tmp_path: Path, args: tuple[str, ...], mess
 
 @pytest.mark.slow
 def test_demo_passes_all_its_checks(tmp_path: Path) -> None:
-    result = sluice("demo", "--json", db=tmp_path / "demo.db")
+    # A smaller mailing than the default 10,000, still late at its deadline.
+    result = sluice("demo", "--json", "--readers", "5000", db=tmp_path / "demo.db")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] is True
+    mailing = report["mailing"]
+    assert mailing["received"] == 6000
+    assert mailing["received_twice"] == mailing["over_limit_hours"] == 0
+    assert mailing["turns_while_late"] > 0
     assert report["delivered"] == report["committed"] > 0
     assert report["killed_consumer_held"] > 0
     again = sluice("demo", db=tmp_path / "demo.db")

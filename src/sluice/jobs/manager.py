@@ -169,6 +169,21 @@ class Jobs:
         with self._db.transaction() as own:
             return enqueue_tasks(own, self.types, self.clock, JobHeader(None), [spec])[0]
 
+    def submit_tasks(
+        self,
+        task_type: str,
+        bodies: Iterable[Body],
+        *,
+        priority: int | None = None,
+        tx: Transaction | None = None,
+    ) -> builtins.list[str]:
+        """Submit many tasks of no job in one transaction (the fast way); their ids."""
+        specs = [TaskSpec(task_type, body, priority) for body in bodies]
+        if tx is not None:
+            return enqueue_tasks(tx, self.types, self.clock, JobHeader(None), specs)
+        with self._db.transaction() as own:
+            return enqueue_tasks(own, self.types, self.clock, JobHeader(None), specs)
+
     # --- looking ----------------------------------------------------------------------
     def get(self, job_id: str, *, tasks: bool = False) -> JobStatus:
         """A job and the roll-up of its tasks; with ``tasks`` the finished tasks' records."""
