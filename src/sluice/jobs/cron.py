@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime
 import math
 from dataclasses import dataclass, field
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from sluice.errors import ConfigurationError
+from sluice.jobs.profiles import zone
 
 __all__ = ["Cron"]
 
@@ -48,15 +49,6 @@ def _offset(moment: datetime.datetime) -> int:
     return int(offset.total_seconds())
 
 
-def _zone(tz: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
-        raise ConfigurationError(
-            f"unknown time zone {tz!r}; give an IANA zone name such as 'Europe/Berlin' or 'UTC'"
-        ) from exc
-
-
 @dataclass(frozen=True, slots=True)
 class Cron:
     """A cron schedule: minute hour day-of-month month day-of-week, or a macro such as @daily.
@@ -84,7 +76,7 @@ class Cron:
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_zone", _zone(self.tz))
+        object.__setattr__(self, "_zone", zone(self.tz))
         fields = _split(self.expression)
         minutes, hours, days, months, weekdays = (
             _parse_field(text, index, self.expression) for index, text in enumerate(fields)

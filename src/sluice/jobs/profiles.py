@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sluice.errors import ConfigurationError
 
-__all__ = ["DAY_NAMES", "Entry", "Follow", "Limits", "Profile", "cycle_start", "hour_start"]
+__all__ = ["DAY_NAMES", "Entry", "Follow", "Limits", "Profile", "cycle_start", "hour_start", "zone"]
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
@@ -27,7 +27,8 @@ _CYCLE = "the length of a processing cycle in seconds"
 _DAYS_HELP = "use mon..sun, ranges such as 'mon-fri', lists such as 'sat,sun', or '*'"
 
 
-def _zone(tz: str) -> ZoneInfo:
+def zone(tz: str) -> ZoneInfo:
+    """The IANA zone ``tz``; ConfigurationError if there is none of that name."""
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
@@ -136,7 +137,7 @@ class Entry:
                 f"start and end are {window!r}; give datetime.time values without "
                 "tzinfo and put the zone in tz"
             )
-        _zone(self.tz)
+        zone(self.tz)
         _check_count("max_per_hour", self.max_per_hour)
         _check_count("max_per_cycle", self.max_per_cycle)
         if self.priority is not None and not _whole(self.priority):
@@ -180,7 +181,7 @@ class Entry:
 
     def matches(self, when: datetime.datetime) -> bool:
         """Whether the aware instant ``when`` falls in this window, read in ``tz``."""
-        local = _aware(when).astimezone(_zone(self.tz))
+        local = _aware(when).astimezone(zone(self.tz))
         clock, today = local.time(), local.weekday()
         if self.start < self.end:
             return today in self.days and self.start <= clock < self.end
@@ -275,7 +276,7 @@ class Profile:
         object.__setattr__(self, "entries", tuple(self.entries))
         _check_count("default_per_hour", self.default_per_hour)
         _check_count("default_per_cycle", self.default_per_cycle)
-        _zone(self.tz)
+        zone(self.tz)
         object.__setattr__(self, "cycle", _positive("cycle", self.cycle, _CYCLE))
 
     def active(self, when: datetime.datetime, load: Callable[[str], float] | None = None) -> Limits:
@@ -357,16 +358,16 @@ def hour_start(now: float, tz: str) -> float:
     apart, and with a +05:30 offset hours begin at :30 UTC. Where the offset changes inside a
     local hour (Lord Howe Island shifts by 30 minutes), that hour began at the change.
     """
-    zone = _zone(tz)
-    offset = _offset(now, zone)
+    local = zone(tz)
+    offset = _offset(now, local)
     start = math.floor((now + offset) / 3600) * 3600 - offset
-    if _offset(start, zone) == offset:
+    if _offset(start, local) == offset:
         return float(start)
     # Offsets change on whole seconds, and tzdata never changes one twice within a day.
     before, after = start, math.floor(now)
     while after - before > 1:
         middle = (before + after) // 2
-        if _offset(middle, zone) == offset:
+        if _offset(middle, local) == offset:
             after = middle
         else:
             before = middle
