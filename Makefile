@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ bench-isolation: $(BIN)/sluice-bench-stamp
 bench-spark: $(BIN)/sluice-bench-stamp
 	test -f /usr/share/java/postgresql.jar || (apt-get update && apt-get install -y libpostgresql-jdbc-java)
 	$(BIN)/python -m bench.spark
+
+# No-op tasks through 4 worker processes: sluice on SQLite and PostgreSQL, Celery, Dramatiq
+# and RQ on Redis (the shared one, and a private one with appendfsync always), procrastinate.
+bench-jobs: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.jobs
 
 soak: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.soak

@@ -1,0 +1,124 @@
+"""Worker throughput of no-op tasks: sluice against Celery, Dramatiq, RQ and procrastinate.
+
+``python -m bench.jobs [--n N]`` runs sluice's workers (4 processes, SQLite at
+FULL and PostgreSQL with fsync, one task and ten tasks per transaction) and then
+the peers of ``bench.jobs_peers`` in the same run, and writes
+``bench/results/jobs-DATE.md`` with ratios to the best peer of equal durability.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import psycopg
+
+from bench.jobs_peers import (
+    DEFAULT_N,
+    DEFAULT_WORKERS,
+    PeerResult,
+    render,
+    run_peers,
+)
+from bench.jobs_sluice import SluiceResult, run_sluice
+
+__all__ = ["main"]
+
+PG_BASE = os.environ.get("SLUICE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
+_SCHEMA = "bench_jobs"
+_RESULTS = Path(__file__).with_name("results")
+
+
+def _durable(result: PeerResult) -> bool:
+    """Whether a peer keeps each acknowledged task on disk (fsync) as sluice does."""
+    return "always" in result.durability or result.peer.startswith("procrastinate")
+
+
+def _run_sluice(n: int, workers: int) -> list[SluiceResult]:
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for batch in (1, 10):
+            path = Path(tmp) / f"jobs-{batch}.db"
+            results.append(
+                run_sluice(f"sqlite:///{path}", "SQLite WAL, synchronous=FULL: fsync per commit",
+                           n=n, workers=workers, batch=batch)
+            )  # fmt: skip
+    for batch in (1, 10):
+        with psycopg.connect(PG_BASE, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {_SCHEMA} CASCADE")
+        try:
+            results.append(
+                run_sluice(f"{PG_BASE}?schema={_SCHEMA}",
+                           "PostgreSQL fsync=on, synchronous_commit=on for commits",
+                           n=n, workers=workers, batch=batch)
+            )  # fmt: skip
+        finally:
+            with psycopg.connect(PG_BASE, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {_SCHEMA} CASCADE")
+    return results
+
+
+def _table(ours: Sequence[SluiceResult], peers: Sequence[PeerResult]) -> list[str]:
+    durable = [p.tasks_per_s for p in peers if _durable(p) and p.tasks_per_s and p.status == "ok"]
+    anything = [p.tasks_per_s for p in peers if p.tasks_per_s and p.status == "ok"]
+    best_durable = max(durable, default=None)
+    best_any = max(anything, default=None)
+    out = [
+        "## sluice",
+        "",
+        "4 worker processes (`python -m bench.jobs_sluice`), each `db.worker(concurrency=1,"
+        " batch=B)` with a no-op `@db.task`, started and ready before the clock; then N tasks"
+        " submitted with `db.jobs.submit_tasks` in one transaction, seconds = start of the"
+        " submission to the last task settled (the queue polled every 20 ms), as the peers'"
+        " live mode. Each task is settled in a committed, durable transaction: with batch B"
+        " a worker settles B tasks per commit.",
+        "",
+        "| backend | shape | N | tasks/s | seconds | vs best durable peer | vs best peer |"
+        " durability | status |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in ours:
+        rate = r.tasks_per_s
+        vs_durable = f"{rate / best_durable:.2f}" if rate and best_durable else "-"
+        vs_any = f"{rate / best_any:.2f}" if rate and best_any else "-"
+        out.append(
+            f"| {r.backend} | {r.workers} | {r.n:,} | {rate or 0:,.0f} | {r.seconds or 0:.2f}"
+            f" | {vs_durable} | {vs_any} | {r.durability} | {r.status} |"
+        )
+    out += [
+        "",
+        f"Best peer at equal durability (fsync before acknowledging): {best_durable or 0:,.0f}"
+        f" tasks/s; best peer at any durability: {best_any or 0:,.0f} tasks/s.",
+        "",
+    ]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__)
+    parser.add_argument("--n", type=int, default=DEFAULT_N, help="tasks per run")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="worker processes")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()
+    ours = _run_sluice(args.n, args.workers)
+    peers = run_peers(args.n, args.workers)
+    report = render(peers, args.workers, load_before=load)
+    head, _, rest = report.partition("\n\n")
+    text = "\n".join(
+        [head.replace("of Python peers", "of sluice and Python peers"), "", *_table(ours, peers),
+         "## Peers", "", rest]
+    )  # fmt: skip
+    _RESULTS.mkdir(exist_ok=True)
+    path = _RESULTS / f"jobs-{dt.date.today().isoformat()}.md"
+    path.write_text(text + "\n")
+    print(text)
+    print(f"\nwritten to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""The sluice side of the worker-throughput benchmark: no-op tasks through worker processes.
+
+``python -m bench.jobs_sluice URL THREADS BATCH`` is one worker process: it says
+"ready" on stdout, then runs a ``noop`` worker until SIGTERM. ``run_sluice``
+starts the processes, waits until each is ready, submits the tasks in one
+transaction and times until the last is done.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import sluice
+from sluice.jobs import Task
+
+__all__ = ["SluiceResult", "run_sluice"]
+
+_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class SluiceResult:
+    backend: str
+    durability: str
+    workers: str
+    n: int
+    seconds: float | None
+    tasks_per_s: float | None
+    enqueue_seconds: float
+    status: str
+
+
+def _worker(url: str, threads: int, batch: int) -> None:
+    db = sluice.connect(url)
+
+    @db.task("noop")
+    def noop(task: Task) -> None:
+        return None
+
+    worker = db.worker(tasks=["noop"], concurrency=threads, batch=batch, grace=5.0, poll=0.2)
+    print("ready", flush=True)
+    worker.run()
+    db.close()
+
+
+def run_sluice(
+    url: str, durability: str, *, n: int, workers: int = 4, threads: int = 1, batch: int = 1
+) -> SluiceResult:
+    """``n`` no-op tasks through ``workers`` processes of ``threads`` threads each."""
+    backend = url.split(":", 1)[0]
+    shape = f"{workers} processes x {threads} thread(s), batch {batch}"
+    with sluice.connect(url) as db:
+        db.jobs.define("noop")
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.jobs_sluice", url, str(threads), str(batch)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(workers)
+        ]
+        try:
+            for proc in procs:
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"a worker process ended early ({proc.wait()})")
+            queue = db.queue("tasks.noop")
+            begun = time.perf_counter()
+            db.jobs.submit_tasks("noop", list(range(n)))
+            enqueued = time.perf_counter() - begun
+            give_up = begun + _TIMEOUT
+            while True:
+                stats = queue.stats()
+                if stats["ready"] + stats["claimed"] + stats["delayed"] == 0:
+                    break
+                if time.perf_counter() > give_up:
+                    return SluiceResult(backend, durability, shape, n, None, None, enqueued,
+                                        f"timed out with {stats} left")  # fmt: skip
+                time.sleep(0.02)  # another process's progress: looked at, not signalled
+            seconds = time.perf_counter() - begun
+            return SluiceResult(backend, durability, shape, n, seconds, n / seconds, enqueued, "ok")
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
