@@ -339,3 +339,41 @@ def test_worker_threads_run_everything_once(db: sluice.Database) -> None:
     worker.join()
     assert sorted(seen) == list(range(200))  # type: ignore[type-var]
     assert db.jobs.get(job).status == "done"
+
+
+def test_a_batch_settles_together_and_a_failing_task_alone_is_given_back(
+    db: sluice.Database, clock: ManualClock
+) -> None:
+    db.create_queue("sent")
+
+    @db.task("send", max_attempts=2, backoff=0.0)
+    def send(task: Task) -> None:
+        task.enqueue("sent", task.body)
+        if task.body == 3 and task.attempts == 0:
+            raise RuntimeError("first run of 3 fails")
+
+    job = db.jobs.submit("batch", [("send", n) for n in range(6)])
+    worker = db.worker(batch=6)
+    assert worker.run_until_idle() == 2  # one batch of six (one failed), then the retry
+    assert sorted(m.body for m in db.queue("sent").browse()) == list(range(6))  # type: ignore[type-var]
+    status = db.jobs.get(job, tasks=True)
+    assert (status.status, status.succeeded) == ("done", 6)
+    assert sorted(t.attempts for t in status.tasks) == [1, 1, 1, 1, 1, 2]
+
+
+def test_rollback_to_a_savepoint_undoes_only_later_enqueues(db: sluice.Database) -> None:
+    db.create_queue("out")
+    with db.transaction() as tx:
+        tx.enqueue("out", "kept")
+        mark = tx.savepoint()
+        tx.enqueue("out", "undone")
+        tx.rollback_to(mark)
+        tx.enqueue("out", "also kept")
+    assert [m.body for m in db.queue("out").browse()] == ["kept", "also kept"]
+    db.queue("out").put("x")
+    with db.transaction() as tx:
+        mark = tx.savepoint()
+        assert tx.dequeue("out", limit=5)
+        with pytest.raises(sluice.TransactionError, match="abort it instead"):
+            tx.rollback_to(mark)
+        tx.abort()
