@@ -355,7 +355,7 @@ def test_a_batch_settles_together_and_a_failing_task_alone_is_given_back(
     job = db.jobs.submit("batch", [("send", n) for n in range(6)])
     worker = db.worker(batch=6)
     assert worker.run_until_idle() == 2  # one batch of six (one failed), then the retry
-    assert sorted(m.body for m in db.queue("sent").browse()) == list(range(6))  # type: ignore[type-var]
+    assert sorted(m.body for m in db.queue("sent").browse()) == list(range(6))
     status = db.jobs.get(job, tasks=True)
     assert (status.status, status.succeeded) == ("done", 6)
     assert sorted(t.attempts for t in status.tasks) == [1, 1, 1, 1, 1, 2]
