@@ -325,12 +325,19 @@ class Backend(Protocol):
         """Every message type: name -> (kind, definition)."""
 
     def create_property(
-        self, name: str, expression: str, type: str, fills: Mapping[str, tuple[str, str, Any]]
+        self,
+        name: str,
+        expression: str,
+        type: str,
+        fills: Mapping[str, tuple[str, str, Any]],
+        *,
+        indexed: bool = True,
     ) -> None:
         """Declare a property on queues and compute it for the messages they hold already.
 
         ``fills`` maps each queue to (slot, SQL expression of this dialect, its
         parameters); the SQL reads the message row as ``m``. One transaction.
+        ``indexed``: give the slots their index (left out where another index serves).
         """
 
     def queue_properties(self, queue: str) -> list[PropertyDef]:

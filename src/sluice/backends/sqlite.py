@@ -342,14 +342,21 @@ class SQLiteBackend:
             return {n: (k, d) for n, k, d in conn.execute(self._q["list_types"])}
 
     def create_property(
-        self, name: str, expression: str, type: str, fills: Mapping[str, tuple[str, str, Any]]
+        self,
+        name: str,
+        expression: str,
+        type: str,
+        fills: Mapping[str, tuple[str, str, Any]],
+        *,
+        indexed: bool = True,
     ) -> None:
         params = {"name": name, "expression": expression, "type": type, "now": time.time()}
         try:
             with self._write() as conn:
                 conn.execute(self._q["insert_property"], params)
                 for queue, (slot, value, value_params) in fills.items():
-                    conn.execute(self._q["slot_index"].replace("{slot}", slot))
+                    if indexed:
+                        conn.execute(self._q["slot_index"].replace("{slot}", slot))
                     link = {"queue": queue, "name": name, "slot": slot}
                     if conn.execute(self._q["insert_queue_property"], link).rowcount != 1:
                         raise _queue_not_found([queue])

@@ -277,13 +277,16 @@ class Database:
         *,
         queues: Sequence[str],
         type: str | None = None,
+        indexed: bool = True,
     ) -> None:
         """Declare a property: computed at enqueue, stored and indexed on ``queues``.
 
         Selections may then name it (``customer = 'Smith'``); a selection that
         spells out its expression uses the stored value as well. ``type`` is
         text, number or boolean; a bare JSON path is text unless told otherwise.
-        Messages already in the queues get their value now.
+        Messages already in the queues get their value now. ``indexed=False``
+        stores it without an index of its own (for values only ordered by an index
+        that covers them, as task queues' are).
         """
         from sluice.expr import parse  # noqa: PLC0415  (sqlglot loads when content is used)
 
@@ -303,7 +306,7 @@ class Database:
             assert slot in SLOTS
             fills[queue] = (slot, *self._compile_value(node))
             self._contents.pop(queue, None)
-        self.backend.create_property(name, expression, kind, fills)
+        self.backend.create_property(name, expression, kind, fills, indexed=indexed)
 
     def _compile_value(self, node: Any) -> tuple[str, dict[str, Any]]:
         compiler = getattr(self.backend, "expression_compiler", None)

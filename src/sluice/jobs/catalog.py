@@ -103,9 +103,11 @@ class TaskTypes:
                         "a task queue must be created by sluice.jobs; use a new queue name"
                     )
                 continue
+            # The job is looked up by value; the rest only orders, through messages_tasks.
             self._db.create_property(
-                property_name(name, queue), expression, queues=[queue], type=kind
-            )
+                property_name(name, queue), expression, queues=[queue], type=kind,
+                indexed=name == "job",
+            )  # fmt: skip
         have = {p.expression: p.slot for p in self._db.backend.queue_properties(queue)}
         wrong = [e for _, e, _, s in JOB_PROPERTIES if have.get(e) != s]
         if wrong:
