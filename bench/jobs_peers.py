@@ -2,13 +2,20 @@
 
 Every peer does the same work: start ``workers`` worker processes against an empty queue, wait
 until they are connected and idle and have run a few warm-up tasks, then enqueue N no-op tasks
-in the peer's fastest bulk way and time from the first enqueue until the broker says the last
-one is done (polled every 20 ms, counted on the broker, never by the task). The Redis peers run
-twice: on the shared Redis, which keeps nothing on disk, and on a private ``redis-server`` with
-``appendfsync always`` (one fsync per write before the reply, the durability of a PostgreSQL
-commit). procrastinate runs on the shared PostgreSQL, in a database it creates and drops.
+in the peer's fastest bulk way and time until the broker says the last one is done (polled
+every 20 ms, counted on the broker, never by the task). In mode ``live`` the clock starts at
+the first enqueue and the workers consume meanwhile; in mode ``backlog`` the workers are
+stopped (SIGSTOP) during the enqueue and the clock starts when they are continued. A peer not
+done after the deadline is measured on the tasks it finished by then, so a slow peer cannot
+hold the run.
 
-Run: ``python -m bench.jobs_peers [--n 20000] [--workers 4]``; prints a Markdown report.
+The Redis peers run twice: on the shared Redis, which keeps nothing on disk, and on a private
+``redis-server`` with ``appendfsync always`` (every write fsynced before its reply, the
+durability of a PostgreSQL commit). procrastinate runs on the shared PostgreSQL, in a database
+it creates and drops.
+
+Run: ``python -m bench.jobs_peers [--n 20000] [--workers 4] [--mode live|backlog|both]``;
+prints a Markdown report.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from bench.pg_common import PG_CONNINFO, host_facts, one_line, package_versions,
 
 __all__ = [
     "CELERY_SHAPES",
+    "DEFAULT_N",
+    "DEFAULT_WORKERS",
+    "MODES",
     "PeerResult",
     "RedisTarget",
     "private_redis",
@@ -54,12 +64,16 @@ REDIS_DBS = {"celery": 12, "dramatiq": 13, "rq": 14}
 PROCRASTINATE_DB = "bench_procrastinate"
 DEFAULT_N = 20_000
 DEFAULT_WORKERS = 4
-DEFAULT_TIMEOUT = 120.0  # seconds from the first enqueue to the last task done
+# Seconds from the start of the clock: a peer still running then is measured on the tasks it
+# finished by then, so that slow peers keep the whole run bounded.
+DEFAULT_TIMEOUT = 120.0
 READY_TIMEOUT = 60.0
+WARMUP_TIMEOUT = 60.0
 POLL = 0.02
 WARMUP_PER_WORKER = 5
 BULK = 1_000  # tasks per bulk call, for the peers that enqueue in bulk
 CELERY_SHAPES = ("prefork", "solo", "prefork-1")
+MODES = ("live", "backlog")
 _OWNER_KEY = "sluice-bench:owner"
 _REPO = Path(__file__).resolve().parent.parent
 _DISTRIBUTIONS = ("celery", "kombu", "dramatiq", "rq", "redis", "procrastinate", "psycopg")
@@ -67,13 +81,19 @@ _DISTRIBUTIONS = ("celery", "kombu", "dramatiq", "rq", "redis", "procrastinate",
 
 @dataclass(frozen=True)
 class PeerResult:
-    """One peer's run. ``seconds`` runs from the first enqueue to the last task done."""
+    """One peer's run; ``mode`` says when the clock starts (see ``_run_tasks``).
+
+    ``done`` is ``n`` unless the deadline came first: then the rate is over the tasks done
+    by the deadline, and ``seconds`` is the time to the deadline.
+    """
 
     peer: str
     broker: str
     durability: str
     workers: str
+    mode: str  # "live" or "backlog"
     n: int
+    done: int | None
     seconds: float | None
     tasks_per_s: float | None
     enqueue_seconds: float | None
@@ -109,10 +129,10 @@ def redis_target(url: str, label: str) -> RedisTarget:
     finally:
         client.close()
     if config.get("appendonly") == "yes":
-        fsync = config.get("appendfsync", "?")
+        fsync = str(config.get("appendfsync", "?"))
         device, _mount, fstype = filesystem_of(Path(str(config.get("dir", "/"))))
         when = {
-            "always": "an fsync of every write before the reply",
+            "always": "every write fsynced before its reply",
             "everysec": "an fsync once a second (up to ~1 s of acknowledged writes lost)",
             "no": "no fsync (the OS flushes when it likes)",
         }.get(fsync, fsync)
@@ -207,6 +227,7 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]], grace: float = 10.0) -> None
     """SIGTERM each process group, SIGKILL what is left after ``grace`` seconds."""
     for proc in procs:
         _signal_group(proc, signal.SIGTERM)
+        _signal_group(proc, signal.SIGCONT)  # a stopped group acts on SIGTERM once continued
     deadline = time.monotonic() + grace
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -238,7 +259,7 @@ class _Driver(ABC):
         """Start from an empty broker: nothing queued, no workers registered."""
 
     @abstractmethod
-    def commands(self, workers: int) -> list[list[str]]:
+    def commands(self) -> list[list[str]]:
         """The worker command lines (one subprocess each)."""
 
     @abstractmethod
@@ -246,7 +267,7 @@ class _Driver(ABC):
         """Environment variables that point the workers at the broker."""
 
     @abstractmethod
-    def ready(self, workers: int) -> bool:
+    def ready(self) -> bool:
         """Whether every worker is connected and waiting for tasks."""
 
     @abstractmethod
@@ -256,6 +277,10 @@ class _Driver(ABC):
     @abstractmethod
     def remaining(self, total: int) -> int:
         """Tasks not yet done, of the ``total`` enqueued since reset."""
+
+    def finished(self, total: int) -> bool:
+        """Whether every task is done; polled every 20 ms, so a peer may make it cheaper."""
+        return self.remaining(total) == 0
 
     @abstractmethod
     def verify(self, total: int) -> str:
@@ -274,7 +299,7 @@ def _redis_broker(target: RedisTarget, db: int) -> str:
 class _Celery(_Driver):
     peer = "celery"
 
-    def __init__(self, target: RedisTarget, shape: str, prefetch: int | None) -> None:
+    def __init__(self, target: RedisTarget, workers: int, shape: str, prefetch: int | None) -> None:
         import redis
 
         from bench.jobs_peer_tasks import celery_app
@@ -285,14 +310,23 @@ class _Celery(_Driver):
         self.url = f"{target.url}/{REDIS_DBS['celery']}"
         self.app = celery_app.make_app(self.url, self.prefetch)
         self.client = redis.Redis.from_url(self.url, socket_timeout=10)
-        self.shape_name = shape
-        self.nodes = 0
         self.broker = _redis_broker(target, REDIS_DBS["celery"])
         self.durability = (
             f"{target.durability}. acks_late: a task stays in the `unacked` hash until it ran;"
             " a killed worker's is redelivered after the visibility timeout (1 h)"
         )
-        self.shape = ""
+        # (processes, pool, concurrency of each)
+        self.nodes, self.pool, self.concurrency = {
+            "prefork": (1, "prefork", workers),
+            "solo": (workers, "solo", 1),
+            "prefork-1": (workers, "prefork", 1),
+        }[shape]
+        options = "-c 1 " if shape == "prefork-1" else ""
+        options += f"-c {workers} " if shape == "prefork" else ""
+        self.shape = (
+            f"{self.nodes} x `celery worker -P {self.pool} {options}--without-gossip"
+            f" --without-mingle --without-heartbeat`, prefetch multiplier {self.prefetch}"
+        )
 
     def reset(self) -> None:
         _claim_db(self.client, f"Redis database {REDIS_DBS['celery']}")
@@ -302,21 +336,15 @@ class _Celery(_Driver):
 
         return {REDIS_URL_ENV: self.url, PREFETCH_ENV: str(self.prefetch)}
 
-    def commands(self, workers: int) -> list[list[str]]:
-        base = [sys.executable, "-m", "celery", "-A", "bench.jobs_peer_tasks.celery_app"]
-        base += ["worker", "-Q", QUEUE, "-l", "WARNING"]
-        base += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-        flags = f"--without-gossip --without-mingle --without-heartbeat, prefetch {self.prefetch}"
-        if self.shape_name == "prefork":
-            self.nodes = 1
-            self.shape = f"1 `celery worker -P prefork -c {workers}` ({flags})"
-            return [[*base, "-P", "prefork", "-c", str(workers), "-n", "bench0@%h"]]
-        pool, conc = ("solo", []) if self.shape_name == "solo" else ("prefork", ["-c", "1"])
-        self.nodes = workers
-        self.shape = f"{workers} x `celery worker -P {pool} {' '.join(conc)}` ({flags})"
-        return [[*base, "-P", pool, *conc, "-n", f"bench{i}@%h"] for i in range(workers)]
+    def commands(self) -> list[list[str]]:
+        argv = [sys.executable, "-m", "celery", "-A", "bench.jobs_peer_tasks.celery_app"]
+        argv += ["worker", "-Q", QUEUE, "-l", "WARNING", "-P", self.pool]
+        argv += ["-c", str(self.concurrency)]
+        # Gossip, mingle and heartbeats are cluster chatter, not part of running tasks.
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        return [[*argv, "-n", f"bench{i}@%h"] for i in range(self.nodes)]
 
-    def ready(self, workers: int) -> bool:
+    def ready(self) -> bool:
         replies = self.app.control.ping(timeout=0.5) or []
         return len(replies) >= self.nodes
 
@@ -352,7 +380,7 @@ class _Celery(_Driver):
 class _Dramatiq(_Driver):
     peer = "dramatiq"
 
-    def __init__(self, target: RedisTarget, threads: int) -> None:
+    def __init__(self, target: RedisTarget, workers: int, threads: int) -> None:
         import redis
 
         from bench.jobs_peer_tasks import dramatiq_app
@@ -362,13 +390,16 @@ class _Dramatiq(_Driver):
         self.actor = dramatiq_app.declare(self.broker_obj)
         self.client = redis.Redis.from_url(self.url, socket_timeout=10)
         self.ns = dramatiq_app.NAMESPACE
-        self.threads = threads
+        self.workers, self.threads = workers, threads
         self.broker = _redis_broker(target, REDIS_DBS["dramatiq"])
         self.durability = (
             f"{target.durability}. Acked after the task ran; a dead worker's unacked"
             " messages are requeued once its heartbeat expires"
         )
-        self.shape = ""
+        self.shape = (
+            f"1 `dramatiq --processes {workers} --threads {threads}` (prefetch 2 x threads"
+            " per process)"
+        )
 
     def reset(self) -> None:
         _claim_db(self.client, f"Redis database {REDIS_DBS['dramatiq']}")
@@ -376,17 +407,15 @@ class _Dramatiq(_Driver):
     def env(self) -> dict[str, str]:
         return {REDIS_URL_ENV: self.url}
 
-    def commands(self, workers: int) -> list[list[str]]:
-        self.shape = (
-            f"1 `dramatiq --processes {workers} --threads {self.threads}` (prefetch 2 x threads)"
-        )
-        argv = [sys.executable, "-m", "dramatiq", "bench.jobs_peer_tasks.dramatiq_app"]
-        return [[*argv, "--processes", str(workers), "--threads", str(self.threads), "-Q", QUEUE]]
+    def commands(self) -> list[list[str]]:
+        argv = [sys.executable, "-m", "dramatiq", "bench.jobs_peer_tasks.dramatiq_app", "-Q"]
+        argv += [QUEUE, "--processes", str(self.workers), "--threads", str(self.threads)]
+        return [argv]
 
-    def ready(self, workers: int) -> bool:
+    def ready(self) -> bool:
         # Every worker process's consumer stamps its broker id into the heartbeat set on each
         # fetch; the parent has not fetched or enqueued yet.
-        return int(self.client.zcard(f"{self.ns}:__heartbeats__")) >= workers
+        return int(self.client.zcard(f"{self.ns}:__heartbeats__")) >= self.workers
 
     def enqueue(self, n: int) -> None:
         send = self.actor.send  # Dramatiq has no bulk enqueue: one Lua call per message
@@ -412,14 +441,14 @@ class _Dramatiq(_Driver):
 
 
 class _Rq(_Driver):
-    def __init__(self, target: RedisTarget, simple: bool) -> None:
+    def __init__(self, target: RedisTarget, workers: int, simple: bool) -> None:
         import redis
         from rq import Queue
 
         self.url = f"{target.url}/{REDIS_DBS['rq']}"
         self.client = redis.Redis.from_url(self.url, socket_timeout=10)
         self.queue = Queue(QUEUE, connection=self.client)
-        self.simple = simple
+        self.workers, self.simple = workers, simple
         self.peer = "rq SimpleWorker" if simple else "rq"
         self.broker = _redis_broker(target, REDIS_DBS["rq"])
         self.durability = (
@@ -427,7 +456,7 @@ class _Rq(_Driver):
             " registry, not back to the queue"
         )
         kind = "SimpleWorker: runs the job in the worker" if simple else "Worker: forks per job"
-        self.shape = f"{{}} x `rq worker` ({kind}; task module preloaded with `-c`)"
+        self.shape = f"{workers} x `rq worker` ({kind}; task module preloaded with `-c`)"
 
     def reset(self) -> None:
         _claim_db(self.client, f"Redis database {REDIS_DBS['rq']}")
@@ -435,19 +464,18 @@ class _Rq(_Driver):
     def env(self) -> dict[str, str]:
         return {REDIS_URL_ENV: self.url}
 
-    def commands(self, workers: int) -> list[list[str]]:
-        self.shape = self.shape.format(workers)
+    def commands(self) -> list[list[str]]:
         argv = [sys.executable, "-m", "rq.cli", "worker", "-c", "bench.jobs_peer_tasks.rq_tasks"]
         argv += ["--logging_level", "WARNING"]
         if self.simple:
             argv += ["-w", "rq.worker.SimpleWorker"]
-        return [[*argv, "-n", f"bench-{i}", QUEUE] for i in range(workers)]
+        return [[*argv, "-n", f"bench-{i}", QUEUE] for i in range(self.workers)]
 
-    def ready(self, workers: int) -> bool:
+    def ready(self) -> bool:
         from rq import Worker
 
         found = Worker.all(queue=self.queue)
-        return len(found) >= workers and all(w.get_state() == "idle" for w in found)
+        return len(found) >= self.workers and all(w.get_state() == "idle" for w in found)
 
     def enqueue(self, n: int) -> None:
         from rq import Queue
@@ -486,13 +514,17 @@ def _pg_dsn(database: str) -> str:
 class _Procrastinate(_Driver):
     peer = "procrastinate"
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, workers: int, concurrency: int) -> None:
         self.dsn = _pg_dsn(PROCRASTINATE_DB)
-        self.concurrency = concurrency
+        self.workers, self.concurrency = workers, concurrency
+        self.app: Any = None
         self.conn: Any = None
         self.broker = f"PostgreSQL 127.0.0.1:5432, database {PROCRASTINATE_DB}"
         self.durability = "PostgreSQL"
-        self.shape = ""
+        self.shape = (
+            f"{workers} x `procrastinate worker --concurrency {concurrency}`"
+            " (LISTEN/NOTIFY on; async no-op task; jobs kept as `succeeded`)"
+        )
 
     def _admin(self, sql: str) -> None:
         import psycopg
@@ -523,22 +555,18 @@ class _Procrastinate(_Driver):
     def env(self) -> dict[str, str]:
         return {PG_DSN_ENV: self.dsn}
 
-    def commands(self, workers: int) -> list[list[str]]:
-        self.shape = (
-            f"{workers} x `procrastinate worker --concurrency {self.concurrency}`"
-            " (LISTEN/NOTIFY on; async no-op task; jobs kept as `succeeded`)"
-        )
+    def commands(self) -> list[list[str]]:
         argv = [sys.executable, "-m", "procrastinate", "--app"]
         argv += ["bench.jobs_peer_tasks.procrastinate_app.app", "worker", "--queues", QUEUE]
         argv += ["--concurrency", str(self.concurrency)]
-        return [[*argv, "--name", f"bench-{i}"] for i in range(workers)]
+        return [[*argv, "--name", f"bench-{i}"] for i in range(self.workers)]
 
     def _count(self, sql: str) -> int:
         row = self.conn.execute(sql).fetchone()
         return int(row[0])
 
-    def ready(self, workers: int) -> bool:
-        return self._count("SELECT count(*) FROM procrastinate_workers") >= workers
+    def ready(self) -> bool:
+        return self._count("SELECT count(*) FROM procrastinate_workers") >= self.workers
 
     def enqueue(self, n: int) -> None:
         task = self.app.tasks["noop"]
@@ -546,10 +574,17 @@ class _Procrastinate(_Driver):
             task.batch_defer(*([{}] * min(BULK, n - start)))  # one INSERT per batch
 
     def remaining(self, total: int) -> int:
-        # The partial index on status IN ('todo', 'doing') keeps this cheap.
         return self._count(
             "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
         )
+
+    def finished(self, total: int) -> bool:
+        # Counting thousands of rows 50 times a second would take CPU from the workers; the
+        # partial index on status IN ('todo', 'doing') answers this from its first entry.
+        row = self.conn.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))"
+        ).fetchone()
+        return bool(row[0])
 
     def verify(self, total: int) -> str:
         done = self._count("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
@@ -559,44 +594,107 @@ class _Procrastinate(_Driver):
     def cleanup(self) -> None:
         if self.conn is not None:
             self.conn.close()
-        with contextlib.suppress(Exception):
-            self.app.close()
+        if self.app is not None:
+            with contextlib.suppress(Exception):
+                self.app.close()
         self._admin(f"DROP DATABASE IF EXISTS {PROCRASTINATE_DB} WITH (FORCE)")
 
 
 # ------------------------------------------------------------------------------ measurement
 
 
+def _check_alive(what: str, procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    dead = [p for p in procs if p.poll() is not None]
+    if dead:
+        raise _Failed(f"{what}: a worker exited with code {dead[0].returncode}")
+
+
 def _wait(
     what: str, done: Callable[[], bool], timeout: float, procs: Sequence[subprocess.Popen[bytes]]
-) -> float:
-    """Poll until ``done()`` holds on two polls in a row; returns when it first held.
-
-    The second poll guards against a task caught between two broker structures (popped from
-    the list, not yet in the unacknowledged set) looking like nothing left.
-    """
-    deadline = time.perf_counter() + timeout
-    first: float | None = None
-    while True:
-        now = time.perf_counter()
-        if done():
-            if first is not None:
-                return first
-            first = now
-        else:
-            first = None
-        dead = [p for p in procs if p.poll() is not None]
-        if dead:
-            raise _Failed(f"{what}: a worker exited with code {dead[0].returncode}")
-        if now > deadline:
+) -> None:
+    """Poll until ``done()`` holds; fail after ``timeout`` seconds or if a worker exits."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        _check_alive(what, procs)
+        if time.monotonic() > deadline:
             raise _Failed(f"{what}: not done after {timeout:g} s")
         time.sleep(POLL)
 
 
-def _measure(driver: _Driver, n: int, workers: int, timeout: float) -> PeerResult:
+def _drain(
+    driver: _Driver,
+    procs: Sequence[subprocess.Popen[bytes]],
+    *,
+    total: int,
+    t0: float,
+    timeout: float,
+) -> tuple[float, int]:
+    """Poll until no task is left or ``timeout`` seconds after ``t0``.
+
+    Returns (seconds from ``t0`` to when nothing was left, or to the deadline; tasks left).
+    Nothing left must hold on two polls in a row, the time being the first: a task caught
+    between two broker structures (popped from the list, not yet in the unacknowledged set)
+    must not look like the end.
+    """
+    first: float | None = None
+    while True:
+        now = time.perf_counter()
+        if driver.finished(total):
+            if first is not None:
+                return first - t0, 0
+            first = now
+        else:
+            first = None
+        if now - t0 > timeout:
+            return now - t0, driver.remaining(total)
+        _check_alive("tasks", procs)
+        time.sleep(POLL)
+
+
+@dataclass(frozen=True)
+class _Timing:
+    seconds: float
+    enqueue_seconds: float
+    left_after_enqueue: int
+    done: int
+
+
+def _run_tasks(
+    driver: _Driver,
+    procs: Sequence[subprocess.Popen[bytes]],
+    *,
+    n: int,
+    total: int,
+    mode: str,
+    timeout: float,
+) -> _Timing:
+    """Enqueue ``n`` tasks and time them until all are done or ``timeout`` seconds passed.
+
+    live: the workers consume while the enqueue runs; the clock starts at the first enqueue.
+    backlog: the workers are stopped (SIGSTOP) during the enqueue, so the clock, started when
+    they are continued, times the workers alone on a full queue.
+    """
+    if mode == "backlog":
+        for proc in procs:
+            _signal_group(proc, signal.SIGSTOP)
+    t0 = time.perf_counter()
+    driver.enqueue(n)
+    enqueue_seconds = time.perf_counter() - t0
+    left_after_enqueue = driver.remaining(total)
+    if mode == "backlog":
+        t0 = time.perf_counter()
+        for proc in procs:
+            _signal_group(proc, signal.SIGCONT)
+    seconds, left = _drain(driver, procs, total=total, t0=t0, timeout=timeout)
+    return _Timing(seconds, enqueue_seconds, left_after_enqueue, n - left)
+
+
+def _measure(driver: _Driver, n: int, workers: int, mode: str, timeout: float) -> PeerResult:
+    """Start the workers, wait until ready, warm up, run ``n`` tasks; stop and clean up."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: choose one of {MODES}")
     procs: list[subprocess.Popen[bytes]] = []
-    seconds = enqueue_seconds = None
-    left: int | None = None
+    timing: _Timing | None = None
     status = "ok"
     with tempfile.TemporaryDirectory(prefix=f"sluice-bench-{driver.peer.replace(' ', '-')}-") as t:
         logs: list[Path] = []
@@ -604,21 +702,17 @@ def _measure(driver: _Driver, n: int, workers: int, timeout: float) -> PeerResul
             driver.reset()
             env = {**os.environ, **driver.env()}
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
-            for i, argv in enumerate(driver.commands(workers)):
+            for i, argv in enumerate(driver.commands()):
                 logs.append(Path(t) / f"worker-{i}.log")
                 procs.append(_start(argv, env, logs[-1]))
-            _wait("workers ready", lambda: driver.ready(workers), READY_TIMEOUT, procs)
+            _wait("workers ready", driver.ready, READY_TIMEOUT, procs)
             warm = WARMUP_PER_WORKER * workers
             driver.enqueue(warm)
-            _wait("warm-up", lambda: driver.remaining(warm) == 0, 30.0, procs)
+            _wait("warm-up", lambda: driver.finished(warm), WARMUP_TIMEOUT, procs)
             total = warm + n
-            t0 = time.perf_counter()
-            driver.enqueue(n)
-            enqueue_seconds = time.perf_counter() - t0
-            left = driver.remaining(total)
-            t_done = _wait("tasks", lambda: driver.remaining(total) == 0, timeout, procs)
-            seconds = max(t_done - t0, enqueue_seconds)
-            problem = driver.verify(total)
+            timing = _run_tasks(driver, procs, n=n, total=total, mode=mode, timeout=timeout)
+            # A run cut short by the deadline has no total to check.
+            problem = driver.verify(total) if timing.done == n else ""
             if problem:
                 status = f"check failed: {problem}"
         except Exception as exc:  # one failing peer is reported, the others still run
@@ -630,23 +724,25 @@ def _measure(driver: _Driver, n: int, workers: int, timeout: float) -> PeerResul
             _stop(procs)
             with contextlib.suppress(Exception):
                 driver.cleanup()
-    ok = status == "ok" and seconds is not None
+    ok = status == "ok" and timing is not None and timing.seconds > 0
     return PeerResult(
         peer=driver.peer,
         broker=driver.broker,
         durability=driver.durability,
         workers=driver.shape,
+        mode=mode,
         n=n,
-        seconds=seconds if ok else None,
-        tasks_per_s=n / seconds if ok and seconds else None,
-        enqueue_seconds=enqueue_seconds,
-        left_after_enqueue=left,
+        done=timing.done if timing else None,
+        seconds=timing.seconds if timing and ok else None,
+        tasks_per_s=timing.done / timing.seconds if timing and ok else None,
+        enqueue_seconds=timing.enqueue_seconds if timing else None,
+        left_after_enqueue=timing.left_after_enqueue if timing else None,
         status=status,
     )
 
 
 def _failed(peer: str, broker: str, n: int, exc: BaseException) -> PeerResult:
-    return PeerResult(peer, broker, "-", "-", n, None, None, None, None, one_line(exc))
+    return PeerResult(peer, broker, "-", "-", "-", n, None, None, None, None, None, one_line(exc))
 
 
 def _shared() -> RedisTarget:
@@ -660,14 +756,15 @@ def run_celery(
     target: RedisTarget | None = None,
     shape: str = "solo",
     prefetch: int | None = None,
+    mode: str = "live",
     timeout: float = DEFAULT_TIMEOUT,
 ) -> PeerResult:
     """Celery on Redis: ``shape`` is one of ``CELERY_SHAPES``; prefetch None = Celery's (4)."""
     try:
-        driver = _Celery(target or _shared(), shape, prefetch)
+        driver = _Celery(target or _shared(), workers, shape, prefetch)
     except Exception as exc:
         return _failed("celery", "Redis", n, exc)
-    return _measure(driver, n, workers, timeout)
+    return _measure(driver, n, workers, mode, timeout)
 
 
 def run_dramatiq(
@@ -675,15 +772,17 @@ def run_dramatiq(
     workers: int = DEFAULT_WORKERS,
     *,
     target: RedisTarget | None = None,
-    threads: int = 1,
+    threads: int = 8,
+    mode: str = "live",
     timeout: float = DEFAULT_TIMEOUT,
 ) -> PeerResult:
-    """Dramatiq on Redis: one ``dramatiq`` command with ``workers`` processes."""
+    """Dramatiq on Redis: one ``dramatiq`` command, ``workers`` processes x ``threads`` (its
+    default, 8)."""
     try:
-        driver = _Dramatiq(target or _shared(), threads)
+        driver = _Dramatiq(target or _shared(), workers, threads)
     except Exception as exc:
         return _failed("dramatiq", "Redis", n, exc)
-    return _measure(driver, n, workers, timeout)
+    return _measure(driver, n, workers, mode, timeout)
 
 
 def run_rq(
@@ -692,14 +791,15 @@ def run_rq(
     *,
     target: RedisTarget | None = None,
     simple: bool = False,
+    mode: str = "live",
     timeout: float = DEFAULT_TIMEOUT,
 ) -> PeerResult:
     """RQ on Redis: ``workers`` ``rq worker`` processes, forking per job unless ``simple``."""
     try:
-        driver = _Rq(target or _shared(), simple)
+        driver = _Rq(target or _shared(), workers, simple)
     except Exception as exc:
         return _failed("rq SimpleWorker" if simple else "rq", "Redis", n, exc)
-    return _measure(driver, n, workers, timeout)
+    return _measure(driver, n, workers, mode, timeout)
 
 
 def run_procrastinate(
@@ -707,42 +807,48 @@ def run_procrastinate(
     workers: int = DEFAULT_WORKERS,
     *,
     concurrency: int = 1,
+    mode: str = "live",
     timeout: float = DEFAULT_TIMEOUT,
 ) -> PeerResult:
     """procrastinate on PostgreSQL: ``workers`` worker processes, in a database of its own."""
-    return _measure(_Procrastinate(concurrency), n, workers, timeout)
+    return _measure(_Procrastinate(workers, concurrency), n, workers, mode, timeout)
 
 
-def _redis_peers(n: int, workers: int, target: RedisTarget) -> list[PeerResult]:
+def _redis_peers(n: int, workers: int, target: RedisTarget, mode: str) -> list[PeerResult]:
     return [
-        run_celery(n, workers, target=target),
-        run_dramatiq(n, workers, target=target),
-        run_rq(n, workers, target=target),
-        run_rq(n, workers, target=target, simple=True),
+        run_celery(n, workers, target=target, mode=mode),
+        run_dramatiq(n, workers, target=target, mode=mode),
+        run_rq(n, workers, target=target, mode=mode),
+        run_rq(n, workers, target=target, simple=True, mode=mode),
     ]
 
 
-def run_peers(n: int = DEFAULT_N, workers: int = DEFAULT_WORKERS) -> list[PeerResult]:
-    """Every peer once per durability: Redis peers on the shared (no persistence) Redis and on
-    a private ``appendfsync always`` one, then procrastinate on PostgreSQL."""
+def run_peers(
+    n: int = DEFAULT_N, workers: int = DEFAULT_WORKERS, *, modes: Sequence[str] = ("live",)
+) -> list[PeerResult]:
+    """Every peer once per durability and mode: the Redis peers on the shared Redis (nothing
+    on disk) and on a private ``appendfsync always`` one, then procrastinate on PostgreSQL."""
     results: list[PeerResult] = []
-    try:
-        results += _redis_peers(n, workers, _shared())
-    except Exception as exc:
-        results.append(_failed("Redis peers", f"shared Redis {SHARED_REDIS_URL}", n, exc))
+    for mode in modes:
+        try:
+            results += _redis_peers(n, workers, _shared(), mode)
+        except Exception as exc:
+            results.append(_failed("Redis peers", f"shared Redis {SHARED_REDIS_URL}", n, exc))
     try:
         with private_redis("always") as url:
-            results += _redis_peers(n, workers, redis_target(url, "private"))
+            target = redis_target(url, "private")
+            for mode in modes:
+                results += _redis_peers(n, workers, target, mode)
     except Exception as exc:
         results.append(_failed("Redis peers", "private redis-server", n, exc))
-    results.append(run_procrastinate(n, workers))
+    results += [run_procrastinate(n, workers, mode=mode) for mode in modes]
     return results
 
 
 # ------------------------------------------------------------------------------ report
 
 
-def _fmt(value: float | None, spec: str) -> str:
+def _fmt(value: float | int | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
@@ -754,29 +860,48 @@ def _redis_facts() -> list[tuple[str, str]]:
     return [("Redis", f"{shared.version} at {SHARED_REDIS_URL}: {shared.durability}")]
 
 
-def render(results: Sequence[PeerResult], n: int, workers: int) -> str:
-    """The Markdown report: machine and servers, workload, one row per peer and durability."""
-    facts = host_facts() + _redis_facts() + pg_facts()
+def render(
+    results: Sequence[PeerResult],
+    workers: int,
+    *,
+    load_before: tuple[float, float, float] | None = None,
+) -> str:
+    """The Markdown report: machine and servers, workload, one row per peer, durability, mode.
+
+    ``load_before`` is the load average taken before the runs: on a 2-core machine anything
+    else running skews the figures.
+    """
+    facts = host_facts()
+    if load_before is not None:
+        facts.append(
+            ("Load average before (1, 5, 15 min)", ", ".join(f"{x:.2f}" for x in load_before))
+        )
+    facts += _redis_facts() + pg_facts()
     facts.append(("Packages", package_versions(_DISTRIBUTIONS)))
     out = ["# Worker throughput of Python peers, no-op tasks", "", "| | |", "|---|---|"]
     out += [f"| {key} | {value} |" for key, value in facts]
     out += [
         "",
-        f"{workers} worker processes per peer, started against an empty queue and warmed up"
-        f" with {WARMUP_PER_WORKER * workers} tasks; then N = {n:,} no-op tasks enqueued in"
-        " the peer's bulk way. seconds = first enqueue to last task done, as the broker"
-        f" counts it (polled every {POLL * 1000:g} ms); tasks/s = N / seconds; enqueue s = how"
-        " long the enqueue took (workers already consuming); left = tasks not done when the"
-        " enqueue returned.",
+        f"{workers} worker processes per peer, started against an empty queue, connected,"
+        f" idle and warmed up with {WARMUP_PER_WORKER * workers} tasks; then N no-op tasks"
+        f" enqueued in the peer's bulk way (batches of {BULK:,} where it has one). Mode live:"
+        " the workers consume while the enqueue runs, seconds = first enqueue to last task"
+        " done. Mode backlog: the workers are stopped (SIGSTOP) during the enqueue and"
+        " continued after it, seconds = continue to last task done. Done = as the broker counts"
+        f" it, polled every {POLL * 1000:g} ms. A peer not done {DEFAULT_TIMEOUT:g} s after"
+        " the clock started is measured on the tasks it had done by then (done < N)."
+        " tasks/s = done / seconds; enqueue s = how long the enqueue of N took; left = tasks"
+        " not done when it returned.",
         "",
-        "| peer | broker | tasks/s | seconds | enqueue s | left | status |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| peer | broker | mode | N | done | tasks/s | seconds | enqueue s | left | status |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
-        left = "-" if r.left_after_enqueue is None else f"{r.left_after_enqueue:,}"
         out.append(
-            f"| {r.peer} | {r.broker} | {_fmt(r.tasks_per_s, ',.0f')} | {_fmt(r.seconds, '.2f')}"
-            f" | {_fmt(r.enqueue_seconds, '.2f')} | {left} | {r.status} |"
+            f"| {r.peer} | {r.broker} | {r.mode} | {r.n:,} | {_fmt(r.done, ',d')}"
+            f" | {_fmt(r.tasks_per_s, ',.0f')} | {_fmt(r.seconds, '.2f')}"
+            f" | {_fmt(r.enqueue_seconds, '.2f')} | {_fmt(r.left_after_enqueue, ',d')}"
+            f" | {r.status} |"
         )
     out += ["", "Workers and durability:", ""]
     seen: set[tuple[str, str]] = set()
@@ -794,9 +919,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--n", type=int, default=DEFAULT_N, help="tasks per peer run")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="worker processes")
+    parser.add_argument(
+        "--mode",
+        choices=[*MODES, "both"],
+        default="live",
+        help="live: enqueue while the workers run (default); backlog: workers stopped during"
+        " the enqueue; both",
+    )
     args = parser.parse_args(argv)
-    results = run_peers(args.n, args.workers)
-    print(render(results, args.n, args.workers))
+    modes = MODES if args.mode == "both" else (args.mode,)
+    load = os.getloadavg()
+    results = run_peers(args.n, args.workers, modes=modes)
+    print(render(results, args.workers, load_before=load))
     return 0 if all(r.status == "ok" for r in results) else 1
 
 

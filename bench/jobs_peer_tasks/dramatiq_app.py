@@ -8,7 +8,6 @@ this module sets as the global one; the parent declares the actor on a broker of
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
@@ -25,12 +24,12 @@ def noop() -> None:
 
 def make_broker(url: str) -> RedisBroker:
     """A Redis broker with Dramatiq's default middleware, its keys under ``NAMESPACE``."""
-    return RedisBroker(url=url, namespace=NAMESPACE)
+    return RedisBroker(url=url, namespace=NAMESPACE)  # type: ignore[no-untyped-call, unused-ignore]
 
 
-def declare(broker: RedisBroker) -> Any:
+def declare(broker: RedisBroker) -> dramatiq.Actor[[], None]:
     """The no-op actor on ``broker``, with Dramatiq's default options."""
-    return dramatiq.actor(noop, actor_name=ACTOR, queue_name=QUEUE, broker=broker)
+    return dramatiq.actor(actor_name=ACTOR, queue_name=QUEUE, broker=broker)(noop)
 
 
 broker = make_broker(os.environ.get(REDIS_URL_ENV, "redis://127.0.0.1:6379/13"))
