@@ -8,6 +8,7 @@ transactions of 1,000 and times until the last is done.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ class SluiceResult:
     backend: str
     durability: str
     workers: str
+    mode: str
     n: int
     seconds: float | None
     tasks_per_s: float | None
@@ -48,53 +50,92 @@ def _worker(url: str, threads: int, batch: int) -> None:
 
 
 def run_sluice(
-    url: str, durability: str, *, n: int, workers: int = 4, threads: int = 1, batch: int = 1
+    url: str,
+    durability: str,
+    *,
+    n: int,
+    workers: int = 4,
+    threads: int = 1,
+    batch: int = 1,
+    mode: str = "live",
 ) -> SluiceResult:
-    """``n`` no-op tasks through ``workers`` processes of ``threads`` threads each."""
+    """``n`` no-op tasks through ``workers`` processes of ``threads`` threads each.
+
+    ``mode`` as the peers': ``live`` times from the first submission, the workers
+    taking tasks meanwhile; ``backlog`` stops the workers (SIGSTOP) while the tasks
+    are submitted and times from when they continue.
+    """
     backend = url.split(":", 1)[0]
     shape = f"{workers} processes x {threads} thread(s), batch {batch}"
     with sluice.connect(url) as db:
         db.jobs.define("noop")
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "bench.jobs_sluice", url, str(threads), str(batch)],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(workers)
-        ]
+        procs = _start(url, workers, threads, batch)
         try:
-            for proc in procs:
-                assert proc.stdout is not None
-                if proc.stdout.readline().strip() != "ready":
-                    raise RuntimeError(f"a worker process ended early ({proc.wait()})")
-            queue = db.queue("tasks.noop")
+            if mode == "backlog":
+                _signal(procs, signal.SIGSTOP)
             begun = time.perf_counter()
             for start in range(0, n, _BULK):  # as the peers: bulk calls of 1,000
                 db.jobs.submit_tasks("noop", list(range(start, min(n, start + _BULK))))
             enqueued = time.perf_counter() - begun
-            give_up = begun + _TIMEOUT
-            while True:
-                stats = queue.stats()
-                if stats["ready"] + stats["claimed"] + stats["delayed"] == 0:
-                    break
-                if time.perf_counter() > give_up:
-                    return SluiceResult(backend, durability, shape, n, None, None, enqueued,
-                                        f"timed out with {stats} left")  # fmt: skip
-                time.sleep(0.02)  # another process's progress: looked at, not signalled
+            if mode == "backlog":
+                begun = time.perf_counter()
+                _signal(procs, signal.SIGCONT)
+            left = _wait_done(db.queue("tasks.noop"), begun + _TIMEOUT)
+            if left:
+                return SluiceResult(backend, durability, shape, mode, n, None, None, enqueued,
+                                    f"timed out with {left} left")  # fmt: skip
             seconds = time.perf_counter() - begun
-            return SluiceResult(backend, durability, shape, n, seconds, n / seconds, enqueued, "ok")
+            return SluiceResult(
+                backend, durability, shape, mode, n, seconds, n / seconds, enqueued, "ok"
+            )
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                if proc.stdout is not None:
-                    proc.stdout.close()
+            _stop(procs)
+
+
+def _start(url: str, workers: int, threads: int, batch: int) -> list[subprocess.Popen[str]]:
+    """Worker processes, each ready (connected, task registered) when this returns."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.jobs_sluice", url, str(threads), str(batch)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            _stop(procs)
+            raise RuntimeError(f"a worker process ended early ({proc.wait()})")
+    return procs
+
+
+def _signal(procs: list[subprocess.Popen[str]], sig: signal.Signals) -> None:
+    for proc in procs:
+        proc.send_signal(sig)
+
+
+def _wait_done(queue: sluice.Queue, give_up: float) -> int:
+    """0 once no task is left, else how many were left at ``give_up``."""
+    while True:
+        stats = queue.stats()
+        left = stats["ready"] + stats["claimed"] + stats["delayed"]
+        if left == 0 or time.perf_counter() > give_up:
+            return left
+        time.sleep(0.02)  # another process's progress: looked at, not signalled
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    _signal(procs, signal.SIGCONT)
+    _signal(procs, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 if __name__ == "__main__":
