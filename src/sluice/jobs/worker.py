@@ -10,6 +10,7 @@ by the next worker that takes it, so a crash can never lose that outcome.
 from __future__ import annotations
 
 import ctypes
+import math
 import logging
 import signal
 import threading
@@ -241,7 +242,8 @@ class Worker:
         job = late[0]
         quoted = job.replace("'", "''")
         late_job = f"{tasks} AND {property_name('job', queue)} = '{quoted}'"
-        on_time = f"{tasks} AND {property_name('job_urgency', queue)} <= {-now:.6f}"
+        # Whole seconds: the selection's text, compiled once and cached, changes once a second.
+        on_time = f"{tasks} AND {property_name('job_urgency', queue)} <= {-math.floor(now)}"
         late_turn = self._late_turn.get(queue, False)
         self._late_turn[queue] = not late_turn
         for where in (late_job, on_time) if late_turn else (on_time, late_job):
