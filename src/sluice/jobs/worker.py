@@ -10,8 +10,8 @@ by the next worker that takes it, so a crash can never lose that outcome.
 from __future__ import annotations
 
 import ctypes
-import math
 import logging
+import math
 import signal
 import threading
 import time
