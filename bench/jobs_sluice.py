@@ -8,7 +8,6 @@ transactions of 1,000 and times until the last is done.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ def _worker(url: str, threads: int, batch: int) -> None:
 
     worker = db.worker(tasks=["noop"], concurrency=threads, batch=batch, grace=5.0, poll=0.2)
     print("ready", flush=True)
+    sys.stdin.readline()  # "go"
     worker.run()
     db.close()
 
@@ -62,8 +62,9 @@ def run_sluice(
     """``n`` no-op tasks through ``workers`` processes of ``threads`` threads each.
 
     ``mode`` as the peers': ``live`` times from the first submission, the workers
-    taking tasks meanwhile; ``backlog`` stops the workers (SIGSTOP) while the tasks
-    are submitted and times from when they continue.
+    taking tasks meanwhile; ``backlog`` lets the ready workers start only once the
+    tasks are submitted, and times from then. (Not SIGSTOP, as for the peers: a
+    process stopped inside a SQLite write transaction would lock the file.)
     """
     backend = url.split(":", 1)[0]
     shape = f"{workers} processes x {threads} thread(s), batch {batch}"
@@ -71,15 +72,15 @@ def run_sluice(
         db.jobs.define("noop")
         procs = _start(url, workers, threads, batch)
         try:
-            if mode == "backlog":
-                _signal(procs, signal.SIGSTOP)
+            if mode == "live":
+                _go(procs)
             begun = time.perf_counter()
             for start in range(0, n, _BULK):  # as the peers: bulk calls of 1,000
                 db.jobs.submit_tasks("noop", list(range(start, min(n, start + _BULK))))
             enqueued = time.perf_counter() - begun
             if mode == "backlog":
                 begun = time.perf_counter()
-                _signal(procs, signal.SIGCONT)
+                _go(procs)
             left = _wait_done(db.queue("tasks.noop"), begun + _TIMEOUT)
             if left:
                 return SluiceResult(backend, durability, shape, mode, n, None, None, enqueued,
@@ -97,6 +98,7 @@ def _start(url: str, workers: int, threads: int, batch: int) -> list[subprocess.
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "bench.jobs_sluice", url, str(threads), str(batch)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -110,9 +112,11 @@ def _start(url: str, workers: int, threads: int, batch: int) -> list[subprocess.
     return procs
 
 
-def _signal(procs: list[subprocess.Popen[str]], sig: signal.Signals) -> None:
+def _go(procs: list[subprocess.Popen[str]]) -> None:
     for proc in procs:
-        proc.send_signal(sig)
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
 
 
 def _wait_done(queue: sluice.Queue, give_up: float) -> int:
@@ -126,16 +130,17 @@ def _wait_done(queue: sluice.Queue, give_up: float) -> int:
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
-    _signal(procs, signal.SIGCONT)
-    _signal(procs, signal.SIGTERM)
+    for proc in procs:
+        proc.terminate()
     for proc in procs:
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 if __name__ == "__main__":
