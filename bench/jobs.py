@@ -79,10 +79,13 @@ def _table(ours: Sequence[SluiceResult], peers: Sequence[PeerResult]) -> list[st
         "",
         "4 worker processes (`python -m bench.jobs_sluice`), each `db.worker(concurrency=1,"
         " batch=B)` with a no-op `@db.task`, started and ready before the clock; then N tasks"
-        " submitted with `db.jobs.submit_tasks` in transactions of 1,000, seconds = start of the"
-        " submission to the last task settled (the queue polled every 20 ms), as the peers'"
-        " live mode. Each task is settled in a committed, durable transaction: with batch B"
-        " a worker settles B tasks per commit.",
+        " submitted with `db.jobs.submit_tasks` in transactions of 1,000. Live: the workers"
+        " take tasks while they are submitted, seconds = start of the submission to the last"
+        " task settled (the queue polled every 20 ms). Backlog: the ready workers are told to"
+        " start once all are submitted, seconds from then (not SIGSTOP as for the peers: a"
+        " process stopped inside a SQLite write would lock the file). Each task is settled"
+        " in a committed, durable transaction: with batch B a worker settles B tasks per"
+        " commit.",
         "",
         "| backend | shape | mode | N | tasks/s | seconds | vs best durable peer, same mode |"
         " vs best peer, same mode | durability | status |",
