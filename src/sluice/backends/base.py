@@ -547,6 +547,21 @@ class SparkBackend(Protocol):
         """
 
 
+class Unchanged(Exception):
+    """A jobs step changed other than the rows it expected: the unit rolls back."""
+
+
+def run_steps(execute: Callable[[str, Mapping[str, Any]], int], steps: Sequence[Effect]) -> None:
+    """Run ``steps`` through ``execute`` (name, params -> rows changed), checking expectations.
+
+    Raises Unchanged at the first step that changed other than its ``expect``.
+    """
+    for step in steps:
+        changed = execute(step.name, step.params)
+        if step.expect is not None and changed != step.expect:
+            raise Unchanged(step.name)
+
+
 class JobsBackend(Protocol):
     """What jobs, tasks, profiles and schedules need of a SQL backend (docs/jobs.md).
 

@@ -46,9 +46,11 @@ from sluice.backends.base import (
     StagedPart,
     StreamState,
     TxBackend,
+    Unchanged,
     browse_params,
     isolation_in_use,
     queue_in_use,
+    run_steps,
     sink_host,
     sink_seen,
     stream_host,
@@ -362,11 +364,8 @@ class PostgresBackend:
     def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
         try:
             with self._transaction(durable=durable) as conn:
-                for step in steps:
-                    changed = conn.execute(self._q[step.name], step.params).rowcount
-                    if step.expect is not None and changed != step.expect:
-                        raise _Unchanged
-        except _Unchanged:
+                run_steps(lambda name, params: conn.execute(self._q[name], params).rowcount, steps)
+        except Unchanged:
             return False
         return True
 
@@ -1026,10 +1025,6 @@ def _rows(rows: list[Row]) -> list[Row]:
 
 def _first(rows: list[Row]) -> Any:
     return rows[0][0] if rows else None
-
-
-class _Unchanged(Exception):
-    """A jobs step changed other than the rows it expected: the unit rolls back."""
 
 
 class _Expected(StorageError):

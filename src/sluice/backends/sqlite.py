@@ -29,9 +29,11 @@ from sluice.backends.base import (
     SessionInfo,
     StagedPart,
     StreamState,
+    Unchanged,
     browse_params,
     isolation_in_use,
     queue_in_use,
+    run_steps,
     sink_host,
     sink_seen,
     stream_host,
@@ -743,11 +745,8 @@ class SQLiteBackend:
     def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
         try:
             with self._write(durable=durable) as conn:
-                for step in steps:
-                    changed = conn.execute(self._q[step.name], step.params).rowcount
-                    if step.expect is not None and changed != step.expect:
-                        raise _Unchanged
-        except _Unchanged:
+                run_steps(lambda name, params: conn.execute(self._q[name], params).rowcount, steps)
+        except Unchanged:
             return False
         return True
 
@@ -761,10 +760,6 @@ class SQLiteBackend:
 
 
 _NO_KEYS = (None,) * 8
-
-
-class _Unchanged(Exception):
-    """A jobs step changed other than the rows it expected: the unit rolls back."""
 
 
 def _typed(envelope: Envelope) -> bool:
