@@ -581,13 +581,14 @@ class SQLiteBackend:
         if plan.enqueues:
             self._insert(conn, plan.session, plan.tx, plan.enqueues, state=1)
         self._promote(conn, plan.lanes)
-        for effect in plan.effects:
-            changed = conn.execute(self._q[effect.name], effect.params).rowcount
-            if effect.expect is not None and changed != effect.expect:
-                raise Conflict(
-                    f"{effect.name}: another transaction changed the row this commit "
-                    "depended on; nothing was changed"
-                )
+        try:
+            run_steps(lambda name, params: conn.execute(self._q[name], params).rowcount,
+                      plan.effects)  # fmt: skip
+        except Unchanged as exc:
+            raise Conflict(
+                f"{exc}: another transaction changed the row this commit depended on; "
+                "nothing was changed"
+            ) from None
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": _ids(held)}
