@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from sluice.backends.base import Effect, JobsBackend
 from sluice.errors import ConfigurationError, UnknownTaskType
@@ -139,11 +139,3 @@ class TaskTypes:
                 "or register a function for it with @db.task"
             )
         return found
-
-    def all(self) -> list[TaskType]:
-        if time.monotonic() - self._read_at > _TTL:
-            self.refresh()
-        return sorted(self._cache.values(), key=lambda t: t.name)
-
-    def params(self) -> dict[str, Any]:  # for debugging and the CLI
-        return {t.name: t.params() for t in self.all()}

@@ -163,11 +163,7 @@ class Jobs:
         tx: Transaction | None = None,
     ) -> str:
         """Submit one task of no job; returns its id. ``start_at``: not to run before then."""
-        spec = TaskSpec(task_type, body, priority, deadline, start_at)
-        if tx is not None:
-            return enqueue_tasks(tx, self.types, self.clock, JobHeader(None), [spec])[0]
-        with self._db.transaction() as own:
-            return enqueue_tasks(own, self.types, self.clock, JobHeader(None), [spec])[0]
+        return self._submit_alone([TaskSpec(task_type, body, priority, deadline, start_at)], tx)[0]
 
     def submit_tasks(
         self,
@@ -178,7 +174,12 @@ class Jobs:
         tx: Transaction | None = None,
     ) -> builtins.list[str]:
         """Submit many tasks of no job in one transaction (the fast way); their ids."""
-        specs = [TaskSpec(task_type, body, priority) for body in bodies]
+        return self._submit_alone([TaskSpec(task_type, body, priority) for body in bodies], tx)
+
+    def _submit_alone(
+        self, specs: builtins.list[TaskSpec], tx: Transaction | None
+    ) -> builtins.list[str]:
+        """Tasks of no job, in ``tx`` or in a transaction of their own."""
         if tx is not None:
             return enqueue_tasks(tx, self.types, self.clock, JobHeader(None), specs)
         with self._db.transaction() as own:
