@@ -196,6 +196,8 @@ class Worker:
     def _in_order(self, now: float) -> list[TaskType]:
         """Task types by their profiles' priority now, equals taking turns."""
         types = self._types()
+        if len(types) == 1:
+            return types  # nothing to rank: no profile to evaluate for it on every task
         with self._lock:
             self._rotation = (self._rotation + 1) % len(types)
             rotated = types[self._rotation :] + types[: self._rotation]
