@@ -37,3 +37,41 @@ def test_stream_rounds_claim_count_read_and_settle_by_range(db: sluice.Database)
     backend.stream_settle(stream.session, "orders", 1, 2)
     assert q.stats()["claimed"] == 0
     assert [m.body for m in q.browse()] == [{"n": 3}]
+
+
+def test_dropping_a_stream_gives_back_what_it_held_as_it_was(db: sluice.Database) -> None:
+    """Messages a stream took and Spark never committed return as they were, every field."""
+    q = db.create_queue("orders")
+    q.put({"text": 'a "quoted", comma\nand a newline', "empty": ""}, priority=3)
+    q.put(b"\x00\x01binary,\n\xff", content_type="application/octet-stream")
+    q.put("", content_type="text/plain")  # the empty string, not NULL
+    q.put("plain, text", content_type="text/plain", properties={"k": 'v, "w"'})
+    q.put({"n": 5}, correlation_id="c-1", reply_to="replies", type=None)
+    before = {m.id: m for m in q.browse()}
+    backend = cast(SparkBackend, db.backend)
+    stream = backend.open_stream("orders", "s")
+    assert backend.stream_claim(stream.session, 1, "orders", 100, None) == 5
+    backend.set_stream_round(stream.session, 1)
+    assert q.stats()["claimed"] == 5
+    assert q.stats()["ready"] == 0
+    held = backend.stream_held(stream.session, "orders", 0, 1)
+    body = MESSAGE_COLUMNS.index("body")
+    assert {r[body] for r in held} >= {b"\x00\x01binary,\n\xff", "", "plain, text"}
+
+    assert backend.drop_stream("orders", "s") is True
+    assert q.stats()["claimed"] == 0
+    after = {m.id: m for m in q.browse()}
+    assert after.keys() == before.keys()
+    for key, message in before.items():
+        again = after[key]
+        assert again.body == message.body
+        assert again.priority == message.priority
+        assert again.properties == message.properties
+        assert again.content_type == message.content_type
+        assert again.correlation_id == message.correlation_id
+        assert again.reply_to == message.reply_to
+        assert again.enqueued_at == message.enqueued_at
+        assert again.attempts == message.attempts + 1  # given back, as by any release
+    # And they can be consumed as ever.
+    with db.transaction() as tx:
+        assert len(tx.dequeue("orders", limit=10)) == 5

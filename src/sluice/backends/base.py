@@ -11,11 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from sluice.catalog import QueueSpec
 from sluice.errors import ConfigurationError, QueueInUse
 from sluice.expr.nodes import Node
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # sluice[spark]
 
 __all__ = [
     "MESSAGE_COLUMNS",
@@ -38,6 +41,7 @@ __all__ = [
     "lane_of",
     "queue_in_use",
     "sink_seen",
+    "spooled_rows",
     "stream_host",
 ]
 
@@ -481,6 +485,18 @@ def sink_seen(sink: str, batch: int, last: int | None) -> bool:
     )
 
 
+def spooled_rows(table: pa.Table) -> list[Row]:
+    """Rows of a stream_spooled table in MESSAGE_COLUMNS order, then the round."""
+    columns = {name: table[name].to_pylist() for name in (*MESSAGE_COLUMNS, "body_bytes")}
+    binary = columns.pop("body_bytes")
+    columns["body"] = [
+        body if raw is None else bytes.fromhex(raw[2:])  # bytea as text: \x and hex digits
+        for body, raw in zip(columns["body"], binary, strict=True)
+    ]
+    columns["round"] = table["round"].to_pylist()
+    return list(zip(*(columns[c] for c in (*MESSAGE_COLUMNS, "round")), strict=True))
+
+
 class SparkBackend(Protocol):
     """What the Spark source and sink need of a backend, each method one atomic unit."""
 
@@ -494,11 +510,30 @@ class SparkBackend(Protocol):
         """Record the last round acknowledged."""
 
     def stream_held(
-        self, session: int, queue: str, after: int, upto: int, *, part: int = 0, parts: int = 1
+        self,
+        session: int,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        part: int = 0,
+        parts: int = 1,
+        spooled: bool = True,
     ) -> list[Row]:
         """Messages the stream holds from rounds (after, upto], id modulo ``parts`` = ``part``.
 
-        Rows in MESSAGE_COLUMNS order and then the round, by round and id.
+        Rows in MESSAGE_COLUMNS order and then the round, by round and id; without
+        the spooled ones (stream_spooled) if ``spooled`` is false.
+        """
+
+    def stream_spooled(
+        self, session: int, after: int, upto: int, *, part: int = 0, parts: int = 1
+    ) -> list[pa.Table]:
+        """The rounds (after, upto] a backend keeps moved out of the queue, id mod parts = part.
+
+        Arrow tables of the MESSAGE_COLUMNS, ``body_bytes`` (hex text) and ``round``:
+        a reader can convert them without a Python object per message. Their rows are
+        among stream_held's too; backends that claim in place return none.
         """
 
     def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice import sql
 from sluice.backends.base import (
@@ -53,9 +53,13 @@ from sluice.backends.base import (
     run_steps,
     sink_host,
     sink_seen,
+    spooled_rows,
     stream_host,
 )
 from sluice.backends.selection import compile_selection
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.errors import (
     ConfigurationError,
@@ -89,7 +93,7 @@ from sluice.backends.postgres_maintenance import (
     with_lock,
 )
 from sluice.backends.postgres_notify import Listener, Notifier, payload
-from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
+from sluice.backends.postgres_schema import LOCK_CLASS, MESSAGES_TABLE, migrate, quote_schema
 
 __all__ = ["PostgresBackend", "PostgresSettings"]
 
@@ -142,14 +146,6 @@ def _load_queries(schema: str) -> dict[str, str]:
         for c in (*MESSAGE_COLUMNS, "body_bytes")
     )
     named = dict(sql.queries("postgresql"))
-    # A Spark stream's claim: the rows stay in the database (its tasks read them), so
-    # only their number comes back; returning a round of 1 KB bodies only to count them
-    # cost as much as the update itself.
-    claim = named["claim"]
-    named["stream_claim"] = (
-        claim[: claim.index("RETURNING {message_columns})")].replace("{claimable}", "state = 1")
-        + "RETURNING 1)\nSELECT count(*) FROM claimed;"
-    )
     for name in ("claim", "claim_lanes"):
         claim = named.pop(name)
         named[name] = claim.replace("{claimable}", "state = 1")
@@ -158,6 +154,8 @@ def _load_queries(schema: str) -> dict[str, str]:
     for name, raw in named.items():
         text = (
             raw.replace("{message_columns}", columns)
+            .replace("{spool_columns}", ", ".join(f"m.{c}" for c, _ in MESSAGES_TABLE))
+            .replace("{spool_names}", ", ".join(c for c, _ in MESSAGES_TABLE))
             .replace("{schema}", quote_schema(schema))
             .replace("{db_now}", _DB_NOW)
         )
@@ -269,24 +267,66 @@ class PostgresBackend:
     def set_stream_acked(self, session: int, acked: int) -> None:
         self._one("stream_set_acked", {"session": session, "acked": acked})
 
+    # A stream holds two kinds of rows: rounds of queues with lanes are claimed by the
+    # engine (state 2, c_tx = the round), other rounds are moved into stream_spool.
     def stream_held(
-        self, session: int, queue: str, after: int, upto: int, *, part: int = 0, parts: int = 1
+        self,
+        session: int,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        part: int = 0,
+        parts: int = 1,
+        spooled: bool = True,
     ) -> list[Row]:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
         rows = self._one("stream_held", params | {"part": part, "parts": parts})
-        return [(*message, r[21]) for message, r in zip(_rows(rows), rows, strict=True)]
+        held = [(*message, r[21]) for message, r in zip(_rows(rows), rows, strict=True)]
+        if spooled:
+            for table in self.stream_spooled(session, after, upto, part=part, parts=parts):
+                held.extend(spooled_rows(table))
+            held.sort(key=lambda r: (r[-1], r[0]))
+        return held
+
+    def stream_spooled(
+        self, session: int, after: int, upto: int, *, part: int = 0, parts: int = 1
+    ) -> list[pa.Table]:
+        spooled = self._one("stream_spool_read", {"session": session, "after": after, "upto": upto})
+        if not spooled:
+            return []
+        from sluice.backends.postgres_spool import readable  # noqa: PLC0415 (sluice[spark])
+
+        return [readable(bytes(data), round_, part, parts) for round_, data in spooled]
 
     def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
-        return int(self._one("stream_held_count", params)[0][0])
+        claimed = self._one("stream_held_count", params)[0][0]
+        return int(claimed) + int(self._one("stream_spool_count", params)[0][0])
 
     def stream_claim(
         self, session: int, round: int, queue: str, limit: int, select: Selection | None
     ) -> int:
-        name, extra = self._selected("stream_claim", select)
-        params = {"session": session, "tx": round, "queue": queue, "limit": limit}
-        # It relaxes its own commit, as every claim: set_stream_round's flush covers it.
-        return int(self._one(name, params | {"now": time.time()} | extra)[0][0])
+        name, extra = self._selected("stream_take", select)
+        params = {"queue": queue, "limit": limit, "now": time.time()} | extra
+        from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+
+        # Relaxed, as every claim: set_stream_round's flush makes it durable.
+        with self._transaction(durable=False) as conn:
+            data = _copy_out(conn, self._q[name], params)
+            if not data:
+                return 0
+            taken = spool.parse_csv(data)
+            n: int = taken.num_rows
+            spooled = {"session": session, "round": round, "chunk": spool.first_id(taken), "n": n}
+            conn.execute(self._q["stream_spool_insert"], spooled | {"data": spool.pack(taken)})
+            # Of a lane only its head is ready: taking it gives the lane its next head.
+            lanes = sorted({k for k in taken["lane"].to_pylist() if k is not None})
+            if lanes:
+                conn.execute(self._q["promote"], _lanes_params([(queue, k) for k in lanes]))
+        if lanes:
+            self._notifier.signal([queue])
+        return n
 
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
@@ -294,6 +334,7 @@ class PostgresBackend:
             lanes = sorted(lane for (lane,) in conn.execute(self._q["stream_settle"], params))
             if lanes:
                 conn.execute(self._q["promote"], _lanes_params([(queue, k) for k in lanes]))
+            conn.execute(self._q["stream_spool_settle"], params)
             conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
         if lanes:
             self._notifier.signal([queue])  # lanes got new heads
@@ -314,11 +355,26 @@ class PostgresBackend:
             found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchall()
             if not found:
                 return False
-            conn.execute(self._q["stream_delete"], {"session": found[0][0]})
-            conn.execute(self._q["close_session"], {"session": found[0][0]})
+            session = {"session": found[0][0]}
+            self._restore_spool(conn, session)
+            conn.execute(self._q["stream_delete"], session)
+            conn.execute(self._q["close_session"], session)
             self._roll_back_orphans(conn)
         self._notifier.signal()
         return True
+
+    def _restore_spool(self, conn: psycopg.Connection[Any], session: dict[str, int]) -> None:
+        """Put what the stream moved into its spool back into the queue, as it was."""
+        blobs = conn.execute(self._q["stream_spool_all"], session).fetchall()
+        if blobs:
+            from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+
+            with conn.cursor().copy(self._q["stream_restore"]) as copy:
+                for round_, data in blobs:
+                    rows = spool.restore_rows(spool.unpack(bytes(data)), session["session"], round_)
+                    for row in rows:
+                        copy.write_row(row)
+            conn.execute(self._q["stream_spool_drop"], session)
 
     def sink_batch(self, sink: str) -> int | None:
         found = _first(self._one("sink_batch", {"name": sink}))
@@ -569,6 +625,7 @@ class PostgresBackend:
             if busy:
                 raise queue_in_use(name, busy=busy)
             for (session,) in conn.execute(self._q["streams_of_queue"], params).fetchall():
+                conn.execute(self._q["stream_spool_drop"], {"session": session})
                 conn.execute(self._q["stream_delete"], {"session": session})
                 conn.execute(self._q["close_session"], {"session": session})
             conn.execute(self._q["delete_queue_messages"], params)
@@ -1021,6 +1078,31 @@ def _text(body: str) -> str:
 def _rows(rows: list[Row]) -> list[Row]:
     """Message rows in MESSAGE_COLUMNS order: a binary body takes the body's place."""
     return [r[:20] if r[20] is None else (*r[:6], bytes(r[20]), *r[7:20]) for r in rows]
+
+
+def _copy_out(conn: psycopg.Connection[Any], query: str, params: Mapping[str, Any]) -> bytes:
+    """What ``COPY ... TO STDOUT`` sends, in one piece.
+
+    psycopg's copy reads one row per wait on the socket, about 10 microseconds a row:
+    most of a stream's claim. libpq hands over the rows as fast as they come.
+    """
+    text = psycopg.ClientCursor(conn).mogrify(query, params)
+    pgconn = conn.pgconn
+    pgconn.send_query(text.encode())
+    parts = []
+    error = None
+    while (result := pgconn.get_result()) is not None:
+        if result.status == psycopg.pq.ExecStatus.COPY_OUT:
+            while True:
+                size, data = pgconn.get_copy_data(0)  # blocking: -1 at the end, -2 failed
+                if size < 0:
+                    break
+                parts.append(data)
+        elif result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            error = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    if error is not None:
+        raise error
+    return b"".join(parts)
 
 
 def _first(rows: list[Row]) -> Any:

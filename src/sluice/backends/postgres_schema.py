@@ -15,10 +15,30 @@ import psycopg
 from sluice import sql
 from sluice.errors import ConfigurationError, SchemaTooNew, StorageError
 
-__all__ = ["LOCK_CLASS", "SchemaState", "latest_version", "migrate", "quote_schema", "version"]
+__all__ = [
+    "LOCK_CLASS",
+    "MESSAGES_TABLE",
+    "SchemaState",
+    "latest_version",
+    "migrate",
+    "quote_schema",
+    "version",
+]
 
 LOCK_CLASS = 0x736C6963
 """The first key of every sluice advisory lock ("slic"), apart from other applications' locks."""
+
+MESSAGES_TABLE = (
+    ("id", "int"), ("slot", "int"), ("queue_id", "int"), ("state", "int"), ("priority", "int"),
+    ("p_session", "int"), ("p_tx", "int"), ("p_num", "int"), ("c_session", "int"),
+    ("c_tx", "int"), ("body", "text"), ("body_bytes", "bytes"), ("content_type", "text"),
+    ("properties", "text"), ("correlation_id", "text"), ("reply_to", "text"),
+    ("enqueued_at", "float"), ("available_at", "float"), ("expires_at", "float"),
+    ("attempts", "int"), ("error", "text"), ("origin_queue", "text"), ("type", "text"),
+    ("t1", "text"), ("t2", "text"), ("t3", "text"), ("t4", "text"), ("n1", "float"),
+    ("n2", "float"), ("n3", "float"), ("n4", "float"), ("grp", "text"), ("lane", "text"),
+)  # fmt: skip
+"""Every column of ``messages`` (schema.sql) with its kind, in table order."""
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
     ArrayType,
@@ -31,11 +32,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sluice.backends.base import Row
+from sluice.backends.base import Row, spooled_rows
 from sluice.errors import ConfigurationError
 from sluice.message import decode_json, is_json
 
-__all__ = ["BATCH_ROWS", "MESSAGE_FIELDS", "message_ddl", "to_batches"]
+__all__ = ["BATCH_ROWS", "MESSAGE_FIELDS", "message_ddl", "table_batches", "to_batches"]
 
 BATCH_ROWS: Final = 8192
 """Rows per Arrow batch a read yields."""
@@ -107,6 +108,51 @@ def to_batches(queue: str, rows: Sequence[Row], schema: StructType) -> Iterator[
             pa.array(values, type=field.type) for values, field in zip(columns, arrow, strict=True)
         ]
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+
+
+def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Messages as an Arrow table (MESSAGE_COLUMNS, ``body_bytes`` as hex text) as batches.
+
+    Column by column in Arrow, without a Python object per message, when bodies are
+    text and not parsed; otherwise through the rows of ``to_batches``.
+    """
+    n = table.num_rows
+    if isinstance(schema["body"].dataType, StructType) or table["body_bytes"].null_count < n:
+        yield from to_batches(queue, [r[:20] for r in spooled_rows(table)], schema)
+        return
+    arrow = pa.schema(
+        [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
+    )
+    text = pa.string()
+    ids = [pc.cast(table[c], text) for c in ("p_session", "p_tx", "p_num")]
+    stored = table["properties"]
+    if stored.null_count == n:
+        properties: Any = pa.array([[]] * n, type=arrow.field("properties").type)
+    else:
+        properties = pa.array(
+            [_properties(p) for p in stored.to_pylist()], type=arrow.field("properties").type
+        )
+    columns = [
+        pc.binary_join_element_wise(*ids, "/"),
+        pa.array([queue] * n, text),
+        table["priority"],
+        table["body"],
+        properties,
+        table["content_type"],
+        table["type"],
+        table["grp"],
+        table["correlation_id"],
+        table["reply_to"],
+        table["attempts"],
+        *(_timestamps(table[c]) for c in ("enqueued_at", "available_at", "expires_at")),
+    ]
+    arrays = [pc.cast(c, f.type) for c, f in zip(columns, arrow, strict=True)]
+    yield from pa.Table.from_arrays(arrays, schema=arrow).to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _timestamps(seconds: Any) -> Any:
+    micros = pc.cast(pc.round(pc.multiply(seconds, 1_000_000)), pa.int64())
+    return pc.cast(micros, pa.timestamp("us", tz="UTC"))
 
 
 def _body_text(stored: str | bytes | None, content_type: str) -> str | None:

@@ -52,14 +52,14 @@ from pyspark.sql.types import StructType
 from sluice.backends.base import SparkBackend
 from sluice.engine.database import Database
 from sluice.spark.options import Options, connection
-from sluice.spark.rows import message_ddl, to_batches
+from sluice.spark.rows import message_ddl, table_batches, to_batches
 
 __all__ = ["SluiceDataSource"]
 
 _PAGE = 10_000
 """Rows per query of a batch read's partition (keyset pages by id)."""
 
-_CLAIM_CHUNK = 10_000
+_CLAIM_CHUNK = 50_000
 """Messages per claim statement of a round."""
 
 
@@ -330,15 +330,13 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Share)
-        rows = self._backend().stream_held(
-            partition.session,
-            self.queue,
-            partition.after,
-            partition.upto,
-            part=partition.part,
-            parts=partition.parts,
-        )
+        backend = self._backend()
+        share = (partition.session, partition.after, partition.upto)
+        where = {"part": partition.part, "parts": partition.parts}
+        rows = backend.stream_held(share[0], self.queue, *share[1:], spooled=False, **where)
         yield from to_batches(self.queue, [r[:20] for r in rows], self.schema)
+        for table in backend.stream_spooled(*share, **where):
+            yield from table_batches(self.queue, table, self.schema)
 
     def commit(self, end: dict[str, int]) -> None:
         db = connection(self.options.url)

@@ -354,9 +354,15 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
   AND state = %(state)s AND enqueued_at <= %(before)s;
 
 -- name: stats
+-- What streams took into their spools (and Spark has not committed) counts as claimed.
 SELECT state, available_at > %(now)s AS delayed, count(*) FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-GROUP BY 1, 2;
+GROUP BY 1, 2
+UNION ALL
+SELECT 2, false, sum(p.n) FROM {schema}.stream_spool AS p
+JOIN {schema}.streams AS s ON s.session = p.session
+WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+HAVING count(*) > 0;
 
 -- name: next_due
 SELECT min(available_at) FROM {schema}.messages
@@ -424,6 +430,50 @@ WITH d AS (
       AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s
     RETURNING lane)
 SELECT DISTINCT lane FROM d WHERE lane IS NOT NULL;
+
+-- name: stream_take
+-- A stream's round on a queue without lanes, taken by moving it (postgres_spool.py):
+-- the messages are deleted and come out as CSV, every column, in one statement.
+COPY (
+    DELETE FROM {schema}.messages AS m
+    USING (
+        SELECT id FROM {schema}.messages AS s
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at <= %(now)s
+          AND (expires_at IS NULL OR expires_at > %(now)s){select}
+        ORDER BY {order}
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING {spool_columns}
+) TO STDOUT (FORMAT csv);
+
+-- name: stream_spool_insert
+INSERT INTO {schema}.stream_spool (session, round, chunk, n, data)
+VALUES (%(session)s, %(round)s, %(chunk)s, %(n)s, %(data)s);
+
+-- name: stream_spool_read
+SELECT round, data FROM {schema}.stream_spool
+WHERE session = %(session)s AND round > %(after)s AND round <= %(upto)s
+ORDER BY round, chunk;
+
+-- name: stream_spool_count
+SELECT coalesce(sum(n), 0) FROM {schema}.stream_spool
+WHERE session = %(session)s AND round > %(after)s AND round <= %(upto)s;
+
+-- name: stream_spool_settle
+DELETE FROM {schema}.stream_spool WHERE session = %(session)s AND round <= %(upto)s;
+
+-- name: stream_spool_all
+SELECT round, data FROM {schema}.stream_spool WHERE session = %(session)s ORDER BY round, chunk;
+
+-- name: stream_spool_drop
+DELETE FROM {schema}.stream_spool WHERE session = %(session)s;
+
+-- name: stream_restore
+-- A dropped stream's spooled rounds go back into the queue as they were, claimed by the
+-- stream's session, which is then closed like any other.
+COPY {schema}.messages ({spool_names}) FROM STDIN;
 
 -- name: stream_delete
 DELETE FROM {schema}.streams WHERE session = %(session)s;
