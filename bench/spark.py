@@ -350,8 +350,9 @@ class Reads:
     def floor(self, queue: str, n: int, batch: int) -> Run:
         """The streaming read's own statements, from this process, without Spark.
 
-        Claim a round (count only), fetch its rows, delete them: what a consuming read
-        costs the database whatever runs it. Rows are fetched, not turned into Arrow.
+        Take a round (on PostgreSQL: move it into the stream's spool), fetch it as the
+        tasks do, acknowledge it: what a consuming read costs whatever runs it. What is
+        fetched is not turned into Spark's rows.
         """
         backend = cast("SparkBackend", self.db.backend)
         stream = backend.open_stream(queue, f"floor-{queue}")
@@ -364,7 +365,9 @@ class Reads:
                 break
             round_ += 1
             backend.set_stream_round(stream.session, round_)
-            rows += len(backend.stream_held(stream.session, queue, round_ - 1, round_))
+            share = (stream.session, round_ - 1, round_)
+            rows += len(backend.stream_held(share[0], queue, *share[1:], spooled=False))
+            rows += sum(t.num_rows for t in backend.stream_spooled(*share))
             backend.stream_settle(stream.session, queue, round_ - 1, round_)
         seconds = time.perf_counter() - started
         left = {k: v for k, v in self.db.queue(queue).stats().items() if v}

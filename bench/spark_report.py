@@ -159,9 +159,10 @@ def _read_section(cells: list[Cell], s: Settings) -> list[str]:
         " `save()` / `awaitTermination()`. The JDBC read's `lowerBound`/`upperBound` (min and"
         " max id of the queue's rows) are looked up before its timing starts; the sluice reads"
         " find their own bounds inside theirs. The last row runs the streaming read's own"
-        " statements (claim a round by count, fetch its rows, delete them) from one Python"
-        " process without Spark, on a fresh queue: what consuming costs the database, which"
-        " bounds the streaming read (a claim rewrites each 1 KB row; JDBC only reads it).",
+        " statements (take a round: on PostgreSQL, move it into the stream's spool with one"
+        " `COPY (DELETE ... RETURNING ...)`; fetch it; acknowledge it) from one Python"
+        " process without Spark, on a fresh queue: what consuming costs, which bounds the"
+        " streaming read (it deletes every row and sends it out; JDBC only reads it).",
         "",
         "| reader | max_per_batch | partitions | msgs/s | MB/s | vs JDBC | runs (s) | status |",
         "|---|---:|---:|---:|---:|---:|---|---|",

@@ -25,7 +25,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sluice.Databa
 
 
 def _schema(body_schema: str | None) -> StructType:
-    return StructType.fromDDL(message_ddl(body_schema))
+    return cast(StructType, StructType.fromDDL(message_ddl(body_schema)))
 
 
 @pytest.mark.parametrize("body_schema", [None, "n BIGINT, text STRING"])
