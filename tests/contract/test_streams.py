@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import cast
 
+import pytest
+
 import sluice
 from sluice.backends.base import MESSAGE_COLUMNS, SparkBackend
 
@@ -75,3 +77,16 @@ def test_dropping_a_stream_gives_back_what_it_held_as_it_was(db: sluice.Database
     # And they can be consumed as ever.
     with db.transaction() as tx:
         assert len(tx.dequeue("orders", limit=10)) == 5
+
+
+def test_a_queue_whose_messages_a_stream_holds_is_not_dropped(db: sluice.Database) -> None:
+    q = db.create_queue("orders")
+    q.put_many([{"n": n} for n in range(3)])
+    backend = cast(SparkBackend, db.backend)
+    stream = backend.open_stream("orders", "s")
+    assert backend.stream_claim(stream.session, 1, "orders", 10, None) == 3
+    backend.set_stream_round(stream.session, 1)
+    with pytest.raises(sluice.QueueInUse, match="3 message"):
+        db.drop_queue("orders")
+    backend.stream_settle(stream.session, "orders", 0, 1)
+    db.drop_queue("orders")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
+import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import StructType
@@ -19,8 +22,13 @@ pytestmark = pytest.mark.usefixtures("spark")  # StructType.fromDDL asks the JVM
 
 
 @pytest.fixture
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sluice.Database]:
-    with sluice.connect(url_for("postgresql", tmp_path, request)) as database:
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_for("postgresql", tmp_path, request)
+
+
+@pytest.fixture
+def db(url: str) -> Iterator[sluice.Database]:
+    with sluice.connect(url) as database:
         yield database
 
 
@@ -56,3 +64,39 @@ def test_a_spooled_round_reads_as_its_rows(
         key = [("id", "ascending")]
         assert got.sort_by(key).equals(expected.sort_by(key))
     assert taken == 22 + binary + properties
+
+
+@pytest.mark.timeout(120)
+def test_a_take_waiting_on_a_lock_lets_this_process_release_it(
+    db: sluice.Database, url: str
+) -> None:
+    """The move waits for locks without holding the GIL.
+
+    Blocking inside libpq would stop every thread of the process, among them the one
+    holding the lock (the maintainer, in the benchmark where this hung).
+    """
+    q = db.create_queue("orders")
+    q.put_many([{"n": n} for n in range(10)])
+    backend = cast(SparkBackend, db.backend)
+    stream = backend.open_stream("orders", "s")
+    conninfo, _, query = url.partition("?")
+    schema = dict(p.split("=") for p in query.split("&"))["schema"]
+    taken: list[int] = []
+    with psycopg.connect(conninfo) as holder, psycopg.connect(conninfo, autocommit=True) as look:
+        holder.execute(f'LOCK TABLE "{schema}".messages IN ACCESS EXCLUSIVE MODE')
+        claimer = threading.Thread(
+            target=lambda: taken.append(
+                backend.stream_claim(stream.session, 1, "orders", 100, None)
+            )
+        )
+        claimer.start()
+        # This loop runs only if the waiting claim lets go of the GIL.
+        waiting = (
+            "SELECT 1 FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        while not look.execute(waiting).fetchall():
+            time.sleep(0.01)
+        holder.rollback()
+        claimer.join(60)
+    assert taken == [10]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import os
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1083,26 +1084,42 @@ def _rows(rows: list[Row]) -> list[Row]:
 def _copy_out(conn: psycopg.Connection[Any], query: str, params: Mapping[str, Any]) -> bytes:
     """What ``COPY ... TO STDOUT`` sends, in one piece.
 
-    psycopg's copy reads one row per wait on the socket, about 10 microseconds a row:
-    most of a stream's claim. libpq hands over the rows as fast as they come.
+    psycopg's copy waits on the socket once per row, about 10 microseconds a row: most
+    of a stream's claim. This reads every row libpq has buffered and waits only when
+    it has none. It never blocks inside libpq: that would hold the GIL while the
+    statement waits for a lock, and the holder of the lock may be a thread of this
+    very process (the maintainer), which then can never let go.
     """
-    text = psycopg.ClientCursor(conn).mogrify(query, params)
     pgconn = conn.pgconn
-    pgconn.send_query(text.encode())
+    pgconn.send_query(psycopg.ClientCursor(conn).mogrify(query, params).encode())
+    while pgconn.flush():
+        select.select([], [pgconn.socket], [])
     parts = []
     error = None
-    while (result := pgconn.get_result()) is not None:
+    while (result := _next_result(pgconn)) is not None:
         if result.status == psycopg.pq.ExecStatus.COPY_OUT:
             while True:
-                size, data = pgconn.get_copy_data(0)  # blocking: -1 at the end, -2 failed
-                if size < 0:
+                size, data = pgconn.get_copy_data(1)  # 0: none buffered; -1 done; -2 failed
+                if size > 0:
+                    parts.append(data)
+                elif size == 0:
+                    select.select([pgconn.socket], [], [])
+                    pgconn.consume_input()
+                else:
                     break
-                parts.append(data)
         elif result.status != psycopg.pq.ExecStatus.COMMAND_OK:
             error = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     if error is not None:
         raise error
     return b"".join(parts)
+
+
+def _next_result(pgconn: psycopg.pq.abc.PGconn) -> psycopg.pq.abc.PGresult | None:
+    """The next result, waiting on the socket (without the GIL) until it is complete."""
+    while pgconn.is_busy():
+        select.select([pgconn.socket], [], [])
+        pgconn.consume_input()
+    return pgconn.get_result()
 
 
 def _first(rows: list[Row]) -> Any:

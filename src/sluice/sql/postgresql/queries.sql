@@ -61,8 +61,13 @@ SELECT name FROM {schema}.queues WHERE error_queue = %(name)s AND name <> %(name
 SELECT id FROM {schema}.queues WHERE name = %(name)s FOR UPDATE;
 
 -- name: queue_in_flight
-SELECT count(*) FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s) AND state IN (0, 2);
+-- Held or enqueued by open transactions, or taken by a stream that Spark has not committed.
+SELECT (SELECT count(*) FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s)
+          AND state IN (0, 2))
+     + (SELECT coalesce(sum(p.n), 0) FROM {schema}.stream_spool AS p
+        JOIN {schema}.streams AS s ON s.session = p.session
+        WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s));
 
 -- name: delete_queue_messages
 DELETE FROM {schema}.messages WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s);
