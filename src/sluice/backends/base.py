@@ -41,7 +41,6 @@ __all__ = [
     "lane_of",
     "queue_in_use",
     "sink_seen",
-    "spooled_rows",
     "stream_host",
 ]
 
@@ -483,18 +482,6 @@ def sink_seen(sink: str, batch: int, last: int | None) -> bool:
         "its checkpoint was reset or belongs to another query; give the sink a new name "
         "(or call sluice.spark.forget_sink)"
     )
-
-
-def spooled_rows(table: pa.Table) -> list[Row]:
-    """Rows of a stream_spooled table in MESSAGE_COLUMNS order, then the round."""
-    columns = {name: table[name].to_pylist() for name in (*MESSAGE_COLUMNS, "body_bytes")}
-    binary = columns.pop("body_bytes")
-    columns["body"] = [
-        body if raw is None else bytes.fromhex(raw[2:])  # bytea as text: \x and hex digits
-        for body, raw in zip(columns["body"], binary, strict=True)
-    ]
-    columns["round"] = table["round"].to_pylist()
-    return list(zip(*(columns[c] for c in (*MESSAGE_COLUMNS, "round")), strict=True))
 
 
 class SparkBackend(Protocol):

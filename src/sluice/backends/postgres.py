@@ -54,13 +54,9 @@ from sluice.backends.base import (
     run_steps,
     sink_host,
     sink_seen,
-    spooled_rows,
     stream_host,
 )
 from sluice.backends.selection import compile_selection
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.errors import (
     ConfigurationError,
@@ -95,6 +91,9 @@ from sluice.backends.postgres_maintenance import (
 )
 from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_schema import LOCK_CLASS, MESSAGES_TABLE, migrate, quote_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # sluice[spark]
 
 __all__ = ["PostgresBackend", "PostgresSettings"]
 
@@ -147,6 +146,16 @@ def _load_queries(schema: str) -> dict[str, str]:
         for c in (*MESSAGE_COLUMNS, "body_bytes")
     )
     named = dict(sql.queries("postgresql"))
+    # A Spark stream's take (postgres_spool.py) moves what a claim would pick: the same
+    # conditions, order and locks; the rows are deleted and sent out as CSV, every
+    # column. Its transaction relaxes its own commit.
+    claim = named["claim"]
+    pick = claim[claim.index("FROM (\n") + len("FROM (") : claim.index(") AS pick")]
+    named["stream_take"] = (
+        "COPY (DELETE FROM {schema}.messages AS m USING ("
+        + pick.replace("{claimable}", "state = 1").replace(" {relax}", "")
+        + ") AS pick WHERE m.id = pick.id RETURNING {spool_columns}) TO STDOUT (FORMAT csv);"
+    )
     for name in ("claim", "claim_lanes"):
         claim = named.pop(name)
         named[name] = claim.replace("{claimable}", "state = 1")
@@ -285,6 +294,8 @@ class PostgresBackend:
         rows = self._one("stream_held", params | {"part": part, "parts": parts})
         held = [(*message, r[21]) for message, r in zip(_rows(rows), rows, strict=True)]
         if spooled:
+            from sluice.backends.postgres_spool import spooled_rows  # noqa: PLC0415 (Arrow)
+
             for table in self.stream_spooled(session, after, upto, part=part, parts=parts):
                 held.extend(spooled_rows(table))
             held.sort(key=lambda r: (r[-1], r[0]))
@@ -302,8 +313,7 @@ class PostgresBackend:
 
     def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
-        claimed = self._one("stream_held_count", params)[0][0]
-        return int(claimed) + int(self._one("stream_spool_count", params)[0][0])
+        return int(self._one("stream_held_count", params)[0][0])
 
     def stream_claim(
         self, session: int, round: int, queue: str, limit: int, select: Selection | None

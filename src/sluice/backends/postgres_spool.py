@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 from pyarrow import ipc
 
-from sluice.backends.base import MESSAGE_COLUMNS
+from sluice.backends.base import MESSAGE_COLUMNS, Row
 from sluice.backends.postgres_schema import MESSAGES_TABLE
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "parse_csv",
     "readable",
     "restore_rows",
+    "spooled_rows",
     "unpack",
 ]
 
@@ -92,6 +93,18 @@ def readable(data: bytes, round_: int, part: int, parts: int) -> pa.Table:
     columns["content_type"] = pc.fill_null(columns["content_type"], "application/json")
     columns["round"] = pa.chunked_array([pa.array([round_] * table.num_rows, pa.int64())])
     return pa.table(columns)
+
+
+def spooled_rows(table: pa.Table) -> list[Row]:
+    """A ``readable`` table's rows in MESSAGE_COLUMNS order, then the round."""
+    columns = {name: table[name].to_pylist() for name in (*MESSAGE_COLUMNS, "body_bytes")}
+    binary = columns.pop("body_bytes")
+    columns["body"] = [
+        body if raw is None else _unhex(raw)
+        for body, raw in zip(columns["body"], binary, strict=True)
+    ]
+    columns["round"] = table["round"].to_pylist()
+    return list(zip(*(columns[c] for c in (*MESSAGE_COLUMNS, "round")), strict=True))
 
 
 def restore_rows(table: pa.Table, session: int, round_: int) -> Iterator[tuple[object, ...]]:

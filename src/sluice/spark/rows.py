@@ -32,7 +32,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sluice.backends.base import Row, spooled_rows
+from sluice.backends.base import Row
+from sluice.backends.postgres_spool import spooled_rows
 from sluice.errors import ConfigurationError
 from sluice.message import decode_json, is_json
 

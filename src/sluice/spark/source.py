@@ -330,12 +330,11 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Share)
-        backend = self._backend()
-        share = (partition.session, partition.after, partition.upto)
-        where = {"part": partition.part, "parts": partition.parts}
-        rows = backend.stream_held(share[0], self.queue, *share[1:], spooled=False, **where)
+        backend, p = self._backend(), partition
+        share = {"part": p.part, "parts": p.parts}
+        rows = backend.stream_held(p.session, self.queue, p.after, p.upto, spooled=False, **share)
         yield from to_batches(self.queue, [r[:20] for r in rows], self.schema)
-        for table in backend.stream_spooled(*share, **where):
+        for table in backend.stream_spooled(p.session, p.after, p.upto, **share):
             yield from table_batches(self.queue, table, self.schema)
 
     def commit(self, end: dict[str, int]) -> None:

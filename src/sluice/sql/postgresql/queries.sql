@@ -177,8 +177,8 @@ DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_
 
 -- name: claim
 -- Also loaded as claim_with_own, whose claimable rows include the transaction's own
--- uncommitted enqueues (they keep state 0 until commit), and as stream_claim, which
--- returns only the count.
+-- uncommitted enqueues (they keep state 0 until commit); its pick is also a Spark
+-- stream's take (stream_take, postgres.py).
 -- The relax clause lets the claim commit without waiting for the WAL flush: it sits in the
 -- queue's lookup, which runs once per execution. One statement, one round trip.
 WITH claimed AS (
@@ -422,9 +422,12 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND sta
 ORDER BY c_tx, id;
 
 -- name: stream_held_count
-SELECT count(*) FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 2
-  AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s;
+-- Claimed in place (queues with lanes) and moved into the spool.
+SELECT (SELECT count(*) FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 2
+          AND c_session = %(session)s AND c_tx > %(after)s AND c_tx <= %(upto)s)
+     + (SELECT coalesce(sum(n), 0) FROM {schema}.stream_spool
+        WHERE session = %(session)s AND round > %(after)s AND round <= %(upto)s);
 
 -- name: stream_settle
 -- Spark committed the stream's rounds (after, upto]: what it holds of them goes, by
@@ -436,23 +439,6 @@ WITH d AS (
     RETURNING lane)
 SELECT DISTINCT lane FROM d WHERE lane IS NOT NULL;
 
--- name: stream_take
--- A stream's round on a queue without lanes, taken by moving it (postgres_spool.py):
--- the messages are deleted and come out as CSV, every column, in one statement.
-COPY (
-    DELETE FROM {schema}.messages AS m
-    USING (
-        SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-          AND state = 1 AND available_at <= %(now)s
-          AND (expires_at IS NULL OR expires_at > %(now)s){select}
-        ORDER BY {order}
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
-    RETURNING {spool_columns}
-) TO STDOUT (FORMAT csv);
-
 -- name: stream_spool_insert
 INSERT INTO {schema}.stream_spool (session, round, chunk, n, data)
 VALUES (%(session)s, %(round)s, %(chunk)s, %(n)s, %(data)s);
@@ -461,10 +447,6 @@ VALUES (%(session)s, %(round)s, %(chunk)s, %(n)s, %(data)s);
 SELECT round, data FROM {schema}.stream_spool
 WHERE session = %(session)s AND round > %(after)s AND round <= %(upto)s
 ORDER BY round, chunk;
-
--- name: stream_spool_count
-SELECT coalesce(sum(n), 0) FROM {schema}.stream_spool
-WHERE session = %(session)s AND round > %(after)s AND round <= %(upto)s;
 
 -- name: stream_spool_settle
 DELETE FROM {schema}.stream_spool WHERE session = %(session)s AND round <= %(upto)s;
