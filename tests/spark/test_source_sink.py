@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StringType, StructField, StructType
 
 import sluice
 from sluice.spark import drop_stream, register
+from sluice.spark.options import Options
+from sluice.spark.sink import BatchWriter
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -213,8 +221,97 @@ def test_failed_write_publishes_nothing_and_leaves_nothing(
     df = spark.createDataFrame(rows, "body STRING").repartition(2)
     with pytest.raises(Exception, match="not JSON"):
         df.write.format("sluice").option("url", url).option("queue", "out").mode("append").save()
-    assert db.queue("out").stats()["pending"] == 0  # the other task's staged rows are gone
+    # Spark aborts the job while the other task may still run: once it has ended,
+    # its staged rows are gone whether it finished before the abort or after.
+    _await_no_running_tasks(spark)
+    assert db.queue("out").stats()["pending"] == 0
     assert len(db.queue("out")) == 0
+    assert _write_sessions(url) == 0
+
+
+def test_a_write_leaves_no_session_behind(
+    spark: SparkSession, db: sluice.Database, url: str
+) -> None:
+    df = spark.createDataFrame([('{"n": 1}',)] * 10, "body STRING").repartition(3)
+    df.write.format("sluice").option("url", url).option("queue", "out").mode("append").save()
+    assert len(db.queue("out")) == 10
+    assert _write_sessions(url) == 0
+
+
+def _writer(url: str) -> BatchWriter:
+    return BatchWriter(Options.parse({"url": url, "queue": "out"}), _BODY, False)
+
+
+_BODY = StructType([StructField("body", StringType())])
+
+
+def _body_batches(n: int) -> Iterator[pa.RecordBatch]:
+    yield pa.RecordBatch.from_pylist([{"body": json.dumps({"n": i})} for i in range(n)])
+
+
+def test_abort_drops_the_rows_of_a_task_spark_did_not_report(db: sluice.Database, url: str) -> None:
+    writer = _writer(url)
+    staged = writer.write(_body_batches(7))  # a task that finished after the job failed
+    assert db.queue("out").stats()["pending"] == 7
+    writer.abort([])  # Spark's abort only has the messages of tasks it heard from
+    assert db.queue("out").stats()["pending"] == 0
+    assert staged.part is not None
+    assert len(db.queue("out")) == 0
+    assert _write_sessions(url) == 0
+
+
+def test_a_task_that_starts_after_the_abort_stages_nothing(db: sluice.Database, url: str) -> None:
+    writer = _writer(url)
+    writer.abort([])
+    with pytest.raises(sluice.LeaseLost, match="aborted"):
+        writer.write(_body_batches(5))
+    assert db.queue("out").stats()["pending"] == 0
+    assert _write_sessions(url) == 0
+
+
+def test_rows_flushed_after_the_abort_go_with_the_task(db: sluice.Database, url: str) -> None:
+    writer = _writer(url)
+
+    def abort_midway() -> Iterator[pa.RecordBatch]:
+        yield from _body_batches(3)
+        writer.abort([])  # the abort lands between this task's flushes
+        yield from _body_batches(4)
+
+    with pytest.raises(sluice.LeaseLost, match="aborted"):
+        writer.write(abort_midway())
+    assert db.queue("out").stats()["pending"] == 0
+    assert _write_sessions(url) == 0
+
+
+def _write_sessions(url: str) -> int:
+    """Sessions of batch writes still registered (their rows would wait for the lease)."""
+    query = "SELECT count(*) FROM {}sessions WHERE host LIKE 'spark-write:%'"
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            return int(conn.execute(query.format("")).fetchone()[0])
+    base, _, params = url.partition("?")
+    schema = dict(p.split("=", 1) for p in params.split("&"))["schema"]
+    with psycopg.connect(base) as pg:
+        found = pg.execute(query.format(f'"{schema}".')).fetchone()
+        assert found is not None
+        return int(found[0])
+
+
+def _await_no_running_tasks(spark: SparkSession, timeout: float = 60.0) -> None:
+    """Until every task has ended: a failed job's other tasks may outlive it.
+
+    Python sees no task events, so this asks the JVM's status tracker, after
+    draining the listener bus that feeds it.
+    """
+    context = spark.sparkContext._jsc.sc()
+    deadline = time.monotonic() + timeout
+    while True:
+        context.listenerBus().waitUntilEmpty()
+        if not any(e.numRunningTasks() for e in context.statusTracker().getExecutorInfos()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("Spark tasks still running after the failed job")
+        time.sleep(0.05)
 
 
 def test_write_refuses_unknown_columns_and_overwrite(

@@ -450,6 +450,15 @@ def sink_host(sink: str) -> str:
     return f"spark-sink:{sink}"
 
 
+def write_host(write: str) -> str:
+    """The host column of a batch write's sessions: the driver's (pid -1) and each task's.
+
+    Aborting the write closes them all at once (``close_staging``), including
+    those of tasks Spark did not report to the driver.
+    """
+    return f"spark-write:{write}"
+
+
 class StreamState(NamedTuple):
     """A Spark stream's consumer: its session, last round begun, last round acknowledged."""
 
@@ -559,6 +568,9 @@ class SparkBackend(Protocol):
 
     def forget_sink(self, sink: str) -> None:
         """Forget a streaming sink's last batch (its query starts over)."""
+
+    def close_staging(self, host: str) -> None:
+        """End every session labelled ``host`` (an aborted batch write's), dropping their rows."""
 
     def publish_staged(
         self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0

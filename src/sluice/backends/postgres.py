@@ -394,6 +394,9 @@ class PostgresBackend:
     def forget_sink(self, sink: str) -> None:
         self._one("sink_forget", {"name": sink})
 
+    def close_staging(self, host: str) -> None:
+        self._close_sessions("staging_close", {"host": host})
+
     def publish_staged(
         self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
     ) -> bool:
@@ -528,13 +531,18 @@ class PostgresBackend:
         return bool(self._one("heartbeat", {"session": session}, durable=False))
 
     def close_session(self, session: int) -> None:
+        self._close_sessions("close_session", {"session": session})
+        self._notifier.signal()
+
+    def _close_sessions(self, name: str, params: Mapping[str, Any]) -> None:
+        """Delete sessions by the named statement and roll back what they held."""
+
         def work() -> None:
             with self._transaction() as conn:
-                conn.execute(self._q["close_session"], {"session": session})
+                conn.execute(self._q[name], params)
                 self._roll_back_orphans(conn)
 
         self._retrying(work)
-        self._notifier.signal()
 
     @contextmanager
     def _transaction(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:

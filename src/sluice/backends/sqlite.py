@@ -255,8 +255,12 @@ class SQLiteBackend:
             return cur.rowcount == 1
 
     def close_session(self, session: int) -> None:
+        self._close_sessions("close_session", {"session": session})
+
+    def _close_sessions(self, name: str, params: Mapping[str, Any]) -> None:
+        """Delete sessions by the named statement and roll back what they held."""
         with self._write() as conn:
-            conn.execute(self._q["close_session"], {"session": session})
+            conn.execute(self._q[name], params)
             self._roll_back_orphans(conn)
 
     def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
@@ -733,6 +737,9 @@ class SQLiteBackend:
 
     def forget_sink(self, sink: str) -> None:
         self._single(self._q["sink_forget"], {"name": sink})
+
+    def close_staging(self, host: str) -> None:
+        self._close_sessions("staging_close", {"host": host})
 
     def publish_staged(
         self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0

@@ -5,17 +5,26 @@ Each task stages its rows as pending messages of a session of its own (a
 reports (session, transaction, count) to the driver. The driver's ``commit``
 publishes every task's rows in one database transaction and, for a stream,
 records the micro-batch id with them, so a replayed batch publishes nothing
-twice. ``abort`` ends the tasks' sessions, which drops their rows. A task
-killed before it reported leaves a session nobody will publish: when its lease
-runs out, any sluice process's recovery drops its rows as it does a crashed
-producer's; a streaming sink's are dropped sooner, when the sink publishes
-that batch (or a later one).
+twice.
+
+``abort`` must drop the rows of tasks Spark did not report too: a failed job
+is aborted while its other tasks may still run. So a batch write labels all
+its sessions with one write id (``write_host``), the driver's own *write
+session* among them; ``abort`` closes every session with that label. A task
+checks that the write session still lives after it opened its session and
+after it staged, and otherwise closes its session itself. Rows a task flushes
+between the abort and that check belong to no session: the task's own close
+(or anyone's recovery) drops them. A task killed before it reported leaves a
+session nobody will publish: when its lease runs out, any sluice process's
+recovery drops its rows as it does a crashed producer's; a streaming sink's
+are dropped sooner, when the sink publishes that batch (or a later one).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,10 +38,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from sluice.backends.base import StagedPart, sink_host
+from sluice.backends.base import StagedPart, sink_host, write_host
 from sluice.engine.database import Database
 from sluice.engine.transaction import Transaction
-from sluice.errors import ConfigurationError, InvalidBody, MessageError
+from sluice.errors import ConfigurationError, InvalidBody, LeaseLost, MessageError
 from sluice.message import decode_json, encode_json
 from sluice.spark.options import Options, connection
 from sluice.spark.source import _spark_backend
@@ -83,24 +92,40 @@ class BatchWriter(DataSourceArrowWriter):
             )
         _check_columns(options, schema)
         self.options = options
-        self.task_host = f"spark-task:{os.getpid()}"
         self.body_type = schema["body"].dataType
         self.body_maps = _has_map(self.body_type)
+        self.host, self.write_session = self._open_write()
+
+    def _open_write(self) -> tuple[str, int | None]:
+        """The label of this write's sessions, and the driver's write session (streams: none)."""
+        host = write_host(uuid.uuid4().hex)
+        db = connection(self.options.url)
+        return host, db.backend.open_session(host, -1, self.options.staging_timeout)
 
     def _staging_session(self, db: Database, context: TaskContext | None) -> int:
-        label = f"{self.task_host}/{context.partitionId() if context else 0}"
-        return db.backend.open_session(label, 0, self.options.staging_timeout)
+        partition = context.partitionId() if context else 0
+        return db.backend.open_session(self.host, partition, self.options.staging_timeout)
+
+    def _check_write(self, db: Database) -> None:
+        """Raise LeaseLost if the write was aborted (or its lease ran out): its rows are void.
+
+        The heartbeat also keeps the write session alive while tasks work.
+        """
+        if self.write_session is not None and not db.backend.heartbeat(self.write_session):
+            raise LeaseLost("the batch write was aborted (a task failed): this task's rows go")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
         db = connection(self.options.url)
         session = self._staging_session(db, TaskContext.get())
         try:
+            self._check_write(db)
             tx = Transaction(db, owner=(session, 1))
             for batch in iterator:
                 for start in range(0, batch.num_rows, _FLUSH_ROWS):
                     self._enqueue_rows(tx, batch.slice(start, _FLUSH_ROWS).to_pylist())
                     tx.flush()
             part = tx.stage()
+            self._check_write(db)
         except BaseException:
             db.backend.close_session(session)  # drops whatever was staged
             raise
@@ -155,11 +180,12 @@ class BatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._publish(messages, None, 0)
+        if self.write_session is not None:
+            connection(self.options.url).backend.close_session(self.write_session)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        db = connection(self.options.url)
-        for part in _parts(messages):
-            db.backend.close_session(part.session)
+        # By label, not by the messages: those lack the tasks still running.
+        _spark_backend(connection(self.options.url)).close_staging(self.host)
 
     def _publish(
         self, messages: list[WriterCommitMessage | None], sink: str | None, batch: int
@@ -175,8 +201,12 @@ class StreamWriter(BatchWriter, DataSourceStreamArrowWriter):
     """``writeStream.format("sluice")``: each micro-batch published once, by its batch id."""
 
     def __init__(self, options: Options, schema: StructType, overwrite: bool) -> None:
-        super().__init__(options, schema, overwrite)
         self.sink = options.need_name("streaming write")
+        super().__init__(options, schema, overwrite)
+
+    def _open_write(self) -> tuple[str, int | None]:
+        # No write session: publishing batch N closes its unreported tasks' sessions.
+        return sink_host(self.sink), None
 
     def _staging_session(self, db: Database, context: TaskContext | None) -> int:
         # Labelled with the sink and the batch, so publishing batch N closes the
@@ -192,7 +222,9 @@ class StreamWriter(BatchWriter, DataSourceStreamArrowWriter):
         self._publish(messages, self.sink, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
-        super().abort(messages)
+        db = connection(self.options.url)
+        for part in _parts(messages):
+            db.backend.close_session(part.session)
 
 
 def _fault_point(point: str) -> None:

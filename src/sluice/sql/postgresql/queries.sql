@@ -489,6 +489,10 @@ DELETE FROM {schema}.sessions WHERE host = %(host)s AND pid <= %(batch)s;
 -- name: sink_forget
 DELETE FROM {schema}.sinks WHERE name = %(name)s;
 
+-- name: staging_close
+-- Every staging session of an aborted batch write (and the write's own).
+DELETE FROM {schema}.sessions WHERE host = %(host)s;
+
 -- name: scan
 -- A page of a batch read: as browse, by id within (after, upto].
 SELECT {message_columns} FROM {schema}.messages AS m

@@ -416,6 +416,10 @@ DELETE FROM sessions WHERE host = :host AND pid <= :batch;
 -- name: sink_forget
 DELETE FROM sinks WHERE name = :name;
 
+-- name: staging_close
+-- Every staging session of an aborted batch write (and the write's own).
+DELETE FROM sessions WHERE host = :host;
+
 -- name: scan
 -- A page of a batch read: as browse, by id within (:after, :upto].
 SELECT {message_columns} FROM messages AS m
