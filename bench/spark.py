@@ -56,7 +56,7 @@ from bench.pg_common import (
     pg_facts,
     url_schema,
 )
-from bench.spark_report import FLOOR_LABEL, Cell, Run, Settings, render
+from bench.spark_report import DELETE_LABEL, FLOOR_LABEL, Cell, Run, Settings, render
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,6 +69,8 @@ JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 MASTER = "local[2]"
 BODY_BYTES = 1024
 FILL_CHUNK = 5_000
+TAKE_CHUNK = 50_000
+"""Messages per statement of a stream's take (sluice.spark.source)."""
 BODY_SCHEMA = (
     "id BIGINT, customer STRING, items ARRAY<STRUCT<sku: STRING, qty: INT, price: DOUBLE>>,"
     " note STRING"
@@ -376,6 +378,32 @@ class Reads:
             raise VerifyError(f"floor read of {queue}: {rows} rows of {n}; left {left}")
         return Run(seconds, rows=rows)
 
+    def delete_only(self, queue: str, n: int) -> Run:
+        """The DELETE inside the stream's take, alone: its pick and chunks, nothing returned.
+
+        The statement is cut out of the backend's own take, so its conditions, order
+        and locks are the take's.
+        """
+        import psycopg
+
+        take: str = cast(Any, self.db.backend)._q["stream_take"]
+        delete = take[take.index("COPY (") + len("COPY (") : take.index(" RETURNING ")]
+        rows = 0
+        started = time.perf_counter()
+        with psycopg.connect(self.conninfo) as conn:
+            while True:
+                params = {"queue": queue, "limit": TAKE_CHUNK, "now": time.time()}
+                got = conn.execute(delete, params).rowcount
+                conn.commit()
+                rows += got
+                if got < TAKE_CHUNK:
+                    break
+        seconds = time.perf_counter() - started
+        left = {k: v for k, v in self.db.queue(queue).stats().items() if v}
+        if rows != n or left:
+            raise VerifyError(f"DELETE of {queue}: {rows} rows of {n}; left {left}")
+        return Run(seconds, rows=rows)
+
     def drop(self, queue: str) -> None:
         try:
             self.db.drop_queue(queue)
@@ -410,7 +438,8 @@ def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) ->
     floors = {
         b: Cell("read", FLOOR_LABEL, "postgresql", n, batch=b, partitions=1) for b in s.read_batches
     }
-    cells += [jdbc, browse, *streams.values(), *floors.values()]
+    delete = Cell("read", DELETE_LABEL, "postgresql", n, partitions=1)
+    cells += [jdbc, browse, *streams.values(), *floors.values(), delete]
     stored = 0.0
     for rep in range(s.repeats):
         for k, ((batch, parts), cell) in enumerate(streams.items()):
@@ -442,6 +471,13 @@ def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) ->
                 continue
             _measure(cell, functools.partial(reads.floor, queue, n, batch), f"{tag}: floor", n)
             reads.drop(queue)
+        try:
+            queue, _ = reads.fresh_queue(n)
+        except Exception as exc:
+            delete.errors.append(f"fill: {_error(exc)}")
+            continue
+        _measure(delete, functools.partial(reads.delete_only, queue, n), f"{tag}: DELETE", n)
+        reads.drop(queue)
     if stored:
         notes.append(
             f"Bodies as stored by sluice on PostgreSQL: {stored:,.0f} bytes on average"
