@@ -17,9 +17,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
 import sluice
+from sluice.backends.base import sink_host
+from sluice.engine.transaction import Transaction
 from sluice.spark import drop_stream, register
 from sluice.spark.options import Options
-from sluice.spark.sink import BatchWriter
+from sluice.spark.sink import BatchWriter, StreamWriter
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -281,6 +283,21 @@ def test_rows_flushed_after_the_abort_go_with_the_task(db: sluice.Database, url:
         writer.write(abort_midway())
     assert db.queue("out").stats()["pending"] == 0
     assert _write_sessions(url) == 0
+
+
+def test_a_stream_batch_abort_drops_every_task_of_that_batch(db: sluice.Database, url: str) -> None:
+    options = Options.parse({"url": url, "queue": "out", "name": "snk"})
+    writer = StreamWriter(options, _BODY, False)
+    staged = {}
+    for batch, rows in ((3, 4), (3, 2), (4, 5)):  # two tasks of batch 3, one of batch 4
+        session = db.backend.open_session(sink_host("snk"), batch, 3600)
+        tx = Transaction(db, owner=(session, 1))
+        tx.enqueue_many("out", [{"n": n} for n in range(rows)])
+        staged[session] = tx.stage()
+    assert db.queue("out").stats()["pending"] == 11
+    writer.abort([], 3)  # neither of batch 3's tasks reported
+    assert db.queue("out").stats()["pending"] == 5  # batch 4's rows wait for batch 4
+    assert len(db.queue("out")) == 0
 
 
 def _write_sessions(url: str) -> int:

@@ -569,8 +569,11 @@ class SparkBackend(Protocol):
     def forget_sink(self, sink: str) -> None:
         """Forget a streaming sink's last batch (its query starts over)."""
 
-    def close_staging(self, host: str) -> None:
-        """End every session labelled ``host`` (an aborted batch write's), dropping their rows."""
+    def close_staging(self, host: str, batch: int | None = None) -> None:
+        """End every session labelled ``host`` (an aborted batch write's), dropping their rows.
+
+        With ``batch``: only those of that micro-batch (an aborted streaming batch's).
+        """
 
     def publish_staged(
         self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0

@@ -16,8 +16,9 @@ after it staged, and otherwise closes its session itself. Rows a task flushes
 between the abort and that check belong to no session: the task's own close
 (or anyone's recovery) drops them. A task killed before it reported leaves a
 session nobody will publish: when its lease runs out, any sluice process's
-recovery drops its rows as it does a crashed producer's; a streaming sink's
-are dropped sooner, when the sink publishes that batch (or a later one).
+recovery drops its rows as it does a crashed producer's. A stream's sessions
+are labelled by sink and batch id instead (``sink_host``): aborting a batch
+ends all of that batch's, and publishing batch N ends every older one left.
 """
 
 from __future__ import annotations
@@ -222,9 +223,9 @@ class StreamWriter(BatchWriter, DataSourceStreamArrowWriter):
         self._publish(messages, self.sink, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
-        db = connection(self.options.url)
-        for part in _parts(messages):
-            db.backend.close_session(part.session)
+        # The batch's sessions by label, reported or not (a task may still run). One
+        # that opens after this waits for the batch's replay to be published.
+        _spark_backend(connection(self.options.url)).close_staging(self.host, batchId)
 
 
 def _fault_point(point: str) -> None:

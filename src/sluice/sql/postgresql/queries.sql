@@ -493,6 +493,10 @@ DELETE FROM {schema}.sinks WHERE name = %(name)s;
 -- Every staging session of an aborted batch write (and the write's own).
 DELETE FROM {schema}.sessions WHERE host = %(host)s;
 
+-- name: staging_close_batch
+-- Every staging session of a streaming sink's aborted micro-batch.
+DELETE FROM {schema}.sessions WHERE host = %(host)s AND pid = %(pid)s;
+
 -- name: scan
 -- A page of a batch read: as browse, by id within (after, upto].
 SELECT {message_columns} FROM {schema}.messages AS m

@@ -420,6 +420,10 @@ DELETE FROM sinks WHERE name = :name;
 -- Every staging session of an aborted batch write (and the write's own).
 DELETE FROM sessions WHERE host = :host;
 
+-- name: staging_close_batch
+-- Every staging session of a streaming sink's aborted micro-batch.
+DELETE FROM sessions WHERE host = :host AND pid = :pid;
+
 -- name: scan
 -- A page of a batch read: as browse, by id within (:after, :upto].
 SELECT {message_columns} FROM messages AS m
