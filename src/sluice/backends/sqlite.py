@@ -739,10 +739,7 @@ class SQLiteBackend:
         self._single(self._q["sink_forget"], {"name": sink})
 
     def close_staging(self, host: str, batch: int | None = None) -> None:
-        if batch is None:
-            self._close_sessions("staging_close", {"host": host})
-        else:
-            self._close_sessions("staging_close_batch", {"host": host, "pid": batch})
+        self._close_sessions("staging_close", {"host": host, "pid": batch})
 
     def publish_staged(
         self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0

@@ -490,12 +490,9 @@ DELETE FROM {schema}.sessions WHERE host = %(host)s AND pid <= %(batch)s;
 DELETE FROM {schema}.sinks WHERE name = %(name)s;
 
 -- name: staging_close
--- Every staging session of an aborted batch write (and the write's own).
-DELETE FROM {schema}.sessions WHERE host = %(host)s;
-
--- name: staging_close_batch
--- Every staging session of a streaming sink's aborted micro-batch.
-DELETE FROM {schema}.sessions WHERE host = %(host)s AND pid = %(pid)s;
+-- Every staging session of an aborted batch write (and the write's own: pid NULL), or
+-- of one micro-batch of a streaming sink (pid the batch id).
+DELETE FROM {schema}.sessions WHERE host = %(host)s AND (%(pid)s::bigint IS NULL OR pid = %(pid)s);
 
 -- name: scan
 -- A page of a batch read: as browse, by id within (after, upto].

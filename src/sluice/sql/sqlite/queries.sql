@@ -417,12 +417,9 @@ DELETE FROM sessions WHERE host = :host AND pid <= :batch;
 DELETE FROM sinks WHERE name = :name;
 
 -- name: staging_close
--- Every staging session of an aborted batch write (and the write's own).
-DELETE FROM sessions WHERE host = :host;
-
--- name: staging_close_batch
--- Every staging session of a streaming sink's aborted micro-batch.
-DELETE FROM sessions WHERE host = :host AND pid = :pid;
+-- Every staging session of an aborted batch write (and the write's own: pid NULL), or
+-- of one micro-batch of a streaming sink (pid the batch id).
+DELETE FROM sessions WHERE host = :host AND (:pid IS NULL OR pid = :pid);
 
 -- name: scan
 -- A page of a batch read: as browse, by id within (:after, :upto].
