@@ -29,6 +29,7 @@ run: $(BIN)/sluice-run-stamp
 lint: $(BIN)/sluice-test-stamp
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(BIN)/sluice-test-stamp
 	$(BIN)/mypy

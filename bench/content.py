@@ -135,7 +135,7 @@ def _claim_plan(db: sluice.Database, url: str, where: str, order_by: Sequence[st
     Reaches into sluice's private query cache, so any failure is reported as a line of text.
     """
     try:
-        select = db._content(QUEUE).selection(where, list(order_by) or None)
+        select = db.context.content(QUEUE).selection(where, list(order_by) or None)
         backend: Any = db.backend
         params = {"session": 0, "tx": 0, "queue": QUEUE, "limit": 1, "now": time.time()}
         if backend.dialect == "sqlite":
@@ -190,7 +190,7 @@ def _claim_executed(db: sluice.Database, url: str, where: str) -> list[str]:
     try:
         import psycopg
 
-        select = db._content(QUEUE).selection(where, None)
+        select = db.context.content(QUEUE).selection(where, None)
         backend: Any = db.backend
         params = {"session": 0, "tx": 0, "queue": QUEUE, "limit": 1, "now": time.time()}
         name, extra = backend._selected("claim", select)

@@ -10,7 +10,7 @@ m.ack()
 
 from sluice.catalog import QueueSpec
 from sluice.connect import connect
-from sluice.engine.database import Database
+from sluice.database import Database
 from sluice.engine.queue import Queue
 from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import (

@@ -46,7 +46,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker = db.worker(tasks=tasks, concurrency=args.concurrency, grace=args.grace)
     print(
         f"sluice worker: {worker.concurrency} thread(s) for "
-        f"{', '.join(tasks or sorted(db._task_functions))}; SIGTERM or Ctrl-C to stop",
+        f"{', '.join(tasks or sorted(db.task_functions))}; SIGTERM or Ctrl-C to stop",
         file=sys.stderr,
         flush=True,
     )

@@ -9,7 +9,8 @@ from sluice.backends.base import Backend
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.sqlite import SQLiteBackend, SQLiteSettings, Synchronous
 from sluice.catalog import DEFAULT_MAX_SIZE
-from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, Database
+from sluice.database import Database
+from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL
 from sluice.errors import ConfigurationError
 
 __all__ = ["connect"]

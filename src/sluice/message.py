@@ -8,12 +8,9 @@ import json.scanner
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from sluice.errors import InvalidBody, MessageStateError, PayloadTooLarge
-
-if TYPE_CHECKING:
-    from sluice.engine.transaction import Transaction
 
 __all__ = [
     "JSON",
@@ -21,6 +18,7 @@ __all__ = [
     "TEXT",
     "XML",
     "Body",
+    "Holder",
     "Message",
     "MessageState",
     "decode_body",
@@ -173,6 +171,31 @@ def decode_body(stored: str | bytes | None, content_type: str) -> Body:
     return stored
 
 
+class Holder(Protocol):
+    """What holds a taken message and settles it: the transaction that dequeued it.
+
+    A message is given its holder when it is taken, so ``ack()`` and friends
+    call back into the engine without this module knowing the engine.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def implicit(self) -> bool:
+        """The one-message transaction behind ``Queue.get``, settled by the message itself."""
+        ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def commit(self) -> None: ...
+
+    def release(self, message: Message) -> None: ...
+
+    def reject(self, message: Message, reason: str) -> None: ...
+
+
 class Message(NamedTuple):
     """A message as read from a queue: an immutable value.
 
@@ -210,7 +233,7 @@ class Message(NamedTuple):
     transaction at a time (docs/isolation.md)."""
     ref: int = 0
     """The storage row; internal, valid while the message is held."""
-    holder: Transaction | None = None
+    holder: Holder | None = None
     """The transaction holding the message; None for a browsed one."""
 
     def __repr__(self) -> str:
@@ -256,7 +279,7 @@ class Message(NamedTuple):
         tx.reject(self, reason)
         tx.commit()
 
-    def _own_transaction(self) -> Transaction:
+    def _own_transaction(self) -> Holder:
         tx = self.holder
         if tx is None:
             raise MessageStateError(

@@ -354,7 +354,7 @@ def test_declared_property_selection_is_an_index_lookup(
 ) -> None:
     orders.put(order(1, "Smith", 1))
     backend: Any = db.backend
-    select = db._content("orders").selection("customer = 'Smith'", None)
+    select = db.context.content("orders").selection("customer = 'Smith'", None)
     if db.backend.dialect == "sqlite":
         query, params = backend._selected("claim_one", select)
         plan = backend._conn.execute(

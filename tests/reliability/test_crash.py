@@ -90,7 +90,7 @@ def test_stalled_owner_loses_its_lease_and_cannot_commit(shared_url: str) -> Non
                 while not recovered and time.monotonic() < deadline:
                     recovered = observer.recover()
                     if not recovered:
-                        observer._wakeups.wait(observer._wakeups.token(), 0.05, "in")
+                        observer.context.wakeups.wait(observer.context.wakeups.token(), 0.05, "in")
                 assert recovered == [report["session"]]
                 taken = observer.queue("in").get()
                 assert taken is not None

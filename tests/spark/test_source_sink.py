@@ -291,7 +291,7 @@ def test_a_stream_batch_abort_drops_every_task_of_that_batch(db: sluice.Database
     staged = {}
     for batch, rows in ((3, 4), (3, 2), (4, 5)):  # two tasks of batch 3, one of batch 4
         session = db.backend.open_session(sink_host("snk"), batch, 3600)
-        tx = Transaction(db, owner=(session, 1))
+        tx = Transaction(db.context, owner=(session, 1))
         tx.enqueue_many("out", [{"n": n} for n in range(rows)])
         staged[session] = tx.stage()
     assert db.queue("out").stats()["pending"] == 11

@@ -13,7 +13,7 @@ from sluice.errors import TypeViolation
 from sluice.message import XML, Body, decode_json, encode_body, is_json, is_xml
 
 if TYPE_CHECKING:
-    from sluice.engine.database import Database
+    from sluice.engine.types import TypeRegistry
 
 __all__ = ["plain_bodies", "typed_envelope"]
 
@@ -24,7 +24,7 @@ def plain_bodies(bodies: Sequence[Body]) -> bool:
 
 
 def typed_envelope(
-    db: Database,
+    types: TypeRegistry,
     content: QueueContent,
     base: Envelope,
     *,
@@ -41,7 +41,7 @@ def typed_envelope(
     spec = content.spec
     type_name = base.type
     if hasattr(body, "model_dump") and not isinstance(body, type):
-        type_name = type_name or db._types.name_of(type(body))
+        type_name = type_name or types.name_of(type(body))
         body = body.model_dump(mode="json")
     if type_name is None and len(spec.types) == 1:
         type_name = spec.types[0]
@@ -52,7 +52,7 @@ def typed_envelope(
             f"queue {spec.name!r} accepts messages of type {accepted}, not one {said}; "
             "pass type=... (or a bound Pydantic instance); nothing was stored"
         )
-    message_type = db._types.get(type_name) if type_name is not None else None
+    message_type = types.get(type_name) if type_name is not None else None
     if type_name is not None and message_type is None:
         raise TypeViolation(
             f"message type {type_name!r} is not defined; define it with db.create_type first"

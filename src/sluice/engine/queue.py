@@ -12,7 +12,7 @@ from sluice.errors import ConfigurationError
 from sluice.message import Body, Message
 
 if TYPE_CHECKING:
-    from sluice.engine.database import Database
+    from sluice.engine.context import EngineContext
 
 __all__ = ["Queue"]
 
@@ -20,8 +20,8 @@ __all__ = ["Queue"]
 class Queue:
     """Operations on one queue, each its own transaction."""
 
-    def __init__(self, db: Database, name: str) -> None:
-        self._db = db
+    def __init__(self, context: EngineContext, name: str) -> None:
+        self._context = context
         self.name = name
 
     def __repr__(self) -> str:
@@ -30,7 +30,7 @@ class Queue:
     @property
     def spec(self) -> QueueSpec:
         """The queue's current settings."""
-        return self._db._spec(self.name, fresh=True)
+        return self._context.spec(self.name, fresh=True)
 
     def put(self, body: Body, **options: Unpack[EnqueueOptions]) -> str:
         """Enqueue one message and commit; returns its id once it is durable.
@@ -43,7 +43,7 @@ class Queue:
 
     def put_many(self, bodies: Iterable[Body], **options: Unpack[EnqueueOptions]) -> list[str]:
         """Enqueue several messages with the same options in one transaction; returns their ids."""
-        tx = Transaction(self._db, implicit=True)
+        tx = Transaction(self._context, implicit=True)
         ids = tx.enqueue_many(self.name, bodies, **options)
         tx.commit()
         return ids
@@ -62,7 +62,7 @@ class Queue:
         ``reject(reason)``; until then nobody else sees it, and if this process
         dies it returns to its place.
         """
-        tx = Transaction(self._db, implicit=True)
+        tx = Transaction(self._context, implicit=True)
         messages = tx.dequeue(self.name, limit=1, wait=wait, where=where, order_by=order_by)
         if not messages:
             tx.commit()
@@ -81,9 +81,15 @@ class Queue:
 
         ``where`` and ``order_by`` select and order by content.
         """
-        self._db._spec(self.name)
+        self._context.spec(self.name)
         return browse(
-            self._db, self.name, limit=limit, state=state, tx=None, where=where, order_by=order_by
+            self._context,
+            self.name,
+            limit=limit,
+            state=state,
+            tx=None,
+            where=where,
+            order_by=order_by,
         )
 
     def purge(self, state: Literal["expired", "failed"], *, older_than: float = 0.0) -> int:
@@ -99,13 +105,13 @@ class Queue:
             or older_than < 0
         ):
             raise ConfigurationError(f"older_than must be seconds >= 0, not {older_than!r}")
-        self._db._spec(self.name)
-        return self._db.backend.purge(self.name, state, time.time() - older_than)
+        self._context.spec(self.name)
+        return self._context.backend.purge(self.name, state, time.time() - older_than)
 
     def stats(self) -> dict[str, int]:
         """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed."""
-        self._db._spec(self.name)
-        return self._db.backend.stats(self.name)
+        self._context.spec(self.name)
+        return self._context.backend.stats(self.name)
 
     def __len__(self) -> int:
         """Messages ready now."""

@@ -51,7 +51,7 @@ from sluice.message import (
 )
 
 if TYPE_CHECKING:
-    from sluice.engine.database import Database
+    from sluice.engine.context import EngineContext
 
 __all__ = ["BrowseState", "EnqueueOptions", "Transaction", "TxState"]
 
@@ -93,8 +93,8 @@ class Transaction:
         "_backend",
         "_buffer",
         "_buffered_queues",
+        "_context",
         "_count",
-        "_db",
         "_durable",
         "_effects",
         "_held",
@@ -112,16 +112,16 @@ class Transaction:
 
     def __init__(
         self,
-        db: Database,
+        context: EngineContext,
         *,
         implicit: bool = False,
         backend: TxBackend | None = None,
         owner: tuple[int, int] | None = None,
     ) -> None:
-        self._db = db
-        self._backend: TxBackend = backend or db.backend
+        self._context = context
+        self._backend: TxBackend = backend or context.backend
         # owner: another session's (session, number), for work staged on its behalf (stage()).
-        self.session, self.number = owner or db._next_transaction()
+        self.session, self.number = owner or context.next_transaction()
         self.implicit = implicit  # the one-message transaction behind Queue.get/put
         self.state = TxState.ACTIVE
         self._count = 0
@@ -192,7 +192,7 @@ class Transaction:
         body is refused, none of them is added.
         """
         self._check_active()
-        content = self._db._content(queue)
+        content = self._context.content(queue)
         spec = content.spec
         lane = lane_of(spec.isolation, _group(group), self.session, self.number)
         now = time.time()
@@ -213,7 +213,7 @@ class Transaction:
             base = Envelope(queue, 0, prio, "", content_type or "", props, correlation, reply,
                             enqueued, available, expires, type, None, group, lane)  # fmt: skip
             added = [
-                typed_envelope(self._db, content, base, num=first + n, body=body,
+                typed_envelope(self._context.types, content, base, num=first + n, body=body,
                                priority=priority, properties=properties)
                 for n, body in enumerate(bodies)
             ]  # fmt: skip
@@ -270,7 +270,7 @@ class Transaction:
         their original place if it aborts.
         """
         self._check_active()
-        content = self._db._content(queue)
+        content = self._context.content(queue)
         spec = content.spec
         select = content.selection(where, order_by)
         if not isinstance(limit, int) or limit < 1:
@@ -281,7 +281,7 @@ class Transaction:
         own = queue in self._pending_queues
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
-        backend, wakeups = self._backend, self._db._wakeups
+        backend, wakeups = self._backend, self._context.wakeups
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
@@ -297,7 +297,7 @@ class Transaction:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
         messages = []
-        models = self._db._types.models
+        models = self._context.types.models
         for row in rows:
             m = to_message(queue, row, self, models)
             messages.append(m)
@@ -367,7 +367,7 @@ class Transaction:
         if message.producer == (self.session, self.number):
             self._pending += 1
         # Everyone: out of attempts, it went to an error queue instead.
-        self._db._wakeups.notify()
+        self._context.wakeups.notify()
 
     def reject(self, message: Message, reason: str) -> None:
         """Send a taken message to its queue's error queue with ``reason`` when this commits."""
@@ -387,11 +387,11 @@ class Transaction:
     ) -> list[Message]:
         """Look at a queue as this transaction sees it, without taking anything."""
         self._check_active()
-        self._db._spec(queue)
+        self._context.spec(queue)
         if queue in self._buffered_queues:
             self._flush()
         return browse(
-            self._db, queue, limit=limit, state=state, tx=self, backend=self._backend,
+            self._context, queue, limit=limit, state=state, tx=self, backend=self._backend,
             where=where, order_by=order_by,
         )  # fmt: skip
 
@@ -419,7 +419,7 @@ class Transaction:
                 self.state = TxState.ABORTED
                 raise
         self.state = TxState.COMMITTED
-        wakeups = self._db._wakeups
+        wakeups = self._context.wakeups
         if self._pending or self._rejects or self._held_lanes:
             # Which queues gained how many is not known here (a lane's next message
             # became its head, say).
@@ -490,7 +490,7 @@ class Transaction:
             self._backend.abort(self.session, self.number, list(self._held), lanes)
         self.state = TxState.ABORTED
         if self._held:
-            self._db._wakeups.notify()
+            self._context.wakeups.notify()
 
     def __enter__(self) -> Transaction:
         self._check_active()
@@ -530,7 +530,7 @@ class Transaction:
         for ref, (queue, lane) in self._held_lanes.items():
             if lane.startswith("g:"):
                 continue  # groups are ordered, never blockwise
-            if self._db._spec(queue).isolation not in ("blockwise", "ordered_blockwise"):
+            if self._context.spec(queue).isolation not in ("blockwise", "ordered_blockwise"):
                 continue
             producer = self._held[ref].producer
             blocks.setdefault(queue, {}).setdefault(lane, set()).add(producer)
@@ -638,7 +638,7 @@ _STATES = (*MessageState, MessageState.READY)
 
 
 def browse(
-    db: Database,
+    context: EngineContext,
     queue: str,
     *,
     limit: int,
@@ -654,9 +654,9 @@ def browse(
     if not isinstance(limit, int) or limit < 1:
         raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
     session, number = (tx.session, tx.number) if tx else (0, 0)
-    select = db._content(queue).selection(where, order_by)
-    rows = (backend or db.backend).browse(queue, state, limit, session, number, select=select)
-    models = db._types.models
+    select = context.content(queue).selection(where, order_by)
+    rows = (backend or context.backend).browse(queue, state, limit, session, number, select=select)
+    models = context.types.models
     return [to_message(queue, row, None, models) for row in rows]
 
 

@@ -17,7 +17,7 @@ from sluice.errors import ConfigurationError, UnknownTaskType
 from sluice.jobs.model import TaskType
 
 if TYPE_CHECKING:
-    from sluice.engine.database import Database
+    from sluice.engine.database import Engine
 
 __all__ = [
     "JOB_PROPERTIES",
@@ -63,7 +63,7 @@ def is_task(queue: str) -> str:
 _TTL = 1.0  # task types changed by another process are seen within this time
 
 
-def jobs_backend(db: Database) -> JobsBackend:
+def jobs_backend(db: Engine) -> JobsBackend:
     """The database's backend as jobs use it; both SQL backends implement JobsBackend."""
     if not hasattr(db.backend, "jobs_write"):
         raise ConfigurationError(f"the {db.backend.dialect} backend does not support jobs")
@@ -73,7 +73,7 @@ def jobs_backend(db: Database) -> JobsBackend:
 class TaskTypes:
     """The task types of one database, read through a short-lived cache."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
         self._cache: dict[str, TaskType] = {}
         self._read_at = 0.0

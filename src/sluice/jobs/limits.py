@@ -21,7 +21,7 @@ from sluice.jobs.model import TaskType
 from sluice.jobs.profiles import Limits, Profile, cycle_start, hour_start
 
 if TYPE_CHECKING:
-    from sluice.engine.database import Database
+    from sluice.engine.database import Engine
 
 __all__ = ["Gate", "Starts"]
 
@@ -40,7 +40,7 @@ class Starts:
 class Gate:
     """Takes starts for a task type within its profile's limits, for all workers at once."""
 
-    def __init__(self, db: Database, signals: dict[str, Callable[[], float]]) -> None:
+    def __init__(self, db: Engine, signals: dict[str, Callable[[], float]]) -> None:
         self._db = db
         self._signals = signals
         self._profiles: dict[str, tuple[str, Profile]] = {}

@@ -30,7 +30,7 @@ from sluice.jobs.submit import JobHeader, TaskSpec, enqueue_tasks, submit_job, t
 from sluice.message import Body
 
 if TYPE_CHECKING:
-    from sluice.engine.database import Database
+    from sluice.engine.database import Engine
 
 __all__ = ["Jobs"]
 
@@ -45,7 +45,7 @@ CompletionCallback = Callable[[JobStatus], None]
 class Jobs:
     """Jobs and tasks of one Database (``db.jobs``); thread-safe."""
 
-    def __init__(self, db: Database, clock: Clock | None = None) -> None:
+    def __init__(self, db: Engine, clock: Clock | None = None) -> None:
         self._db = db
         self.clock: Clock = clock or SystemClock()
         """The time deadlines, profiles and schedules are judged by (settable, for tests)."""

@@ -29,7 +29,7 @@ from sluice.jobs.task import Task, TaskFunction
 from sluice.message import Message
 
 if TYPE_CHECKING:
-    from sluice.engine.database import Database
+    from sluice.engine.database import Engine
     from sluice.jobs.manager import Jobs
 
 __all__ = ["DEFAULT_GRACE", "DEFAULT_POLL", "Worker", "WorkerShutdown"]
@@ -53,7 +53,7 @@ class Worker:
 
     def __init__(
         self,
-        db: Database,
+        db: Engine,
         jobs: Jobs,
         functions: dict[str, TaskFunction],
         *,
@@ -161,7 +161,7 @@ class Worker:
     def _wait(self, clock_seconds: float) -> None:
         real = min(self._jobs.clock.real_seconds(clock_seconds), self.poll)
         queue = self._types()[0].queue
-        wakeups = self._db._wakeups
+        wakeups = self._db.context.wakeups
         token = wakeups.token()
         if not self._stopping.is_set():
             wakeups.wait(token, real, queue)

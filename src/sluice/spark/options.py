@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, unquote, urlsplit
 
-import sluice
-from sluice.engine.database import Database
+from sluice.connect import connect
+from sluice.engine.database import Engine
 from sluice.errors import ConfigurationError, SluiceError
 
 __all__ = [
@@ -135,13 +135,13 @@ def _positive(key: str, options: Mapping[str, str], default: int) -> int:
     return value
 
 
-_connections: dict[str, Database] = {}
+_connections: dict[str, Engine] = {}
 _lock = threading.Lock()
 _KEEP: Final = 4
 """Databases a process keeps open (each has a session, and on PostgreSQL a pool)."""
 
 
-def connection(url: str) -> Database:
+def connection(url: str) -> Engine:
     """This process's Database for ``url``, opened once: Spark reuses its Python workers."""
     with _lock:
         db = _connections.pop(url, None)
@@ -151,14 +151,14 @@ def connection(url: str) -> Database:
                     "memory:// queues live in one process; Spark's workers need a shared "
                     "database: use sqlite:///path.db or postgresql://..."
                 )
-            db = sluice.connect(url)
+            db = connect(url)
             while len(_connections) >= _KEEP:  # the least recently used goes
                 _close(_connections.pop(next(iter(_connections))))
         _connections[url] = db  # re-inserted: the most recently used is last
         return db
 
 
-def _close(db: Database) -> None:
+def _close(db: Engine) -> None:
     try:
         db.close()
     except SluiceError as exc:  # its database may be gone by now; nothing is held here

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from sluice.backends.base import StagedPart, sink_host, write_host
-from sluice.engine.database import Database
+from sluice.engine.database import Engine
 from sluice.engine.transaction import Transaction
 from sluice.errors import ConfigurationError, InvalidBody, LeaseLost, MessageError
 from sluice.message import decode_json, encode_json
@@ -103,11 +103,11 @@ class BatchWriter(DataSourceArrowWriter):
         db = connection(self.options.url)
         return host, db.backend.open_session(host, -1, self.options.staging_timeout)
 
-    def _staging_session(self, db: Database, context: TaskContext | None) -> int:
+    def _staging_session(self, db: Engine, context: TaskContext | None) -> int:
         partition = context.partitionId() if context else 0
         return db.backend.open_session(self.host, partition, self.options.staging_timeout)
 
-    def _check_write(self, db: Database) -> None:
+    def _check_write(self, db: Engine) -> None:
         """Raise LeaseLost if the write was aborted (or its lease ran out): its rows are void.
 
         The heartbeat also keeps the write session alive while tasks work.
@@ -120,7 +120,7 @@ class BatchWriter(DataSourceArrowWriter):
         session = self._staging_session(db, TaskContext.get())
         try:
             self._check_write(db)
-            tx = Transaction(db, owner=(session, 1))
+            tx = Transaction(db.context, owner=(session, 1))
             for batch in iterator:
                 for start in range(0, batch.num_rows, _FLUSH_ROWS):
                     self._enqueue_rows(tx, batch.slice(start, _FLUSH_ROWS).to_pylist())
@@ -209,7 +209,7 @@ class StreamWriter(BatchWriter, DataSourceStreamArrowWriter):
         # No write session: publishing batch N closes its unreported tasks' sessions.
         return sink_host(self.sink), None
 
-    def _staging_session(self, db: Database, context: TaskContext | None) -> int:
+    def _staging_session(self, db: Engine, context: TaskContext | None) -> int:
         # Labelled with the sink and the batch, so publishing batch N closes the
         # sessions of its killed or retried tasks at once (base.sink_host).
         batch = context.getLocalProperty(_BATCH_ID) if context else None

@@ -50,7 +50,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from sluice.backends.base import SparkBackend
-from sluice.engine.database import Database
+from sluice.engine.database import Engine
 from sluice.spark.options import Options, connection
 from sluice.spark.rows import message_ddl, table_batches, to_batches
 
@@ -95,7 +95,7 @@ class SluiceDataSource(DataSource):
         return StreamWriter(Options.parse(self.options), schema, overwrite)
 
 
-def _spark_backend(db: Database) -> SparkBackend:
+def _spark_backend(db: Engine) -> SparkBackend:
     # Both SQL backends implement SparkBackend; memory:// was refused by connection().
     return cast(SparkBackend, db.backend)
 
@@ -296,7 +296,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"round": round_}
         return {"round": max(stream.round, base) if held else base}
 
-    def _claim(self, db: Database, session: int, round_: int, wanted: int) -> int:
+    def _claim(self, db: Engine, session: int, round_: int, wanted: int) -> int:
         """Claim up to ``wanted`` messages for ``round_``; how many it took."""
         where = self.options.where
         if self.cutoff is not None:
@@ -343,7 +343,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         acknowledge(db, self.queue, stream.session, stream.acked, end["round"])
 
 
-def acknowledge(db: Database, queue: str, session: int, acked: int, upto: int) -> None:
+def acknowledge(db: Engine, queue: str, session: int, acked: int, upto: int) -> None:
     """Settle the stream's rounds (acked, upto]: Spark has committed them."""
     if upto > acked:
         _spark_backend(db).stream_settle(session, queue, acked, upto)

@@ -1,0 +1,129 @@
+"""``sluice.Database``: the queue engine with the features built on it (jobs and tasks).
+
+The engine knows nothing of its features; they attach here, from above, so
+the engine's modules import none of them (the import-layers contract in
+``make test`` keeps it so).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+from sluice.backends.base import Backend
+from sluice.catalog import DEFAULT_MAX_SIZE
+from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, Engine
+from sluice.errors import UnknownTaskType
+from sluice.jobs import model
+from sluice.jobs.manager import Jobs
+from sluice.jobs.task import TaskFunction
+from sluice.jobs.worker import DEFAULT_GRACE, DEFAULT_POLL, Worker
+
+__all__ = ["Database"]
+
+
+class Database(Engine):
+    """A connection to sluice queues. Thread-safe; close it (or use ``with``) when done."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        lease: float = DEFAULT_LEASE,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_message_size: int = DEFAULT_MAX_SIZE,
+    ) -> None:
+        super().__init__(
+            backend, lease=lease, poll_interval=poll_interval, max_message_size=max_message_size
+        )
+        self._jobs: Jobs | None = None
+        self._jobs_lock = threading.Lock()
+        self._task_functions: dict[str, TaskFunction] = {}
+
+    def __enter__(self) -> Database:
+        return self
+
+    # --- jobs and tasks (docs/jobs.md) -------------------------------------------------
+    @property
+    def jobs(self) -> Jobs:
+        """Task types, profiles, jobs, schedules and alerts of this database."""
+        with self._jobs_lock:
+            if self._jobs is None:
+                self._jobs = Jobs(self)
+            return self._jobs
+
+    @property
+    def task_functions(self) -> Mapping[str, TaskFunction]:
+        """The functions registered with ``@db.task`` in this process, by task type."""
+        return dict(self._task_functions)
+
+    def task(
+        self,
+        name: str,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        duration: float | None = None,
+        max_attempts: int | None = None,
+        backoff: float | None = None,
+        timeout: float | None = None,
+        retention: float | None = 0.0,
+    ) -> Callable[[TaskFunction], TaskFunction]:
+        """Register the decorated function to run tasks of type ``name`` (defining the type).
+
+        The function gets a ``sluice.jobs.Task``; options as for ``db.jobs.define``
+        (left out: its defaults). Workers of this process run it: ``db.worker()``.
+        """
+
+        def register(function: TaskFunction) -> TaskFunction:
+            self.jobs.define(
+                name,
+                queue=queue,
+                priority=priority,
+                duration=duration,
+                max_attempts=model.DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+                backoff=model.DEFAULT_BACKOFF if backoff is None else backoff,
+                timeout=timeout,
+                retention=retention,
+            )
+            self._task_functions[name] = function
+            return function
+
+        return register
+
+    def worker(
+        self,
+        *,
+        tasks: Sequence[str] | None = None,
+        concurrency: int = 1,
+        batch: int = 1,
+        poll: float | None = None,
+        grace: float | None = None,
+        signals: Mapping[str, Callable[[], float]] | None = None,
+    ) -> Worker:
+        """A worker for the task functions registered with ``@db.task`` (or those of ``tasks``).
+
+        ``worker.run()`` works until stopped (SIGTERM/SIGINT in the main thread
+        finish the tasks in hand first); ``start()``/``stop()``/``join()`` run
+        it in the background; ``run_until_idle()`` in the calling thread.
+        ``batch``: tasks a thread takes and settles in one transaction (one
+        fsync for all; a task that fails is given back alone); ``signals``: load
+        signals by name, for load-following profiles.
+        """
+        names = list(self._task_functions) if tasks is None else list(tasks)
+        missing = [n for n in names if n not in self._task_functions]
+        if missing:
+            raise UnknownTaskType(
+                f"no function registered for task type {', '.join(map(repr, missing))}: "
+                "decorate one with @db.task(name) in this process"
+            )
+        return Worker(
+            self,
+            self.jobs,
+            {n: self._task_functions[n] for n in names},
+            concurrency=concurrency,
+            batch=batch,
+            poll=DEFAULT_POLL if poll is None else poll,
+            grace=DEFAULT_GRACE if grace is None else grace,
+            signals=dict(signals or {}),
+        )

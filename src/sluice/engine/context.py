@@ -1,0 +1,167 @@
+"""The engine context: what the engine's parts share about one connection to the queues.
+
+One object holds the backend, this process's session and its lease, the caches
+of queue settings and content rules, the message types and the wake-ups.
+Transactions, queue handles and the features above the engine (jobs, Spark)
+work through it; the public ``Database`` is a facade over it and keeps no
+state of its own that the parts would have to reach into.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+
+from sluice.backends.base import Backend
+from sluice.catalog import QueueSpec, check_queue_name
+from sluice.engine import lease as leases
+from sluice.engine.content import QueueContent
+from sluice.engine.types import TypeRegistry
+from sluice.engine.wakeups import Wakeups
+from sluice.errors import ConfigurationError, QueueNotFound, SluiceError
+
+__all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "EngineContext"]
+
+log = logging.getLogger("sluice")
+
+DEFAULT_LEASE = 30.0
+"""Seconds a session may go without heartbeat before others roll it back."""
+DEFAULT_POLL_INTERVAL = 0.05
+"""Seconds between change checks while waiting for work written by other processes."""
+_SPEC_TTL = 1.0  # queue settings altered by another process are seen within this time
+
+# SQLite connections must not be used across fork() (the SQLite docs warn of
+# corruption), so every context learns when it finds itself in a forked child.
+_open_contexts: weakref.WeakSet[EngineContext] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    for context in list(_open_contexts):
+        context.forked = True
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+class EngineContext:
+    """One session on a backend and everything the engine's parts share. Thread-safe."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        lease: float = DEFAULT_LEASE,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_message_size: int,
+    ) -> None:
+        if lease <= 0 or poll_interval <= 0:
+            raise ConfigurationError("lease and poll_interval must be positive numbers of seconds")
+        self.backend = backend
+        self.lease = lease
+        self.max_message_size = max_message_size
+        self.wakeups = Wakeups(backend, poll_interval)
+        self.types = TypeRegistry(backend.message_types)
+        self.closed = False
+        self.forked = False
+        self._specs: dict[str, tuple[QueueSpec, float]] = {}
+        self._contents: dict[str, QueueContent] = {}
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
+        _open_contexts.add(self)
+        self.recover()
+        self._keeper = leases.LeaseKeeper(self._tick, lease)
+        self._keeper.start()
+
+    @property
+    def session(self) -> int:
+        """This connection's session id (the S of message ids)."""
+        return self._session
+
+    def next_transaction(self) -> tuple[int, int]:
+        """(session, number) of a new transaction; SluiceError once closed or forked."""
+        # No lock: it runs for every put and get, and next() on a count and reading
+        # two attributes are atomic under the GIL; close() only ever sets closed.
+        if self.closed or self.forked:
+            raise self.unusable()
+        return self._session, next(self._numbers)
+
+    def unusable(self) -> SluiceError:
+        """Why this connection can no longer be used."""
+        if self.forked:
+            return SluiceError(
+                "this Database was opened before a fork; call sluice.connect in the child process"
+            )
+        return SluiceError("the database connection is closed; call sluice.connect again")
+
+    # --- queue settings and content rules, cached -------------------------------------
+    def spec(self, name: str, *, fresh: bool = False) -> QueueSpec:
+        """A queue's settings (at most a second old unless ``fresh``); QueueNotFound."""
+        if self.forked:
+            raise self.unusable()
+        cached = self._specs.get(name)
+        now = time.monotonic()
+        if cached is not None and not fresh and cached[1] > now:
+            return cached[0]
+        spec = self.backend.get_queue(check_queue_name(name))
+        if spec is None:
+            self._specs.pop(name, None)
+            raise QueueNotFound(
+                f"queue {name!r} does not exist; create it with db.create_queue({name!r})"
+            )
+        self._specs[name] = (spec, now + _SPEC_TTL)
+        return spec
+
+    def content(self, name: str) -> QueueContent:
+        """A queue's content rules (types, priority functions, declared properties)."""
+        spec = self.spec(name)
+        content = self._contents.get(name)
+        if content is None or content.spec is not spec:
+            content = QueueContent.build(spec, self.backend.queue_properties(name))
+            self._contents[name] = content
+        return content
+
+    def forget(self, name: str) -> None:
+        """Drop what is cached of a queue (its settings or properties changed)."""
+        self._specs.pop(name, None)
+        self._contents.pop(name, None)
+
+    # --- the session's life ---------------------------------------------------------
+    def recover(self) -> list[int]:
+        """Roll back sessions whose owners died; returns their ids."""
+        dead = self.backend.recover(lambda s: leases.is_dead(s, me=self._session))
+        if dead:
+            log.info("sluice rolled back dead sessions %s", dead)
+            self.wakeups.notify()
+        return dead
+
+    def _tick(self) -> None:
+        if not self.backend.heartbeat(self._session):
+            # We were taken for dead (stalled past the lease): our open
+            # transactions were rolled back and will fail at commit. Carry on
+            # under a new session for new work.
+            with self._lock:
+                self._session = self.backend.open_session(
+                    leases.host_key(), os.getpid(), self.lease
+                )
+            log.warning("sluice session lease was lost; continuing as session %s", self._session)
+        self.recover()
+
+    def close(self) -> None:
+        """End the session: whatever it still holds is rolled back. Idempotent."""
+        if self.forked:  # the parent's connection and session: not the child's to end
+            self.closed = True
+            return
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        self._keeper.stop()
+        try:
+            self.backend.close_session(self._session)
+        finally:
+            self.backend.close()
