@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from sluice.backends.base import SparkBackend
 
 DEFAULT_PG_URL = f"{PG_CONNINFO}?schema=bench_spark"
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -357,7 +356,7 @@ class Reads:
         tasks do, acknowledge it: what a consuming read costs whatever runs it. What is
         fetched is not turned into Spark's rows.
         """
-        backend = cast("SparkBackend", self.db.backend)
+        backend = self.db.backend
         stream = backend.open_stream(queue, f"floor-{queue}")
         started = time.perf_counter()
         rows = 0

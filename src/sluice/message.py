@@ -50,6 +50,14 @@ class MessageState(IntEnum):
     """Past its time to live before anyone took it; kept for inspection."""
     FAILED = 4
     """Rejected or out of attempts with no error queue to go to; kept for inspection."""
+    WAITING = 5
+    """Committed, behind its lane's head (a group's, or an isolated queue's writer's or
+    block's): ready to the lane's reader, and taken in lane order. Consumers see READY."""
+
+    @classmethod
+    def names(cls) -> dict[int, str]:
+        """Each stored code's name as ``stats()`` counts it (a WAITING message is ready)."""
+        return {s.value: "ready" if s is cls.WAITING else s.name.lower() for s in cls}
 
 
 def _unserializable(value: Any) -> Any:

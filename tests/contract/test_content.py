@@ -363,7 +363,7 @@ def test_declared_property_selection_is_an_index_lookup(
         ).fetchall()
         assert any("messages_t1" in row[-1] for row in plan), plan
     else:
-        name, params = backend._selected("claim", select)
+        name, params = backend.selected("claim", select)
         with backend._conn() as conn:
             plan = conn.execute(
                 "EXPLAIN " + backend._q[name],

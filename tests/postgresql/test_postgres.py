@@ -501,7 +501,7 @@ def test_transient_queues_commit_without_waiting_for_the_flush(
     pg_url: str, postgres_server: PostgresServer | str
 ) -> None:
     from sluice.backends.base import CommitPlan, Envelope
-    from sluice.backends.postgres import _commit_statements
+    from sluice.backends.postgres_statements import commit_statements
 
     with sluice.connect(pg_url) as db:
         db.create_queue("metrics", durability="transient")
@@ -509,11 +509,11 @@ def test_transient_queues_commit_without_waiting_for_the_flush(
         envelope = Envelope("metrics", 1, 0, "1", "text/plain", None, None, None, 0.0, 0.0, None)
         # The enqueue function relaxes the commit it runs in only when told to.
         for durable, expected in ((False, "off"), (True, "on")):
-            name, params = _commit_statements(
+            name, params = commit_statements(
                 CommitPlan(session=db.session, tx=99, enqueues=[envelope], durable=durable)
             )[0]
             with psycopg.connect(postgres_base_url(postgres_server)) as conn:
-                conn.execute(db.backend._q[name], params)  # type: ignore[attr-defined]
+                conn.execute(db.backend.statements[name], params)  # type: ignore[attr-defined]
                 assert conn.execute("SHOW synchronous_commit").fetchone() == (expected,)
                 conn.rollback()
         # And a transaction's durability follows its queues: transient alone, or not.

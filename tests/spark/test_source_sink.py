@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
 import sluice
-from sluice.backends.base import sink_host
+from sluice.backends.records import sink_host
 from sluice.engine.transaction import Transaction
 from sluice.spark import drop_stream, register
 from sluice.spark.options import Options

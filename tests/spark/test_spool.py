@@ -14,7 +14,6 @@ import pytest
 from pyspark.sql.types import StructType
 
 import sluice
-from sluice.backends.base import SparkBackend
 from sluice.spark.rows import message_ddl, table_batches, to_batches
 from tests.conftest import url_for
 
@@ -50,7 +49,7 @@ def test_a_spooled_round_reads_as_its_rows(
         q.put(b"\x00\xffbytes", content_type="application/octet-stream")
     if properties:
         q.put({"n": 7}, properties={"k": "v", "num": 3})
-    backend = cast(SparkBackend, db.backend)
+    backend = db.backend
     stream = backend.open_stream("orders", "s")
     taken = backend.stream_claim(stream.session, 1, "orders", 100, None)
     backend.set_stream_round(stream.session, 1)
@@ -77,7 +76,7 @@ def test_a_take_waiting_on_a_lock_lets_this_process_release_it(
     """
     q = db.create_queue("orders")
     q.put_many([{"n": n} for n in range(10)])
-    backend = cast(SparkBackend, db.backend)
+    backend = db.backend
     stream = backend.open_stream("orders", "s")
     conninfo, _, query = url.partition("?")
     schema = dict(p.split("=") for p in query.split("&"))["schema"]

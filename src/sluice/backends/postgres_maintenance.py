@@ -23,15 +23,12 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import psycopg
 
 from sluice.backends.postgres_schema import LOCK_CLASS, quote_schema
-
-if TYPE_CHECKING:
-    from sluice.backends.postgres import PostgresBackend
 
 __all__ = [
     "PARTITIONS",
@@ -51,7 +48,7 @@ _LOCK_TIMEOUT = "50ms"
 
 def rotate(
     conn: psycopg.Connection[Any],
-    queries: dict[str, str],
+    queries: Mapping[str, str],
     schema: str,
     *,
     every: int,
@@ -101,7 +98,7 @@ _OTHER_COLUMNS = (
 )
 
 
-def vacuum(conn: psycopg.Connection[Any], queries: dict[str, str], schema: str) -> bool:
+def vacuum(conn: psycopg.Connection[Any], queries: Mapping[str, str], schema: str) -> bool:
     """Vacuum the message partitions if dead rows outnumber live ones; True if it did."""
     row = conn.execute(queries["dead_rows"]).fetchone()
     dead, live = row if row else (0, 0)
@@ -117,8 +114,8 @@ class Maintainer:
     Nodes take turns through an advisory lock, without waiting for each other.
     """
 
-    def __init__(self, backend: PostgresBackend, interval: float) -> None:
-        self._backend = backend
+    def __init__(self, maintain: Callable[[bool], object], interval: float) -> None:
+        self._maintain = maintain  # the backend's: (vacuum too?) -> whatever it did
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-maintain", daemon=True)
@@ -134,7 +131,7 @@ class Maintainer:
         while not self._stop.wait(self._interval):
             ticks += 1
             try:
-                self._backend.maintain(vacuum_too=ticks % 10 == 0)
+                self._maintain(ticks % 10 == 0)
             except Exception as exc:  # the database may be restarting: try again later
                 log.debug("sluice maintenance skipped: %s", exc)
 

@@ -14,38 +14,73 @@ transaction: producers to the same queues wait for it meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from sluice.backends.base import CommitPlan, Envelope, Lane, Row, Selection, browse_params
-from sluice.backends.postgres import (
-    PostgresBackend,
-    _commit_statements,
-    _enqueue,
-    _Expected,
-    _lanes_params,
-    _rows,
-    _translate,
+from sluice.backends.base import TxStore
+from sluice.backends.postgres_notify import payload
+from sluice.backends.postgres_statements import (
+    Expected,
     abort_statements,
     claim_rounds,
     commit_failure,
+    commit_statements,
+    enqueue_statement,
     fronts,
     lane_front_statements,
+    lanes_params,
+    message_rows,
     release_statements,
+    translate,
 )
-from sluice.backends.postgres_notify import payload
+from sluice.backends.records import (
+    CommitPlan,
+    Envelope,
+    Lane,
+    MessageRow,
+    Row,
+    Selection,
+    browse_params,
+)
 from sluice.errors import ConfigurationError, QueueNotFound
 
-__all__ = ["ConnectionBackend"]
+__all__ = ["ConnectionBackend", "OutboxHost", "PostgresOutbox"]
+
+
+class OutboxHost(Protocol):
+    """What the outbox uses of the PostgreSQL backend: its public seams, nothing private."""
+
+    @property
+    def statements(self) -> Mapping[str, str]: ...
+
+    channel: str
+
+    def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]: ...
+
+    def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]: ...
+
+    def queue_not_found(self, envelopes: Sequence[Envelope]) -> QueueNotFound: ...
+
+    def next_due(self, queue: str) -> float | None: ...
+
+
+class PostgresOutbox:
+    """The Outbox capability of a PostgreSQL backend."""
+
+    def __init__(self, host: OutboxHost) -> None:
+        self._host = host
+
+    def bind(self, connection: object) -> TxStore:
+        return ConnectionBackend(self._host, connection)
 
 
 class ConnectionBackend:
     """The message operations of a PostgresBackend, run on a caller's connection."""
 
-    def __init__(self, backend: PostgresBackend, conn: object) -> None:
+    def __init__(self, backend: OutboxHost, conn: object) -> None:
         if not isinstance(conn, psycopg.Connection):
             raise ConfigurationError(
                 "transaction(connection=...) takes a psycopg 3 Connection, "
@@ -60,7 +95,7 @@ class ConnectionBackend:
             )
         self._backend = backend
         self._conn: psycopg.Connection[Any] = conn
-        self._q = backend._q
+        self._q = backend.statements
 
     def _run(self, statements: Sequence[tuple[str, Any]]) -> list[list[Row]]:
         results = []
@@ -69,7 +104,7 @@ class ConnectionBackend:
                 cur = self._conn.execute(self._q[name], params)
                 results.append(cur.fetchall() if cur.description else [])
         except psycopg.Error as exc:
-            raise _translate(exc) from exc
+            raise translate(exc) from exc
         return results
 
     def _checked(
@@ -77,25 +112,25 @@ class ConnectionBackend:
     ) -> None:
         try:
             self._run(statements)
-        except _Expected as exc:
+        except Expected as exc:
             if exc.what == "queue not found":
-                raise self._backend._queue_not_found(envelopes) from None
+                raise self._backend.queue_not_found(envelopes) from None
             raise
 
     def _notify(self) -> None:
         # Inside the caller's transaction: delivered if, and when, it commits. From
         # nobody in particular: this process's waiters need it as much as others.
         note = payload("-", None)
-        self._conn.execute(self._q["notify"], {"channel": self._backend._channel, "payload": note})
+        self._conn.execute(self._q["notify"], {"channel": self._backend.channel, "payload": note})
 
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
         # durable=True: the caller's commit is flushed as the caller has it.
-        statements = [_enqueue(session, tx, envelopes, ready, True)]
+        statements = [enqueue_statement(session, tx, envelopes, ready, True)]
         lanes = sorted({(e.queue, e.lane) for e in envelopes if e.lane is not None})
         if ready and lanes:
-            statements.append(("promote", _lanes_params(lanes)))
+            statements.append(("promote", lanes_params(lanes)))
         self._checked(statements, envelopes)
         if ready:
             self._notify()
@@ -111,10 +146,10 @@ class ConnectionBackend:
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
-    ) -> list[Row]:
+    ) -> list[MessageRow]:
         return claim_rounds(
-            lambda name, params: self._backend._keep_due(queue, self._run([(name, params)])[0]),
-            self._backend._selected,
+            lambda name, params: self._backend.keep_due(queue, self._run([(name, params)])[0]),
+            self._backend.selected,
             session=session,
             tx=tx,
             queue=queue,
@@ -138,8 +173,8 @@ class ConnectionBackend:
 
     def commit(self, plan: CommitPlan) -> None:
         try:
-            self._checked(_commit_statements(plan, in_caller_tx=True), plan.enqueues)
-        except _Expected as exc:
+            self._checked(commit_statements(plan, in_caller_tx=True), plan.enqueues)
+        except Expected as exc:
             raise commit_failure(plan, exc) from exc
         except QueueNotFound:
             raise
@@ -159,10 +194,10 @@ class ConnectionBackend:
         tx: int,
         *,
         select: Selection | None = None,
-    ) -> list[Row]:
-        name, extra = self._backend._selected("browse", select)
+    ) -> list[MessageRow]:
+        name, extra = self._backend.selected("browse", select)
         params = browse_params(queue, state, limit, session, tx) | extra
-        return _rows(self._run([(name, params)])[0])
+        return message_rows(self._run([(name, params)])[0])
 
     def next_due(self, queue: str) -> float | None:
         return self._backend.next_due(queue)  # answered by the empty claim, or asked anew

@@ -16,14 +16,18 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from sluice import sql
-from sluice.backends.base import (
+from sluice.backends.base import Backend, Outbox
+from sluice.backends.group_commit import GroupCommitter
+from sluice.backends.records import (
     MESSAGE_COLUMNS,
+    SLOTS,
     STREAM_LEASE,
     CommitPlan,
-    Effect,
+    Duplicate,
     Envelope,
+    HeldRow,
     Lane,
-    PropertyDef,
+    MessageRow,
     Row,
     Selection,
     SessionInfo,
@@ -31,29 +35,25 @@ from sluice.backends.base import (
     StreamState,
     Unchanged,
     browse_params,
-    isolation_in_use,
-    queue_in_use,
     run_steps,
     sink_host,
     sink_seen,
     stream_host,
 )
-from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.selection import compile_selection
+from sluice.backends.sql_backend import SqlBackend, SqlConnection, state_counts
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
-from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.errors import (
-    ConfigurationError,
     Conflict,
     LeaseLost,
     NotASluiceDatabase,
-    QueueExists,
     QueueNotFound,
     SluiceError,
     StorageError,
 )
 from sluice.expr.sqlite import SQLiteCompiler, register_functions
+from sluice.message import MessageState
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,8 +62,6 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 
 
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
-
-_STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed", 5: "ready"}
 
 
 _DELIVERY_ORDER = "priority DESC, id"
@@ -84,6 +82,9 @@ def _load_queries() -> dict[str, str]:
     for name in ("claim", "claim_with_own"):
         # One message: a scalar subquery is cheaper than materialising an id list.
         queries[f"{name}_one"] = queries.pop(name).replace("WHERE id IN (", "WHERE id = (", 1)
+    index = queries.pop("slot_index")
+    for slot in SLOTS:  # one statement per slot: nothing fills a column name in at run time
+        queries[f"slot_index_{slot}"] = index.replace("{slot}", slot)
     lanes = queries.pop("select_claimable_lanes")
     queries["select_claimable_lanes"] = lanes.replace("{claimable}", "state = 1")
     queries["select_claimable_with_own_lanes"] = lanes.replace(
@@ -96,11 +97,12 @@ def _plain(template: str) -> str:
     return template.replace("{select}", "").replace("{order}", _DELIVERY_ORDER)
 
 
-class SQLiteBackend:
+class SQLiteBackend(SqlBackend, Backend):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"
     polled_for_changes = True
+    outbox: Outbox | None = None  # no connection of the caller's to share: SQLite has one writer
 
     def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
         self.path = path
@@ -157,9 +159,12 @@ class SQLiteBackend:
                 self._closed = True
                 self._conn.close()
 
+    def _translate(self, exc: sqlite3.Error) -> StorageError:
+        return translate(exc, self.path, closed=self._closed)
+
     # --- the unit of work ------------------------------------------------------------
     @contextmanager
-    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction; driver errors become StorageError."""
         with self._lock, self._durability(durable):
             conn = self._conn
@@ -171,7 +176,7 @@ class SQLiteBackend:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
-                    raise _translate(exc, self.path) from exc
+                    raise self._translate(exc) from exc
                 raise
 
     def _single(
@@ -209,7 +214,7 @@ class SQLiteBackend:
                 raise
             return rows, cur.rowcount
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise self._translate(exc) from exc
 
     def _durability(self, durable: bool) -> AbstractContextManager[None]:
         """A commit that need not survive power loss skips the fsync.
@@ -231,16 +236,35 @@ class SQLiteBackend:
             self._conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _reading(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             try:
                 yield self._conn
             except sqlite3.Error as exc:
-                raise _translate(exc, self.path) from exc
+                raise self._translate(exc) from exc
+
+    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        with self._reading() as conn:
+            return conn.execute(self._q[name], params).fetchall()
+
+    def _write(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
+        return self._single(self._q[name], params, durable=durable)[1]
+
+    def _drop_stream_rows(self, conn: SqlConnection, session: int) -> None:
+        """Nothing: SQLite claims a stream's rounds in place."""
+
+    def _sessions_closed(self) -> None:
+        """Nothing: waiters in other processes notice the change themselves."""
+
+    def _fill_slot(self, slot: str, value: str) -> str:
+        return (
+            f"UPDATE messages AS m SET {slot} = {value} "
+            "WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)"
+        )
 
     # --- sessions and recovery -------------------------------------------------------
     def open_session(self, host: str, pid: int, lease: float) -> int:
-        with self._write() as conn:
+        with self._transaction() as conn:
             cur = conn.execute(
                 self._q["open_session"],
                 {"host": host, "pid": pid, "now": time.time(), "lease": lease},
@@ -250,22 +274,13 @@ class SQLiteBackend:
 
     def heartbeat(self, session: int) -> bool:
         # Not durable: a heartbeat lost to a power cut matters to nobody.
-        with self._write(durable=False) as conn:
+        with self._transaction(durable=False) as conn:
             cur = conn.execute(self._q["heartbeat"], {"session": session, "now": time.time()})
             return cur.rowcount == 1
 
-    def close_session(self, session: int) -> None:
-        self._close_sessions("close_session", {"session": session})
-
-    def _close_sessions(self, name: str, params: Mapping[str, Any]) -> None:
-        """Delete sessions by the named statement and roll back what they held."""
-        with self._write() as conn:
-            conn.execute(self._q[name], params)
-            self._roll_back_orphans(conn)
-
     def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
         # Not durable: undone by a power cut, it is simply done again after it.
-        with self._write(durable=False) as conn:
+        with self._transaction(durable=False) as conn:
             sessions = [SessionInfo(*r) for r in conn.execute(self._q["list_sessions"])]
             dead = [s.id for s in sessions if is_dead(s)]
             for session in dead:
@@ -274,118 +289,12 @@ class SQLiteBackend:
             self._expire(conn)
             return dead
 
-    def _roll_back_orphans(self, conn: sqlite3.Connection) -> None:
-        # Whatever a session no longer registered holds is rolled back here, so a
-        # session recovered while it still worked cannot leave claims behind.
-        lanes = [tuple(r) for r in conn.execute(self._q["dead_sessions_lanes"])]
-        for name in (
-            "dead_sessions_pending",
-            "dead_sessions_own_claims",
-            "dead_sessions_dead_letter",
-            "dead_sessions_release",
-        ):
-            conn.execute(self._q[name])
-        self._promote(conn, lanes)
-
     def _expire(self, conn: sqlite3.Connection) -> None:
         """Expire overdue messages; a lane whose head expired gets the next as head."""
         now = {"now": time.time()}
         lanes = [tuple(r) for r in conn.execute(self._q["expiring_lanes"], now)]
         conn.execute(self._q["expire"], now)
         self._promote(conn, lanes)
-
-    # --- catalog ---------------------------------------------------------------------
-    def create_queue(self, spec: QueueSpec) -> None:
-        try:
-            with self._write() as conn:
-                conn.execute(self._q["insert_queue"], spec_params(spec) | {"now": time.time()})
-        except StorageError as exc:
-            if isinstance(exc.__cause__, sqlite3.IntegrityError):
-                raise QueueExists(f"queue {spec.name!r} exists already") from exc.__cause__
-            raise
-
-    def alter_queue(self, spec: QueueSpec) -> None:
-        with self._write() as conn:
-            if conn.execute(self._q["update_queue"], spec_params(spec)).rowcount == 0:
-                if conn.execute(self._q["get_queue"], {"name": spec.name}).fetchone():
-                    raise isolation_in_use(spec.name)
-                raise QueueNotFound(f"queue {spec.name!r} does not exist")
-
-    def drop_queue(self, name: str) -> None:
-        with self._write() as conn:
-            users = [r[0] for r in conn.execute(self._q["queues_referencing"], {"name": name})]
-            if users:
-                raise queue_in_use(name, error_queue_of=users)
-            busy = conn.execute(self._q["queue_in_flight"], {"name": name}).fetchone()[0]
-            if busy:
-                raise queue_in_use(name, busy=busy)
-            for (session,) in conn.execute(self._q["streams_of_queue"], {"name": name}).fetchall():
-                conn.execute(self._q["stream_delete"], {"session": session})
-                conn.execute(self._q["close_session"], {"session": session})
-            conn.execute(self._q["delete_queue_messages"], {"name": name})
-            conn.execute(self._q["delete_queue_properties"], {"name": name})
-            if conn.execute(self._q["delete_queue"], {"name": name}).rowcount == 0:
-                raise QueueNotFound(f"queue {name!r} does not exist")
-
-    def get_queue(self, name: str) -> QueueSpec | None:
-        with self._read() as conn:
-            row = conn.execute(self._q["get_queue"], {"name": name}).fetchone()
-        return spec_from_row(row) if row else None
-
-    def list_queues(self) -> list[QueueSpec]:
-        with self._read() as conn:
-            return [spec_from_row(r) for r in conn.execute(self._q["list_queues"])]
-
-    def create_type(self, name: str, kind: str, definition: str) -> None:
-        params = {"name": name, "kind": kind, "definition": definition, "now": time.time()}
-        try:
-            with self._write() as conn:
-                conn.execute(self._q["insert_type"], params)
-        except StorageError as exc:
-            if isinstance(exc.__cause__, sqlite3.IntegrityError):
-                raise ConfigurationError(f"message type {name!r} exists already") from None
-            raise
-
-    def message_types(self) -> dict[str, tuple[str, str]]:
-        with self._read() as conn:
-            return {n: (k, d) for n, k, d in conn.execute(self._q["list_types"])}
-
-    def create_property(
-        self,
-        name: str,
-        expression: str,
-        type: str,
-        fills: Mapping[str, tuple[str, str, Any]],
-        *,
-        indexed: bool = True,
-    ) -> None:
-        params = {"name": name, "expression": expression, "type": type, "now": time.time()}
-        try:
-            with self._write() as conn:
-                conn.execute(self._q["insert_property"], params)
-                for queue, (slot, value, value_params) in fills.items():
-                    if indexed:
-                        conn.execute(self._q["slot_index"].replace("{slot}", slot))
-                    link = {"queue": queue, "name": name, "slot": slot}
-                    if conn.execute(self._q["insert_queue_property"], link).rowcount != 1:
-                        raise _queue_not_found([queue])
-                    # Messages already queued get the value too: one statement per queue.
-                    conn.execute(
-                        f"UPDATE messages AS m SET {slot} = {value} "
-                        "WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)",
-                        value_params | {"queue": queue},
-                    )
-        except StorageError as exc:
-            if isinstance(exc.__cause__, sqlite3.IntegrityError):
-                raise ConfigurationError(
-                    f"property {name!r} exists already, or a queue has no free {type} slot"
-                ) from None
-            raise
-
-    def queue_properties(self, queue: str) -> list[PropertyDef]:
-        with self._read() as conn:
-            rows = conn.execute(self._q["queue_properties"], {"queue": queue}).fetchall()
-        return [PropertyDef(*r) for r in rows]
 
     def expression_compiler(self) -> SQLiteCompiler:
         """A compiler of expressions for this database's SQL."""
@@ -409,7 +318,7 @@ class SQLiteBackend:
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
-        with self._write(durable=durable) as conn:
+        with self._transaction(durable=durable) as conn:
             self._insert(conn, session, tx, envelopes, state=1 if ready else 0)
 
     def _insert(
@@ -447,7 +356,7 @@ class SQLiteBackend:
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
-    ) -> list[Row]:
+    ) -> list[MessageRow]:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
         # would give back anyway; and the next durable commit's fsync covers it.
@@ -456,11 +365,11 @@ class SQLiteBackend:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
             query, extra = self._selected("claim_with_own_one" if own else "claim_one", select)
             rows, _ = self._single(query, params | extra if extra else params, durable=False)
-            return rows
+            return list(map(MessageRow._make, rows))
         name = "select_claimable_with_own" if own else "select_claimable"
         rows = []
         owned = set(lanes)
-        with self._write(durable=False) as conn:
+        with self._transaction(durable=False) as conn:
             # Of a lane only the head is claimable, or the next message for the lane's
             # holder: each round takes what is claimable now, and lanes it took from
             # offer their next message to the following round.
@@ -482,30 +391,32 @@ class SQLiteBackend:
                 params["ids"] = _ids([row[0] for row in taken])
                 conn.execute(self._q["mark_claimed"], params)
                 rows += taken
-                more = {r[19] for r in taken if r[19] is not None and not _own(r, session, tx)}
+                more = {
+                    r[_LANE] for r in taken if r[_LANE] is not None and not _own(r, session, tx)
+                }
                 if not more:
                     break  # no lane took part: this round took all there was
                 owned |= more
         # Rows come back as they were selected; the state column says what they are now.
-        return [(r[0], 2, *r[2:]) for r in rows]
+        return [MessageRow(r[0], MessageState.CLAIMED, *r[2:]) for r in rows]
 
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
     ) -> None:
         params = {"session": session, "tx": tx, "ids": _ids(refs)}
-        with self._write(durable=False) as conn:
+        with self._transaction(durable=False) as conn:
             conn.execute(self._q["dead_letter"], params)
             conn.execute(self._q["release"], params)
             self._promote(conn, lanes)
 
-    def _promote(self, conn: sqlite3.Connection, lanes: Sequence[Lane] | set[Lane]) -> None:
+    def _promote(self, conn: SqlConnection, lanes: Sequence[Lane] | set[Lane]) -> None:
         """Give each of ``lanes`` its head, if it has none (see the promote query)."""
         if lanes:
             conn.execute(self._q["promote"], {"lanes": json.dumps(sorted(lanes))})
 
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
         fronts: dict[str, tuple[int, int]] = {}
-        with self._read() as conn:
+        with self._reading() as conn:
             for lane in lanes:
                 row = conn.execute(self._q["lane_front"], {"queue": queue, "lane": lane}).fetchone()
                 if row is not None:
@@ -521,7 +432,7 @@ class SQLiteBackend:
     def _commit_alone(self, plan: CommitPlan) -> None:
         key: dict[str, object] = {"session": plan.session, "tx": plan.tx}
         if plan.effects:
-            with self._write(durable=plan.durable) as conn:
+            with self._transaction(durable=plan.durable) as conn:
                 self._apply(conn, plan)
             return
         if plan.held and not (plan.rejects or plan.pending or plan.enqueues or plan.lanes):
@@ -539,7 +450,7 @@ class SQLiteBackend:
             if inserted != 1:
                 raise _queue_not_found([envelope.queue])
             return
-        with self._write(durable=plan.durable) as conn:
+        with self._transaction(durable=plan.durable) as conn:
             self._apply(conn, plan)
 
     def commit_many(self, plans: Sequence[CommitPlan]) -> list[BaseException | None]:
@@ -556,7 +467,7 @@ class SQLiteBackend:
                 return [exc]
             return [None]
         results: list[BaseException | None] = []
-        with self._write() as conn:
+        with self._transaction() as conn:
             for plan in plans:
                 conn.execute("SAVEPOINT plan")
                 try:
@@ -599,7 +510,7 @@ class SQLiteBackend:
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": _ids(held)}
-        with self._write(durable=False) as conn:
+        with self._transaction(durable=False) as conn:
             conn.execute(self._q["delete_pending"], key)
             if held:
                 for name in ("delete_own_claimed", "dead_letter", "release"):
@@ -615,39 +526,36 @@ class SQLiteBackend:
         tx: int,
         *,
         select: Selection | None = None,
-    ) -> list[Row]:
+    ) -> list[MessageRow]:
         query, extra = self._selected("browse", select)
         params = browse_params(queue, state, limit, session, tx) | extra
-        with self._read() as conn:
-            return conn.execute(query, params).fetchall()
+        with self._reading() as conn:
+            return list(map(MessageRow._make, conn.execute(query, params).fetchall()))
 
     def purge(self, queue: str, state: str, before: float) -> int:
         code = {"expired": 3, "failed": 4}[state]
-        with self._write() as conn:
+        with self._transaction() as conn:
             self._expire(conn)
             params = {"queue": queue, "state": code, "before": before}
             return conn.execute(self._q["purge"], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
-        counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
-        with self._write(durable=False) as conn:  # expiring is redone if a power cut undoes it
+        with self._transaction(
+            durable=False
+        ) as conn:  # expiring is redone if a power cut undoes it
             self._expire(conn)
-            for state, delayed, n in conn.execute(
-                self._q["stats"], {"queue": queue, "now": time.time()}
-            ):
-                name = "delayed" if state in (1, 5) and delayed else _STATE_NAMES[state]
-                counts[name] += n
-        return counts
+            params = {"queue": queue, "now": time.time()}
+            return state_counts(conn.execute(self._q["stats"], params).fetchall())
 
     def next_due(self, queue: str) -> float | None:
-        with self._read() as conn:
+        with self._reading() as conn:
             row = conn.execute(self._q["next_due"], {"queue": queue, "now": time.time()}).fetchone()
         return None if row is None else row[0]
 
     # --- Spark streams and sinks (sluice.spark) -----------------------------------------
     def open_stream(self, queue: str, name: str) -> StreamState:
         key = {"queue": queue, "name": name, "now": time.time()}
-        with self._write() as conn:
+        with self._transaction() as conn:
             found = conn.execute(self._q["stream_find"], key).fetchone()
             if found is not None:
                 return StreamState(*found)
@@ -656,13 +564,6 @@ class SQLiteBackend:
             if conn.execute(self._q["stream_insert"], key | {"session": session}).rowcount != 1:
                 raise QueueNotFound(f"queue {queue!r} does not exist")
             return StreamState(int(session or 0), 0, 0)
-
-    def set_stream_round(self, session: int, round: int) -> None:
-        # Durable: its fsync also makes the round's claims (written before it) durable.
-        self._single(self._q["stream_set_round"], {"session": session, "round": round})
-
-    def set_stream_acked(self, session: int, acked: int) -> None:
-        self._single(self._q["stream_set_acked"], {"session": session, "acked": acked})
 
     def stream_held(
         self,
@@ -674,22 +575,16 @@ class SQLiteBackend:
         part: int = 0,
         parts: int = 1,
         spooled: bool = True,
-    ) -> list[Row]:
+    ) -> list[HeldRow]:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
-        with self._read() as conn:
-            return conn.execute(
-                self._q["stream_held"], params | {"part": part, "parts": parts}
-            ).fetchall()
+        with self._reading() as conn:
+            rows = conn.execute(self._q["stream_held"], params | {"part": part, "parts": parts})
+            return list(map(HeldRow._make, rows.fetchall()))
 
     def stream_spooled(
         self, session: int, after: int, upto: int, *, part: int = 0, parts: int = 1
     ) -> list[pa.Table]:
         return []  # SQLite claims a round in place: an UPDATE is no dearer than a move here
-
-    def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
-        params = {"session": session, "queue": queue, "after": after, "upto": upto}
-        with self._read() as conn:
-            return int(conn.execute(self._q["stream_held_count"], params).fetchone()[0])
 
     def stream_claim(
         self, session: int, round: int, queue: str, limit: int, select: Selection | None
@@ -697,31 +592,26 @@ class SQLiteBackend:
         query, extra = self._selected("stream_claim", select)
         params = {"session": session, "tx": round, "queue": queue, "limit": limit}
         # Without fsync, as every claim: set_stream_round's commit makes it durable.
-        with self._write(durable=False) as conn:
+        with self._transaction(durable=False) as conn:
             return int(conn.execute(query, params | {"now": time.time()} | extra).rowcount)
 
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
-        with self._write() as conn:
+        with self._transaction() as conn:
             settled = conn.execute(self._q["stream_settle"], params).fetchall()
             self._promote(conn, {(queue, lane) for (lane,) in settled if lane is not None})
             conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
-    ) -> list[Row]:
+    ) -> list[MessageRow]:
         query, extra = self._selected("scan", select)
         params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
-        with self._read() as conn:
-            return conn.execute(query, params).fetchall()
-
-    def id_bounds(self, queue: str) -> tuple[int, int, int]:
-        with self._read() as conn:
-            low, high, count = conn.execute(self._q["id_bounds"], {"queue": queue}).fetchone()
-            return (low or 0), (high or 0), count
+        with self._reading() as conn:
+            return list(map(MessageRow._make, conn.execute(query, params).fetchall()))
 
     def drop_stream(self, queue: str, name: str) -> bool:
-        with self._write() as conn:
+        with self._transaction() as conn:
             found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchone()
             if found is None:
                 return False
@@ -730,21 +620,10 @@ class SQLiteBackend:
             self._roll_back_orphans(conn)
             return True
 
-    def sink_batch(self, sink: str) -> int | None:
-        with self._read() as conn:
-            row = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
-            return None if row is None else int(row[0])
-
-    def forget_sink(self, sink: str) -> None:
-        self._single(self._q["sink_forget"], {"name": sink})
-
-    def close_staging(self, host: str, batch: int | None = None) -> None:
-        self._close_sessions("staging_close", {"host": host, "pid": batch})
-
     def publish_staged(
         self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
     ) -> bool:
-        with self._write() as conn:
+        with self._transaction() as conn:
             fresh = True
             if sink is not None:
                 last = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
@@ -761,29 +640,17 @@ class SQLiteBackend:
                 self._roll_back_orphans(conn)
             return fresh
 
-    # --- jobs (JobsBackend) -----------------------------------------------------------
-    def jobs_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
-        with self._read() as conn:
-            return conn.execute(self._q[name], params).fetchall()
-
-    def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
-        try:
-            with self._write(durable=durable) as conn:
-                run_steps(lambda name, params: conn.execute(self._q[name], params).rowcount, steps)
-        except Unchanged:
-            return False
-        return True
-
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Nothing to subscribe to: waiters poll ``change_token`` (PRAGMA data_version)."""
 
     def change_token(self) -> int:
-        with self._read() as conn:
+        with self._reading() as conn:
             value: int = conn.execute("PRAGMA data_version").fetchone()[0]
             return value
 
 
 _NO_KEYS = (None,) * 8
+_LANE = MESSAGE_COLUMNS.index("lane")
 
 
 def _typed(envelope: Envelope) -> bool:
@@ -816,11 +683,12 @@ def _queue_not_found(names: Sequence[str]) -> QueueNotFound:
     return QueueNotFound(f"queue {', '.join(map(repr, names))} does not exist")
 
 
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+_UNIQUE = (sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in (
-        sqlite3.SQLITE_BUSY,
-        sqlite3.SQLITE_LOCKED,
-    )
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY
 
 
 def _lease_lost(plan: CommitPlan) -> LeaseLost:
@@ -830,13 +698,16 @@ def _lease_lost(plan: CommitPlan) -> LeaseLost:
     )
 
 
-def _translate(exc: sqlite3.Error, path: str) -> StorageError:
-    text = str(exc)
-    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
+def translate(exc: sqlite3.Error, path: str, *, closed: bool) -> StorageError:
+    """The sluice error for a driver error, by SQLite's (extended) result code."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if closed:
         return StorageError("the database connection is closed; call sluice.connect again")
-    if "locked" in text or "busy" in text:
+    if code in _UNIQUE:
+        return Duplicate(f"{path}: {exc}")
+    if code is not None and code & 0xFF in _BUSY:
         return StorageError(
-            f"{path} stayed locked by another connection past busy_timeout ({text}); "
+            f"{path} stayed locked by another connection past busy_timeout ({exc}); "
             "retry, or raise busy_timeout"
         )
-    return StorageError(f"SQLite failed on {path}: {text}")
+    return StorageError(f"SQLite failed on {path}: {exc}")

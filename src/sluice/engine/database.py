@@ -78,13 +78,13 @@ class Engine:
         """
         if connection is None:
             return Transaction(self.context)
-        bind = getattr(self.backend, "bind", None)
-        if bind is None:
+        outbox = self.backend.outbox
+        if outbox is None:
             raise ConfigurationError(
                 "transaction(connection=...) needs the PostgreSQL backend, "
                 f"not {self.backend.dialect}"
             )
-        return Transaction(self.context, backend=bind(connection))
+        return Transaction(self.context, backend=outbox.bind(connection))
 
     def transaction(self, *, connection: object | None = None) -> Transaction:
         """A transaction for ``with``: commits on exit, aborts on an exception.
@@ -265,12 +265,7 @@ class Engine:
         self.backend.create_property(name, expression, kind, fills, indexed=indexed)
 
     def _compile_value(self, node: Any) -> tuple[str, dict[str, Any]]:
-        compiler = getattr(self.backend, "expression_compiler", None)
-        if compiler is None:
-            raise ConfigurationError(
-                f"the {self.backend.dialect} backend cannot compile properties"
-            )
-        sql = compiler()
+        sql = self.backend.expression_compiler()
         text = sql.compile(node)
         if node.type == "boolean":  # stored as a number: 1 or 0
             text = f"(CASE WHEN {text} THEN 1 WHEN NOT {text} THEN 0 END)"

@@ -21,10 +21,10 @@ from sluice.backends.base import (
     Effect,
     Envelope,
     Lane,
-    Row,
+    MessageRow,
     Selection,
     StagedPart,
-    TxBackend,
+    TxStore,
     lane_of,
 )
 from sluice.engine.enqueue import plain_bodies as _plain_bodies
@@ -115,11 +115,11 @@ class Transaction:
         context: EngineContext,
         *,
         implicit: bool = False,
-        backend: TxBackend | None = None,
+        backend: TxStore | None = None,
         owner: tuple[int, int] | None = None,
     ) -> None:
         self._context = context
-        self._backend: TxBackend = backend or context.backend
+        self._backend: TxStore = backend or context.backend
         # owner: another session's (session, number), for work staged on its behalf (stage()).
         self.session, self.number = owner or context.next_transaction()
         self.implicit = implicit  # the one-message transaction behind Queue.get/put
@@ -302,10 +302,10 @@ class Transaction:
             m = to_message(queue, row, self, models)
             messages.append(m)
             self._held[m.ref] = m
-            if row[3] == self.session and row[4] == self.number:  # its own enqueue
+            if row.p_session == self.session and row.p_tx == self.number:  # its own enqueue
                 self._pending -= 1  # (and it holds no lane: it never entered one)
-            elif row[19] is not None:
-                self._held_lanes[m.ref] = (queue, row[19])
+            elif row.lane is not None:
+                self._held_lanes[m.ref] = (queue, row.lane)
         return messages
 
     def _claim(
@@ -317,7 +317,7 @@ class Transaction:
         own: bool,
         select: Selection | None,
         lanes: list[str],
-    ) -> list[Row]:
+    ) -> list[MessageRow]:
         """Claim per the queue's isolation level (see docs/isolation.md, "limit").
 
         On an isolated queue a reader takes a writer's (or block's) messages one
@@ -335,7 +335,7 @@ class Transaction:
         if isolation == "none":
             return backend.claim(session, tx, queue, limit, own=own, select=select)
         rows = backend.claim(session, tx, queue, 1, own=own, select=select)
-        taken = sorted({r[19] for r in rows if r[19] is not None and r[3:5] != (session, tx)})
+        taken = sorted({r.lane for r in rows if r.lane is not None and r[3:5] != (session, tx)})
         if taken and limit > 1:
             rows += backend.claim(session, tx, queue, limit - 1, own=own, select=select,
                                   lanes=taken, fill=not blockwise)  # fmt: skip
@@ -595,7 +595,7 @@ def _plain_envelopes(
 
 
 def to_message(
-    queue: str, row: Row, holder: Transaction | None, models: Mapping[str, Any]
+    queue: str, row: MessageRow, holder: Transaction | None, models: Mapping[str, Any]
 ) -> Message:
     """A Message from a backend row (columns in MESSAGE_COLUMNS order).
 
@@ -633,8 +633,8 @@ def to_message(
     )
 
 
-# State 5 is a message waiting behind its lane's head: ready, to its reader.
-_STATES = (*MessageState, MessageState.READY)
+# A message waiting behind its lane's head is ready, to its reader.
+_STATES = tuple(MessageState.READY if s is MessageState.WAITING else s for s in MessageState)
 
 
 def browse(
@@ -644,7 +644,7 @@ def browse(
     limit: int,
     state: str,
     tx: Transaction | None,
-    backend: TxBackend | None = None,
+    backend: TxStore | None = None,
     where: str | None = None,
     order_by: Sequence[str] | None = None,
 ) -> list[Message]:

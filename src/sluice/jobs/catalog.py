@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from sluice.backends.base import Effect, JobsBackend
+from sluice.backends.base import Effect, JobsStatements
 from sluice.errors import ConfigurationError, UnknownTaskType
 from sluice.jobs.model import TaskType
 
@@ -63,11 +63,9 @@ def is_task(queue: str) -> str:
 _TTL = 1.0  # task types changed by another process are seen within this time
 
 
-def jobs_backend(db: Engine) -> JobsBackend:
-    """The database's backend as jobs use it; both SQL backends implement JobsBackend."""
-    if not hasattr(db.backend, "jobs_write"):
-        raise ConfigurationError(f"the {db.backend.dialect} backend does not support jobs")
-    return cast(JobsBackend, db.backend)
+def jobs_backend(db: Engine) -> JobsStatements:
+    """The statements jobs run: every backend has them (``JobsStatements``)."""
+    return db.backend
 
 
 class TaskTypes:

@@ -34,9 +34,9 @@ def register(spark: Any) -> None:
 
 def drop_stream(url: str, queue: str, name: str) -> bool:
     """Forget a streaming read's progress; the messages it held become ready again."""
-    return bool(connection(url).backend.drop_stream(queue, name))  # type: ignore[attr-defined]
+    return connection(url).backend.drop_stream(queue, name)
 
 
 def forget_sink(url: str, name: str) -> None:
     """Forget the last micro-batch a streaming sink published (its query starts over)."""
-    connection(url).backend.forget_sink(name)  # type: ignore[attr-defined]
+    connection(url).backend.forget_sink(name)

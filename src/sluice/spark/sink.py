@@ -39,13 +39,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from sluice.backends.base import StagedPart, sink_host, write_host
+from sluice.backends.records import StagedPart, sink_host, write_host
 from sluice.engine.database import Engine
 from sluice.engine.transaction import Transaction
 from sluice.errors import ConfigurationError, InvalidBody, LeaseLost, MessageError
 from sluice.message import decode_json, encode_json
 from sluice.spark.options import Options, connection
-from sluice.spark.source import _spark_backend
 
 __all__ = ["BatchWriter", "StreamWriter"]
 
@@ -186,7 +185,7 @@ class BatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # By label, not by the messages: those lack the tasks still running.
-        _spark_backend(connection(self.options.url)).close_staging(self.host)
+        connection(self.options.url).backend.close_staging(self.host)
 
     def _publish(
         self, messages: list[WriterCommitMessage | None], sink: str | None, batch: int
@@ -194,7 +193,7 @@ class BatchWriter(DataSourceArrowWriter):
         db = connection(self.options.url)
         # A batch published before (a replayed micro-batch) publishes nothing: this
         # run's copies are dropped with the sink's other orphans.
-        _spark_backend(db).publish_staged(_parts(messages), sink, batch)
+        db.backend.publish_staged(_parts(messages), sink, batch)
         _fault_point("after_publish")
 
 
@@ -225,7 +224,7 @@ class StreamWriter(BatchWriter, DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
         # The batch's sessions by label, reported or not (a task may still run). One
         # that opens after this waits for the batch's replay to be published.
-        _spark_backend(connection(self.options.url)).close_staging(self.host, batchId)
+        connection(self.options.url).backend.close_staging(self.host, batchId)
 
 
 def _fault_point(point: str) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -49,10 +49,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sluice.backends.base import SparkBackend
+from sluice.backends.base import Backend
 from sluice.engine.database import Engine
 from sluice.spark.options import Options, connection
 from sluice.spark.rows import message_ddl, table_batches, to_batches
+from sluice.spark.sink import BatchWriter, StreamWriter
 
 __all__ = ["SluiceDataSource"]
 
@@ -85,19 +86,10 @@ class SluiceDataSource(DataSource):
         return _StreamReader(Options.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from sluice.spark.sink import BatchWriter  # noqa: PLC0415  (sink imports this module)
-
         return BatchWriter(Options.parse(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from sluice.spark.sink import StreamWriter  # noqa: PLC0415
-
         return StreamWriter(Options.parse(self.options), schema, overwrite)
-
-
-def _spark_backend(db: Engine) -> SparkBackend:
-    # Both SQL backends implement SparkBackend; memory:// was refused by connection().
-    return cast(SparkBackend, db.backend)
 
 
 # --- batch read: browse -----------------------------------------------------------------
@@ -143,7 +135,7 @@ class _BatchReader(DataSourceReader):
         db = connection(self.options.url)
         where = self._where()
         db.selection(self.queue, where)  # the pushed filters parse, or fail here
-        low, high, count = _spark_backend(db).id_bounds(self.queue)
+        low, high, count = db.backend.id_bounds(self.queue)
         if count == 0:
             return [_Range(0, 0, where)]
         wanted = self.options.partitions or -(-count // self.options.rows_per_partition)
@@ -158,7 +150,7 @@ class _BatchReader(DataSourceReader):
         assert isinstance(partition, _Range)
         db = connection(self.options.url)
         select = db.selection(self.queue, partition.where)
-        backend = _spark_backend(db)
+        backend = db.backend
         after = partition.after
         while after < partition.upto:
             rows = backend.scan(
@@ -252,8 +244,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.cutoff: float | None = None
         connection(options.url).selection(self.queue, options.where)
 
-    def _backend(self) -> SparkBackend:
-        return _spark_backend(connection(self.options.url))
+    def _backend(self) -> Backend:
+        return connection(self.options.url).backend
 
     def initialOffset(self) -> dict[str, int]:
         # A new checkpoint starts after what the stream acknowledged: rounds it still
@@ -271,7 +263,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, start: dict[str, int] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, int]:
         db = connection(self.options.url)
-        backend = _spark_backend(db)
+        backend = db.backend
         stream = backend.open_stream(self.queue, self.name)
         if start is not None:
             # Spark plans batch N+1 only once batch N is committed: what ends at
@@ -314,7 +306,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     db.backend.claim(session, round_, self.queue, chunk, own=False, select=select)
                 )
             else:
-                got = _spark_backend(db).stream_claim(session, round_, self.queue, chunk, select)
+                got = db.backend.stream_claim(session, round_, self.queue, chunk, select)
             if got <= 0:
                 break
             taken += got
@@ -339,11 +331,11 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, int]) -> None:
         db = connection(self.options.url)
-        stream = _spark_backend(db).open_stream(self.queue, self.name)
+        stream = db.backend.open_stream(self.queue, self.name)
         acknowledge(db, self.queue, stream.session, stream.acked, end["round"])
 
 
 def acknowledge(db: Engine, queue: str, session: int, acked: int, upto: int) -> None:
     """Settle the stream's rounds (acked, upto]: Spark has committed them."""
     if upto > acked:
-        _spark_backend(db).stream_settle(session, queue, acked, upto)
+        db.backend.stream_settle(session, queue, acked, upto)

@@ -48,6 +48,10 @@ FROM queues ORDER BY name;
 -- name: queues_referencing
 SELECT name FROM queues WHERE error_queue = :name AND name <> :name ORDER BY name;
 
+-- name: lock_queue_row
+-- BEGIN IMMEDIATE holds the write lock already: this only finds the queue.
+SELECT id FROM queues WHERE name = :name;
+
 -- name: queue_in_flight
 SELECT count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :name) AND state IN (0, 2);

@@ -1,0 +1,274 @@
+"""The PostgreSQL backend's statements: which named statements a unit of work runs.
+
+Functions from a unit's inputs (a commit plan, envelopes, lanes) to a list of
+``(statement name, parameters)``, so the pooled backend and the outbox (a
+caller's connection) run exactly the same statements; plus the translation of
+driver errors, once, by SQLSTATE.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+
+from sluice.backends.postgres_schema import LOCK_CLASS
+from sluice.backends.records import (
+    SLOTS,
+    CommitPlan,
+    ConnectionLost,
+    Duplicate,
+    Envelope,
+    Lane,
+    MessageRow,
+    Row,
+    Selection,
+)
+from sluice.errors import Conflict, InvalidBody, LeaseLost, SluiceError, StorageError
+from sluice.message import encode_json
+
+__all__ = [
+    "EXPECT_FAILED",
+    "Expected",
+    "abort_statements",
+    "claim_rounds",
+    "commit_failure",
+    "commit_statements",
+    "enqueue_statement",
+    "first",
+    "fronts",
+    "lane_front_statements",
+    "lanes_params",
+    "lease_lost",
+    "message_rows",
+    "release_statements",
+    "translate",
+]
+
+EXPECT_FAILED = "SL001"
+"""The SQLSTATE of sluice's own ``expect()`` function (schema.sql) when a check fails."""
+UNIQUE_VIOLATION = "23505"
+
+
+def enqueue_statement(
+    session: int, tx: int, envelopes: Sequence[Envelope], ready: bool, durable: bool
+) -> tuple[str, Any]:
+    """The enqueue statement: envelopes travel as one JSON array, unpacked by the server.
+
+    (One text parameter, encoded in C, costs less than an array per field.)
+    """
+    rows = [
+        {
+            "queue": e.queue,
+            "num": e.num,
+            "priority": e.priority,
+            "body": None if isinstance(e.body, bytes) else _text(e.body),
+            "body_b64": base64.b64encode(e.body).decode() if isinstance(e.body, bytes) else None,
+            "content_type": e.content_type,
+            "properties": e.properties,
+            "correlation_id": e.correlation_id,
+            "reply_to": e.reply_to,
+            "enqueued_at": e.enqueued_at,
+            "available_at": e.available_at,
+            "expires_at": e.expires_at,
+            "type": e.type,
+            **({"grp": e.group, "lane": e.lane} if e.lane is not None else {}),
+            **slot_values(e),
+        }
+        for e in envelopes
+    ]
+    params = {
+        "session": session,
+        "tx": tx,
+        "ready": ready,
+        "queues": sorted({e.queue for e in envelopes}),
+        "rows": encode_json(rows),
+        "durable": durable,
+    }
+    return "enqueue", params
+
+
+def slot_values(e: Envelope) -> dict[str, Any]:
+    """Declared properties' values; left out when there are none (the common case)."""
+    return dict(zip(SLOTS, e.keys, strict=True)) if e.keys is not None else {}
+
+
+def fronts(lanes: Sequence[str], results: Sequence[list[Row]]) -> dict[str, tuple[int, int]]:
+    """lane_front's answers by lane (a lane with nothing waiting has none)."""
+    return {
+        lane: (rows[0][0], rows[0][1]) for lane, rows in zip(lanes, results, strict=True) if rows
+    }
+
+
+def lanes_params(lanes: Sequence[Lane] | Sequence[Row]) -> dict[str, Any]:
+    return {"lane_queues": [q for q, _ in lanes], "lane_keys": [lane for _, lane in lanes]}
+
+
+def release_statements(
+    session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane]
+) -> list[tuple[str, Any]]:
+    """Give back held messages (out of attempts: to the error queue); their lanes get heads."""
+    params = {"session": session, "tx": tx, "ids": list(refs)}
+    statements: list[tuple[str, Any]] = [("dead_letter", params), ("release", params)]
+    if lanes:
+        statements.append(("promote", lanes_params(lanes)))
+    return statements
+
+
+def lane_front_statements(queue: str, lanes: Sequence[str]) -> list[tuple[str, Any]]:
+    return [("lane_front", {"queue": queue, "lane": lane}) for lane in lanes]
+
+
+def abort_statements(
+    key: dict[str, Any], held: bool, lanes: Sequence[Lane]
+) -> list[tuple[str, Any]]:
+    """An abort's statements: pending rows go, held ones go back, their lanes get heads."""
+    statements: list[tuple[str, Any]] = [("delete_pending", key)]
+    if held:
+        statements += [("delete_own_claimed", key), ("dead_letter", key), ("release", key)]
+        if lanes:
+            statements.append(("promote", lanes_params(lanes)))
+    return statements
+
+
+def claim_rounds(
+    run: Callable[[str, dict[str, Any]], list[MessageRow]],
+    selected: Callable[[str, Selection | None], tuple[str, dict[str, Any]]],
+    *,
+    session: int,
+    tx: int,
+    queue: str,
+    limit: int,
+    own: bool,
+    select: Selection | None,
+    lanes: Sequence[str],
+    fill: bool,
+    suffix: str,
+) -> list[MessageRow]:
+    """Claim in rounds: of a lane only the head is claimable, or the next message for the
+    lane's holder, so lanes taken in one round offer their next message to the next.
+
+    Without lanes involved this is one statement, as always.
+    """
+    base = "claim_with_own" if own else "claim"
+    owned = set(lanes)
+    rows: list[MessageRow] = []
+    while len(rows) < limit:
+        name, extra = selected(f"{base}_lanes{suffix}" if owned else f"{base}{suffix}", select)
+        params = {"session": session, "tx": tx, "queue": queue, "limit": limit - len(rows),
+                  "now": time.time()} | extra  # fmt: skip
+        if owned:
+            # A lane's run is taken whole; with a selection only its next message,
+            # which is the one the selection may judge without skipping any.
+            params["lanes"] = sorted(owned)
+            params["run"] = 1 if select is not None else limit - len(rows)
+            params["fill"] = fill or not lanes  # lanes found in this call: fill as asked
+        taken = run(name, params)
+        if not taken:
+            break
+        rows += taken
+        more = {
+            r.lane for r in taken if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)
+        }
+        if not more:
+            break  # no lane took part: this round took all there was
+        owned |= more
+    return rows
+
+
+def commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[tuple[str, Any]]:
+    key = {"session": plan.session, "tx": plan.tx}
+    statements: list[tuple[str, Any]] = []
+    if plan.effects:
+        plain = commit_statements(replace(plan, effects=()), in_caller_tx=in_caller_tx)
+        # The effects' own expect() checks their row counts (jobs.sql).
+        return plain + [(e.name, e.params) for e in plan.effects]
+    if plan.lanes and plan.held and not (plan.rejects or plan.pending or plan.enqueues):
+        # The common commit of a lane's reader: one statement settles and promotes.
+        settle = key | {"ids": list(plan.held)} | lanes_params(plan.lanes)
+        return [("settle", settle)]
+    if plan.lanes and (plan.pending or plan.enqueues):
+        # Queue locks before lane locks, in every transaction that takes both (the
+        # enqueue takes its queues' locks, promote its lanes'): no deadlocks.
+        queues = sorted({e.queue for e in plan.enqueues})
+        statements.append(("commit_lock", key | {"lock_class": LOCK_CLASS, "queues": queues}))
+    if plan.held:
+        for ref, reason in plan.rejects.items():
+            statements.append(("reject", key | {"id": ref, "reason": reason}))
+        remaining = [ref for ref in plan.held if ref not in plan.rejects]
+        if remaining:
+            params = key | {"ids": remaining, "expected": len(remaining)}
+            statements.append(("delete_claimed", params))
+    if plan.pending:
+        # The lock covers the pending rows' queues and the new ones (enqueue
+        # takes it again: advisory locks nest within a transaction).
+        queues = sorted({e.queue for e in plan.enqueues})
+        lock = key | {"lock_class": LOCK_CLASS, "queues": queues}
+        statements += [("commit_lock", lock), ("publish_pending", key | {"pending": plan.pending})]
+    if plan.enqueues:
+        # Inside a larger unit the unit decides durability; alone, enqueue does.
+        durable = plan.durable or len(statements) > 0 or in_caller_tx or bool(plan.lanes)
+        statements.append(enqueue_statement(plan.session, plan.tx, plan.enqueues, True, durable))
+    if plan.lanes:
+        statements.append(("promote", lanes_params(plan.lanes)))
+    return statements
+
+
+def commit_failure(plan: CommitPlan, exc: Expected) -> SluiceError:
+    """What a commit whose ``expect()`` failed raises: a jobs effect's, or a lost lease."""
+    if exc.what.startswith("effect: "):
+        return Conflict(f"{exc.what.removeprefix('effect: ')}; nothing was changed")
+    return lease_lost(plan)
+
+
+def _text(body: str) -> str:
+    if "\x00" in body:
+        raise InvalidBody(
+            "PostgreSQL text cannot hold NUL characters; send the body as bytes instead"
+        )
+    return body
+
+
+def message_rows(rows: list[Row]) -> list[MessageRow]:
+    """Message rows, named: a binary body (the column after them) takes the body's place."""
+    return [
+        MessageRow._make(r[:20] if r[20] is None else (*r[:6], bytes(r[20]), *r[7:20]))
+        for r in rows
+    ]
+
+
+def first(rows: list[Row]) -> Any:
+    return rows[0][0] if rows else None
+
+
+class Expected(StorageError):
+    """An ``expect()`` check failed inside the database; ``what`` says which."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def lease_lost(plan: CommitPlan) -> LeaseLost:
+    return LeaseLost(
+        f"transaction {plan.session}/{plan.tx} was rolled back because its session's lease "
+        "expired (the process stalled or lost the database); nothing of it was committed"
+    )
+
+
+def translate(exc: psycopg.Error) -> StorageError:
+    """The sluice error for a driver error, by SQLSTATE (and psycopg's class for it)."""
+    if exc.sqlstate == EXPECT_FAILED and exc.diag.message_primary:
+        return Expected(exc.diag.message_primary)
+    if exc.sqlstate == UNIQUE_VIOLATION:
+        return Duplicate(f"PostgreSQL refused a duplicate ({exc.diag.constraint_name}): {exc}")
+    if isinstance(exc, psycopg.OperationalError):
+        return ConnectionLost(
+            f"the PostgreSQL connection failed ({exc}); the outcome of the last operation is "
+            "unknown unless it is retried: abort the transaction and start again"
+        )
+    return StorageError(f"PostgreSQL failed: {exc}")

@@ -1,0 +1,258 @@
+"""The PostgreSQL backend's Spark streams and sinks: rounds taken into a spool, staged
+writes published at once.
+
+A stream's round of a queue without lanes is moved out of the queue (a DELETE
+... RETURNING sent as CSV through COPY) into ``stream_spool`` as one Arrow
+blob: a Spark task reads it without a Python object per message. Rounds of
+queues with lanes are claimed in place by the engine's claim.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from sluice.backends.postgres_notify import Notifier
+from sluice.backends.postgres_statements import (
+    Expected,
+    commit_statements,
+    first,
+    lanes_params,
+    message_rows,
+)
+from sluice.backends.records import (
+    STREAM_LEASE,
+    CommitPlan,
+    HeldRow,
+    MessageRow,
+    Row,
+    Selection,
+    StagedPart,
+    StreamState,
+    browse_params,
+    sink_host,
+    sink_seen,
+    stream_host,
+)
+from sluice.errors import LeaseLost, QueueNotFound
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # sluice[spark]
+
+__all__ = ["PostgresStreams"]
+
+
+class PostgresStreams:
+    """The Streams and Sinks capabilities of ``PostgresBackend`` (mixed into it)."""
+
+    _q: dict[str, str]
+    _notifier: Notifier
+
+    @abstractmethod
+    def _transaction(
+        self, *, durable: bool = True
+    ) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
+    @abstractmethod
+    def _one(self, name: str, params: Any, *, durable: bool = True) -> list[Row]: ...
+
+    @abstractmethod
+    def _roll_back_orphans(self, conn: Any) -> None: ...
+
+    @abstractmethod
+    def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]: ...
+
+    def open_stream(self, queue: str, name: str) -> StreamState:
+        key = {"queue": queue, "name": name}
+        found = self._one("stream_find", key)
+        if found:
+            return StreamState(*found[0])
+        params = {"host": stream_host(queue, name), "pid": 0, "lease": STREAM_LEASE}
+        with self._transaction() as conn:
+            session = first(conn.execute(self._q["open_session"], params).fetchall())
+            made = conn.execute(self._q["stream_insert"], key | {"session": session}).fetchall()
+            if made:
+                return StreamState(int(session), 0, 0)
+            conn.execute(self._q["close_session"], {"session": session})
+        found = self._one("stream_find", key)
+        if not found:
+            raise QueueNotFound(f"queue {queue!r} does not exist")
+        return StreamState(*found[0])
+
+    # A stream holds two kinds of rows: rounds of queues with lanes are claimed by the
+    # engine (state 2, c_tx = the round), other rounds are moved into stream_spool.
+    def stream_held(
+        self,
+        session: int,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        part: int = 0,
+        parts: int = 1,
+        spooled: bool = True,
+    ) -> list[HeldRow]:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        rows = self._one("stream_held", params | {"part": part, "parts": parts})
+        held = [HeldRow(*m, r[21]) for m, r in zip(message_rows(rows), rows, strict=True)]
+        if spooled:
+            from sluice.backends.postgres_spool import spooled_rows  # noqa: PLC0415 (Arrow)
+
+            for table in self.stream_spooled(session, after, upto, part=part, parts=parts):
+                held.extend(map(HeldRow._make, spooled_rows(table)))
+            held.sort(key=lambda r: (r.round, r.id))
+        return held
+
+    def stream_spooled(
+        self, session: int, after: int, upto: int, *, part: int = 0, parts: int = 1
+    ) -> list[pa.Table]:
+        spooled = self._one("stream_spool_read", {"session": session, "after": after, "upto": upto})
+        if not spooled:
+            return []
+        from sluice.backends.postgres_spool import readable  # noqa: PLC0415 (sluice[spark])
+
+        return [readable(bytes(data), round_, part, parts) for round_, data in spooled]
+
+    def stream_claim(
+        self, session: int, round: int, queue: str, limit: int, select: Selection | None
+    ) -> int:
+        name, extra = self.selected("stream_take", select)
+        params = {"queue": queue, "limit": limit, "now": time.time()} | extra
+        from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+
+        # Relaxed, as every claim: set_stream_round's flush makes it durable.
+        with self._transaction(durable=False) as conn:
+            data = _copy_out(conn, self._q[name], params)
+            if not data:
+                return 0
+            taken = spool.parse_csv(data)
+            n: int = taken.num_rows
+            spooled = {"session": session, "round": round, "chunk": spool.first_id(taken), "n": n}
+            conn.execute(self._q["stream_spool_insert"], spooled | {"data": spool.pack(taken)})
+            # Of a lane only its head is ready: taking it gives the lane its next head.
+            lanes = sorted({k for k in taken["lane"].to_pylist() if k is not None})
+            if lanes:
+                conn.execute(self._q["promote"], lanes_params([(queue, k) for k in lanes]))
+        if lanes:
+            self._notifier.signal([queue])
+        return n
+
+    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        with self._transaction() as conn:
+            lanes = sorted(lane for (lane,) in conn.execute(self._q["stream_settle"], params))
+            if lanes:
+                conn.execute(self._q["promote"], lanes_params([(queue, k) for k in lanes]))
+            conn.execute(self._q["stream_spool_settle"], params)
+            conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
+        if lanes:
+            self._notifier.signal([queue])  # lanes got new heads
+
+    def scan(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> list[MessageRow]:
+        name, extra = self.selected("scan", select)
+        params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
+        return message_rows(self._one(name, params))
+
+    def drop_stream(self, queue: str, name: str) -> bool:
+        with self._transaction() as conn:
+            found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchall()
+            if not found:
+                return False
+            session = {"session": found[0][0]}
+            self._restore_spool(conn, session)
+            conn.execute(self._q["stream_delete"], session)
+            conn.execute(self._q["close_session"], session)
+            self._roll_back_orphans(conn)
+        self._notifier.signal()
+        return True
+
+    def _restore_spool(self, conn: psycopg.Connection[Any], session: dict[str, int]) -> None:
+        """Put what the stream moved into its spool back into the queue, as it was."""
+        blobs = conn.execute(self._q["stream_spool_all"], session).fetchall()
+        if blobs:
+            from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+
+            with conn.cursor().copy(self._q["stream_restore"]) as copy:
+                for round_, data in blobs:
+                    rows = spool.restore_rows(spool.unpack(bytes(data)), session["session"], round_)
+                    for row in rows:
+                        copy.write_row(row)
+            conn.execute(self._q["stream_spool_drop"], session)
+
+    def publish_staged(
+        self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
+    ) -> bool:
+        try:
+            with self._transaction() as conn:
+                fresh = True
+                if sink is not None:
+                    locked = conn.execute(self._q["sink_batch_lock"], {"name": sink})
+                    last = first(locked.fetchall())
+                    fresh = not sink_seen(sink, batch, None if last is None else int(last))
+                    if fresh:
+                        conn.execute(self._q["sink_record"], {"name": sink, "batch": batch})
+                for part in parts if fresh else ():
+                    plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)
+                    for name, params in commit_statements(plan):
+                        conn.execute(self._q[name], params)
+                    conn.execute(self._q["close_session"], {"session": part.session})
+                if sink is not None:
+                    orphans = {"host": sink_host(sink), "batch": batch}
+                    conn.execute(self._q["sink_orphans"], orphans)
+                    self._roll_back_orphans(conn)
+        except Expected as exc:
+            raise LeaseLost(
+                "staged messages are missing (their Spark task's session expired or was "
+                "rolled back); nothing was published"
+            ) from exc
+        self._notifier.signal()
+        return fresh
+
+
+def _copy_out(conn: psycopg.Connection[Any], query: str, params: Mapping[str, Any]) -> bytes:
+    """What ``COPY ... TO STDOUT`` sends, in one piece.
+
+    psycopg's copy waits on the socket once per row, about 10 microseconds a row: most
+    of a stream's claim. This reads every row libpq has buffered and waits only when
+    it has none. It never blocks inside libpq: that would hold the GIL while the
+    statement waits for a lock, and the holder of the lock may be a thread of this
+    very process (the maintainer), which then can never let go.
+    """
+    pgconn = conn.pgconn
+    pgconn.send_query(psycopg.ClientCursor(conn).mogrify(query, params).encode())
+    while pgconn.flush():
+        select.select([], [pgconn.socket], [])
+    parts = []
+    error = None
+    while (result := _next_result(pgconn)) is not None:
+        if result.status == psycopg.pq.ExecStatus.COPY_OUT:
+            while True:
+                size, data = pgconn.get_copy_data(1)  # 0: none buffered; -1 done; -2 failed
+                if size > 0:
+                    parts.append(data)
+                elif size == 0:
+                    select.select([pgconn.socket], [], [])
+                    pgconn.consume_input()
+                else:
+                    break
+        elif result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            error = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    if error is not None:
+        raise error
+    return b"".join(parts)
+
+
+def _next_result(pgconn: psycopg.pq.abc.PGconn) -> psycopg.pq.abc.PGresult | None:
+    """The next result, waiting on the socket (without the GIL) until it is complete."""
+    while pgconn.is_busy():
+        select.select([pgconn.socket], [], [])
+        pgconn.consume_input()
+    return pgconn.get_result()

@@ -1,0 +1,237 @@
+"""What the SQL backends share: the catalog, sessions' rollback, jobs statements, sinks.
+
+Both dialects run the same orchestration over named statements, each on a
+DB-API style connection (``execute`` returning a cursor); a dialect module
+supplies its units of work, its way of promoting lanes and whatever it keeps
+beside the messages (PostgreSQL's stream spool). What differs between SQLite
+and PostgreSQL lives in their own modules, never here.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from sluice.backends.records import (
+    Duplicate,
+    Effect,
+    Lane,
+    PropertyDef,
+    Row,
+    Unchanged,
+    isolation_in_use,
+    queue_in_use,
+    run_steps,
+)
+from sluice.catalog import QueueSpec, spec_from_row, spec_params
+from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
+from sluice.message import MessageState
+
+__all__ = ["SqlBackend", "SqlConnection", "SqlCursor", "state_counts"]
+
+_STATE_NAMES = MessageState.names()
+
+
+class SqlCursor(Protocol):
+    """The part of a DB-API cursor the shared code uses (sqlite3's and psycopg's)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def fetchone(self) -> Any: ...
+
+
+class SqlConnection(Protocol):
+    """The part of a DB-API connection the shared code uses (sqlite3's and psycopg's)."""
+
+    def execute(self, query: Any, params: Any = ..., /) -> Any: ...
+
+
+class SqlBackend(ABC):
+    """The orchestration both SQL backends share, over their named statements ``_q``."""
+
+    _q: dict[str, str]
+
+    # --- what a dialect provides ------------------------------------------------------
+    @abstractmethod
+    def _transaction(self, *, durable: bool = True) -> AbstractContextManager[SqlConnection]:
+        """One database transaction; driver errors leave it as translated StorageErrors."""
+
+    @abstractmethod
+    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run one read-only statement on its own; its rows."""
+
+    @abstractmethod
+    def _write(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
+        """Run one writing statement as its own transaction; the rows it changed."""
+
+    @abstractmethod
+    def _promote(self, conn: SqlConnection, lanes: Sequence[Lane]) -> None:
+        """Give each of ``lanes`` its head, if it has none (the promote statement)."""
+
+    @abstractmethod
+    def _fill_slot(self, slot: str, value: str) -> str:
+        """The statement that stores a declared property's ``value`` in ``slot`` for a queue."""
+
+    @abstractmethod
+    def _drop_stream_rows(self, conn: SqlConnection, session: int) -> None:
+        """Forget what a stream keeps beside the messages (PostgreSQL's spool)."""
+
+    @abstractmethod
+    def _sessions_closed(self) -> None:
+        """Sessions were rolled back: messages may have become available (wake-ups)."""
+
+    # --- sessions ---------------------------------------------------------------------
+    def close_session(self, session: int) -> None:
+        self._close_sessions("close_session", {"session": session})
+
+    def close_staging(self, host: str, batch: int | None = None) -> None:
+        self._close_sessions("staging_close", {"host": host, "pid": batch})
+
+    def _close_sessions(self, name: str, params: Mapping[str, Any]) -> None:
+        """Delete sessions by the named statement and roll back what they held."""
+        with self._transaction() as conn:
+            conn.execute(self._q[name], params)
+            self._roll_back_orphans(conn)
+        self._sessions_closed()
+
+    def _roll_back_orphans(self, conn: SqlConnection) -> None:
+        # Whatever a session no longer registered holds is rolled back here, so a
+        # session recovered while it still worked cannot leave claims behind.
+        lanes = [(q, lane) for q, lane in conn.execute(self._q["dead_sessions_lanes"]).fetchall()]
+        for name in (
+            "dead_sessions_pending",
+            "dead_sessions_own_claims",
+            "dead_sessions_dead_letter",
+            "dead_sessions_release",
+        ):
+            conn.execute(self._q[name])
+        if lanes:
+            self._promote(conn, lanes)
+
+    # --- catalog ----------------------------------------------------------------------
+    def create_queue(self, spec: QueueSpec) -> None:
+        try:
+            self._write("insert_queue", spec_params(spec) | {"now": time.time()})
+        except Duplicate:
+            raise QueueExists(f"queue {spec.name!r} exists already") from None
+
+    def alter_queue(self, spec: QueueSpec) -> None:
+        with self._transaction() as conn:
+            if conn.execute(self._q["update_queue"], spec_params(spec)).rowcount == 0:
+                if conn.execute(self._q["get_queue"], {"name": spec.name}).fetchall():
+                    raise isolation_in_use(spec.name)
+                raise QueueNotFound(f"queue {spec.name!r} does not exist")
+
+    def drop_queue(self, name: str) -> None:
+        params = {"name": name}
+        with self._transaction() as conn:
+            if not conn.execute(self._q["lock_queue_row"], params).fetchall():
+                raise QueueNotFound(f"queue {name!r} does not exist")
+            users = [r[0] for r in conn.execute(self._q["queues_referencing"], params).fetchall()]
+            if users:
+                raise queue_in_use(name, error_queue_of=users)
+            busy = conn.execute(self._q["queue_in_flight"], params).fetchone()[0]
+            if busy:
+                raise queue_in_use(name, busy=busy)
+            for (session,) in conn.execute(self._q["streams_of_queue"], params).fetchall():
+                self._drop_stream_rows(conn, session)
+                conn.execute(self._q["stream_delete"], {"session": session})
+                conn.execute(self._q["close_session"], {"session": session})
+            for statement in ("delete_queue_messages", "delete_queue_properties", "delete_queue"):
+                conn.execute(self._q[statement], params)
+
+    def get_queue(self, name: str) -> QueueSpec | None:
+        rows = self._read("get_queue", {"name": name})
+        return spec_from_row(rows[0]) if rows else None
+
+    def list_queues(self) -> list[QueueSpec]:
+        return [spec_from_row(r) for r in self._read("list_queues", {})]
+
+    def create_type(self, name: str, kind: str, definition: str) -> None:
+        params = {"name": name, "kind": kind, "definition": definition, "now": time.time()}
+        try:
+            self._write("insert_type", params)
+        except Duplicate:
+            raise ConfigurationError(f"message type {name!r} exists already") from None
+
+    def message_types(self) -> dict[str, tuple[str, str]]:
+        return {n: (k, d) for n, k, d in self._read("list_types", {})}
+
+    def create_property(
+        self,
+        name: str,
+        expression: str,
+        type: str,
+        fills: Mapping[str, tuple[str, str, Any]],
+        *,
+        indexed: bool = True,
+    ) -> None:
+        params = {"name": name, "expression": expression, "type": type, "now": time.time()}
+        try:
+            with self._transaction() as conn:
+                conn.execute(self._q["insert_property"], params)
+                for queue, (slot, value, value_params) in fills.items():
+                    if indexed:
+                        conn.execute(self._q[f"slot_index_{slot}"])
+                    link = {"queue": queue, "name": name, "slot": slot}
+                    if conn.execute(self._q["insert_queue_property"], link).rowcount != 1:
+                        raise QueueNotFound(f"queue {queue!r} does not exist")
+                    # Messages already queued get the value too: one statement per queue.
+                    conn.execute(self._fill_slot(slot, value), value_params | {"queue": queue})
+        except Duplicate:
+            raise ConfigurationError(
+                f"property {name!r} exists already, or a queue has no free {type} slot"
+            ) from None
+
+    def queue_properties(self, queue: str) -> list[PropertyDef]:
+        return [PropertyDef(*r) for r in self._read("queue_properties", {"queue": queue})]
+
+    # --- Spark streams and sinks: the parts both dialects keep alike ------------------
+    def set_stream_round(self, session: int, round: int) -> None:
+        # Durable: its flush also makes the round's claims (written before it) durable.
+        self._write("stream_set_round", {"session": session, "round": round})
+
+    def set_stream_acked(self, session: int, acked: int) -> None:
+        self._write("stream_set_acked", {"session": session, "acked": acked})
+
+    def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        return int(self._read("stream_held_count", params)[0][0])
+
+    def id_bounds(self, queue: str) -> tuple[int, int, int]:
+        low, high, count = self._read("id_bounds", {"queue": queue})[0]
+        return (low or 0), (high or 0), int(count)
+
+    def sink_batch(self, sink: str) -> int | None:
+        rows = self._read("sink_batch", {"name": sink})
+        return int(rows[0][0]) if rows else None
+
+    def forget_sink(self, sink: str) -> None:
+        self._write("sink_forget", {"name": sink})
+
+    # --- jobs (JobsStatements) --------------------------------------------------------
+    def jobs_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        return self._read(name, params)
+
+    def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
+        try:
+            with self._transaction(durable=durable) as conn:
+                run_steps(lambda name, params: conn.execute(self._q[name], params).rowcount, steps)
+        except Unchanged:
+            return False
+        return True
+
+
+def state_counts(rows: Sequence[Row]) -> dict[str, int]:
+    """``stats()`` from the stats statement's (state, delayed, count) rows."""
+    counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
+    for state, delayed, n in rows:
+        name = _STATE_NAMES[state]
+        counts["delayed" if name == "ready" and delayed else name] += n
+    return counts
