@@ -8,12 +8,12 @@ happens completely or not at all, and a driver error surfaces as a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from sluice.catalog import QueueSpec
+from sluice.clock import Clock
 from sluice.errors import ConfigurationError, QueueInUse
 from sluice.expr.nodes import Node
 
@@ -71,15 +71,17 @@ MESSAGE_COLUMNS = (
 Row = tuple[Any, ...]
 
 
-def browse_params(queue: str, state: str, limit: int, session: int, tx: int) -> dict[str, Any]:
-    """The parameters of every backend's browse query."""
+def browse_params(
+    queue: str, state: str, limit: int, session: int, tx: int, *, now: float
+) -> dict[str, Any]:
+    """The parameters of every backend's browse query (``now``: by the backend's clock)."""
     return {
         "queue": queue,
         "state": state,
         "limit": limit,
         "session": session,
         "tx": tx,
-        "now": time.time(),
+        "now": now,
     }
 
 
@@ -283,6 +285,9 @@ class Backend(Protocol):
     polled_for_changes: bool
     """True when other processes may change the data and the backend cannot push the news
     (``on_change``), so waiters must poll ``change_token``."""
+    clock: Clock
+    """The time messages are judged by (enqueued, available, expired); the Database sets it.
+    Session heartbeats and leases are not: they stay on real time."""
 
     def close(self) -> None:
         """Release the connection(s). Idempotent."""

@@ -58,6 +58,7 @@ from sluice.backends.base import (
 )
 from sluice.backends.selection import compile_selection
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
+from sluice.clock import Clock, OffsetClock
 from sluice.errors import (
     ConfigurationError,
     Conflict,
@@ -179,13 +180,26 @@ def _plain(template: str) -> str:
     return template.replace("{select}", "").replace("{order}", _DELIVERY_ORDER)
 
 
+def _server_offset(conn: psycopg.Connection[Any], query: str) -> float:
+    """The server's clock minus this host's; 0 when no larger than the reading's own error."""
+    before = time.time()
+    server = float(_first(conn.execute(query).fetchall()))
+    after = time.time()
+    offset = server - (before + after) / 2
+    # Half the round trip: what one reading cannot tell apart. On the server's own host
+    # the clocks are one, so the offset is 0 exactly.
+    return 0.0 if abs(offset) <= (after - before) / 2 else offset
+
+
 class PostgresBackend:
     """Queue storage in a PostgreSQL schema (see the module docstring)."""
 
     dialect = "postgresql"
     polled_for_changes = False  # other processes' news arrives by LISTEN (on_change)
 
-    def __init__(self, conninfo: str, settings: PostgresSettings | None = None) -> None:
+    def __init__(
+        self, conninfo: str, settings: PostgresSettings | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.settings = settings or PostgresSettings()
         self.conninfo = conninfo
         self.schema = self.settings.schema
@@ -205,8 +219,12 @@ class PostgresBackend:
         try:
             with psycopg.connect(conninfo, autocommit=True, **self._kwargs) as conn:
                 migrate(conn, self.schema, upgrade=self.settings.migrate)
+                # Message times by the server's clock, whichever host reads it: so hosts
+                # whose clocks disagree still agree on when a message is due.
+                self.server_time = OffsetClock(_server_offset(conn, self._q["server_time"]))
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+        self.clock: Clock = clock or self.server_time
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
             psycopg_pool.ConnectionPool(
                 conninfo,
@@ -319,7 +337,7 @@ class PostgresBackend:
         self, session: int, round: int, queue: str, limit: int, select: Selection | None
     ) -> int:
         name, extra = self._selected("stream_take", select)
-        params = {"queue": queue, "limit": limit, "now": time.time()} | extra
+        params = {"queue": queue, "limit": limit, "now": self.clock.now()} | extra
         from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
 
         # Relaxed, as every claim: set_stream_round's flush makes it durable.
@@ -354,7 +372,8 @@ class PostgresBackend:
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
     ) -> list[Row]:
         name, extra = self._selected("scan", select)
-        params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
+        params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
+        params |= {"after": after, "upto": upto}
         return _rows(self._one(name, params))
 
     def id_bounds(self, queue: str) -> tuple[int, int, int]:
@@ -528,7 +547,10 @@ class PostgresBackend:
 
     def heartbeat(self, session: int) -> bool:
         # Not durable: a heartbeat lost to a server crash matters to nobody.
-        return bool(self._one("heartbeat", {"session": session}, durable=False))
+        alive = bool(self._one("heartbeat", {"session": session}, durable=False))
+        with self._conn() as conn:  # follows this host's clock drifting from the server's
+            self.server_time.offset = _server_offset(conn, self._q["server_time"])
+        return alive
 
     def close_session(self, session: int) -> None:
         self._close_sessions("close_session", {"session": session})
@@ -560,6 +582,7 @@ class PostgresBackend:
                 locked = conn.execute(self._q["try_recovery_lock"], {"lock_class": LOCK_CLASS})
                 if not _first(locked.fetchall()):
                     return []  # another node is recovering right now
+                # Leases on real time (sluice.engine.lease), not self.clock.
                 rows = conn.execute(self._q["list_sessions"], {"now": time.time()}).fetchall()
                 # Alone in the schema (and nobody heard lately, for a newcomer may say
                 # hello before its session is registered): no one to notify.
@@ -569,7 +592,7 @@ class PostgresBackend:
                 for session in dead:
                     conn.execute(self._q["close_session"], {"session": session})
                 self._roll_back_orphans(conn)
-                conn.execute(self._q["expire"], {"now": time.time()})
+                conn.execute(self._q["expire"], {"now": self.clock.now()})
                 return dead
 
         dead: list[int] = self._retrying(work)
@@ -619,7 +642,7 @@ class PostgresBackend:
     # --- catalog ---------------------------------------------------------------------
     def create_queue(self, spec: QueueSpec) -> None:
         try:
-            self._one("insert_queue", spec_params(spec) | {"now": time.time()})
+            self._one("insert_queue", spec_params(spec) | {"now": self.clock.now()})
         except StorageError as exc:
             if isinstance(exc.__cause__, pg_errors.UniqueViolation):
                 raise QueueExists(f"queue {spec.name!r} exists already") from exc.__cause__
@@ -659,7 +682,7 @@ class PostgresBackend:
         return [spec_from_row(r) for r in self._one("list_queues", {})]
 
     def create_type(self, name: str, kind: str, definition: str) -> None:
-        params = {"name": name, "kind": kind, "definition": definition, "now": time.time()}
+        params = {"name": name, "kind": kind, "definition": definition, "now": self.clock.now()}
         try:
             self._one("insert_type", params)
         except StorageError as exc:
@@ -679,7 +702,7 @@ class PostgresBackend:
         *,
         indexed: bool = True,
     ) -> None:
-        params = {"name": name, "expression": expression, "type": type, "now": time.time()}
+        params = {"name": name, "expression": expression, "type": type, "now": self.clock.now()}
         try:
             with self._transaction() as conn:
                 conn.execute(self._q["insert_property"], params)
@@ -805,6 +828,7 @@ class PostgresBackend:
         return claim_rounds(
             lambda name, params: self._claim(session, tx, name, params),
             self._selected,
+            clock=self.clock,
             session=session,
             tx=tx,
             queue=queue,
@@ -881,19 +905,19 @@ class PostgresBackend:
         select: Selection | None = None,
     ) -> list[Row]:
         name, extra = self._selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx) | extra
+        params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
         return _rows(self._one(name, params))
 
     def purge(self, queue: str, state: str, before: float) -> int:
         code = {"expired": 3, "failed": 4}[state]
         with self._transaction() as conn:
-            conn.execute(self._q["expire"], {"now": time.time()})
+            conn.execute(self._q["expire"], {"now": self.clock.now()})
             params = {"queue": queue, "state": code, "before": before}
             return conn.execute(self._q["purge"], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
         counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
-        now = time.time()
+        now = self.clock.now()
         _, rows = self._unit(
             [("expire", {"now": now}), ("stats", {"queue": queue, "now": now})], durable=False
         )
@@ -907,7 +931,7 @@ class PostgresBackend:
         answer, self._due.answer = getattr(self._due, "answer", None), None
         if answer is not None and answer[0] == queue:
             return None if answer[1] is None else float(answer[1])
-        rows = self._one("next_due", {"queue": queue, "now": time.time()})
+        rows = self._one("next_due", {"queue": queue, "now": self.clock.now()})
         value = _first(rows)
         return None if value is None else float(value)
 
@@ -1002,6 +1026,7 @@ def claim_rounds(
     run: Callable[[str, dict[str, Any]], list[Row]],
     selected: Callable[[str, Selection | None], tuple[str, dict[str, Any]]],
     *,
+    clock: Clock,
     session: int,
     tx: int,
     queue: str,
@@ -1023,7 +1048,7 @@ def claim_rounds(
     while len(rows) < limit:
         name, extra = selected(f"{base}_lanes{suffix}" if owned else f"{base}{suffix}", select)
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit - len(rows),
-                  "now": time.time()} | extra  # fmt: skip
+                  "now": clock.now()} | extra  # fmt: skip
         if owned:
             # A lane's run is taken whole; with a selection only its next message,
             # which is the one the selection may judge without skipping any.

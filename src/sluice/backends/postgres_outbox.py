@@ -115,6 +115,7 @@ class ConnectionBackend:
         return claim_rounds(
             lambda name, params: self._backend._keep_due(queue, self._run([(name, params)])[0]),
             self._backend._selected,
+            clock=self._backend.clock,
             session=session,
             tx=tx,
             queue=queue,
@@ -161,7 +162,8 @@ class ConnectionBackend:
         select: Selection | None = None,
     ) -> list[Row]:
         name, extra = self._backend._selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx) | extra
+        now = self._backend.clock.now()
+        params = browse_params(queue, state, limit, session, tx, now=now) | extra
         return _rows(self._run([(name, params)])[0])
 
     def next_due(self, queue: str) -> float | None:

@@ -43,6 +43,7 @@ from sluice.backends.selection import compile_selection
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
+from sluice.clock import Clock, SystemClock
 from sluice.errors import (
     ConfigurationError,
     Conflict,
@@ -102,9 +103,12 @@ class SQLiteBackend:
     dialect = "sqlite"
     polled_for_changes = True
 
-    def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
+    def __init__(
+        self, path: str, settings: SQLiteSettings | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.path = path
         self.settings = settings or SQLiteSettings()
+        self.clock: Clock = clock or SystemClock()
         self._templates = _load_queries()
         self._q = {name: _plain(text) for name, text in self._templates.items()}
         self._selections: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
@@ -240,6 +244,8 @@ class SQLiteBackend:
 
     # --- sessions and recovery -------------------------------------------------------
     def open_session(self, host: str, pid: int, lease: float) -> int:
+        # Heartbeats are on the wall clock, not self.clock, as leases are judged
+        # (sluice.engine.lease): a clock a test moves must not kill live sessions.
         with self._write() as conn:
             cur = conn.execute(
                 self._q["open_session"],
@@ -289,7 +295,7 @@ class SQLiteBackend:
 
     def _expire(self, conn: sqlite3.Connection) -> None:
         """Expire overdue messages; a lane whose head expired gets the next as head."""
-        now = {"now": time.time()}
+        now = {"now": self.clock.now()}
         lanes = [tuple(r) for r in conn.execute(self._q["expiring_lanes"], now)]
         conn.execute(self._q["expire"], now)
         self._promote(conn, lanes)
@@ -298,7 +304,7 @@ class SQLiteBackend:
     def create_queue(self, spec: QueueSpec) -> None:
         try:
             with self._write() as conn:
-                conn.execute(self._q["insert_queue"], spec_params(spec) | {"now": time.time()})
+                conn.execute(self._q["insert_queue"], spec_params(spec) | {"now": self.clock.now()})
         except StorageError as exc:
             if isinstance(exc.__cause__, sqlite3.IntegrityError):
                 raise QueueExists(f"queue {spec.name!r} exists already") from exc.__cause__
@@ -337,7 +343,7 @@ class SQLiteBackend:
             return [spec_from_row(r) for r in conn.execute(self._q["list_queues"])]
 
     def create_type(self, name: str, kind: str, definition: str) -> None:
-        params = {"name": name, "kind": kind, "definition": definition, "now": time.time()}
+        params = {"name": name, "kind": kind, "definition": definition, "now": self.clock.now()}
         try:
             with self._write() as conn:
                 conn.execute(self._q["insert_type"], params)
@@ -359,7 +365,7 @@ class SQLiteBackend:
         *,
         indexed: bool = True,
     ) -> None:
-        params = {"name": name, "expression": expression, "type": type, "now": time.time()}
+        params = {"name": name, "expression": expression, "type": type, "now": self.clock.now()}
         try:
             with self._write() as conn:
                 conn.execute(self._q["insert_property"], params)
@@ -451,7 +457,8 @@ class SQLiteBackend:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
         # would give back anyway; and the next durable commit's fsync covers it.
-        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
+        now = self.clock.now()
+        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": now}
         if limit == 1 and not lanes:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
             query, extra = self._selected("claim_with_own_one" if own else "claim_one", select)
@@ -617,7 +624,7 @@ class SQLiteBackend:
         select: Selection | None = None,
     ) -> list[Row]:
         query, extra = self._selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx) | extra
+        params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
         with self._read() as conn:
             return conn.execute(query, params).fetchall()
 
@@ -633,7 +640,7 @@ class SQLiteBackend:
         with self._write(durable=False) as conn:  # expiring is redone if a power cut undoes it
             self._expire(conn)
             for state, delayed, n in conn.execute(
-                self._q["stats"], {"queue": queue, "now": time.time()}
+                self._q["stats"], {"queue": queue, "now": self.clock.now()}
             ):
                 name = "delayed" if state in (1, 5) and delayed else _STATE_NAMES[state]
                 counts[name] += n
@@ -641,17 +648,19 @@ class SQLiteBackend:
 
     def next_due(self, queue: str) -> float | None:
         with self._read() as conn:
-            row = conn.execute(self._q["next_due"], {"queue": queue, "now": time.time()}).fetchone()
+            now = self.clock.now()
+            row = conn.execute(self._q["next_due"], {"queue": queue, "now": now}).fetchone()
         return None if row is None else row[0]
 
     # --- Spark streams and sinks (sluice.spark) -----------------------------------------
     def open_stream(self, queue: str, name: str) -> StreamState:
-        key = {"queue": queue, "name": name, "now": time.time()}
+        key = {"queue": queue, "name": name, "now": self.clock.now()}
         with self._write() as conn:
             found = conn.execute(self._q["stream_find"], key).fetchone()
             if found is not None:
                 return StreamState(*found)
             params = {"host": stream_host(queue, name), "pid": 0, "lease": STREAM_LEASE}
+            params["now"] = time.time()  # a lease: real time, as open_session's
             session = conn.execute(self._q["open_session"], key | params).lastrowid
             if conn.execute(self._q["stream_insert"], key | {"session": session}).rowcount != 1:
                 raise QueueNotFound(f"queue {queue!r} does not exist")
@@ -698,7 +707,7 @@ class SQLiteBackend:
         params = {"session": session, "tx": round, "queue": queue, "limit": limit}
         # Without fsync, as every claim: set_stream_round's commit makes it durable.
         with self._write(durable=False) as conn:
-            return int(conn.execute(query, params | {"now": time.time()} | extra).rowcount)
+            return int(conn.execute(query, params | {"now": self.clock.now()} | extra).rowcount)
 
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
@@ -711,7 +720,8 @@ class SQLiteBackend:
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
     ) -> list[Row]:
         query, extra = self._selected("scan", select)
-        params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
+        params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
+        params |= {"after": after, "upto": upto}
         with self._read() as conn:
             return conn.execute(query, params).fetchall()
 
@@ -750,7 +760,7 @@ class SQLiteBackend:
                 last = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
                 fresh = not sink_seen(sink, batch, None if last is None else int(last[0]))
                 if fresh:
-                    record = {"name": sink, "batch": batch, "now": time.time()}
+                    record = {"name": sink, "batch": batch, "now": self.clock.now()}
                     conn.execute(self._q["sink_record"], record)
             for part in parts if fresh else ():
                 plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)

@@ -22,6 +22,7 @@ from sluice.catalog import (
     check_name,
     check_queue_name,
 )
+from sluice.clock import Clock
 from sluice.engine import lease as leases
 from sluice.engine.content import QueueContent, free_slot
 from sluice.engine.queue import Queue
@@ -70,10 +71,13 @@ class Database:
         lease: float = DEFAULT_LEASE,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_message_size: int = DEFAULT_MAX_SIZE,
+        clock: Clock | None = None,
     ) -> None:
         if lease <= 0 or poll_interval <= 0:
             raise ConfigurationError("lease and poll_interval must be positive numbers of seconds")
         self.backend = backend
+        if clock is not None:
+            backend.clock = clock
         self.lease = lease
         self.max_message_size = max_message_size
         self._wakeups = Wakeups(backend, poll_interval)
@@ -91,6 +95,18 @@ class Database:
         self.recover()
         self._keeper = leases.LeaseKeeper(self._tick, lease)
         self._keeper.start()
+
+    @property
+    def clock(self) -> Clock:
+        """The time messages and jobs are judged by (``sluice.clock``); settable, for tests.
+
+        By default the wall clock (on PostgreSQL the server's). Leases stay on real time.
+        """
+        return self.backend.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.backend.clock = clock
 
     @property
     def session(self) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, Unpack
 
@@ -100,7 +99,7 @@ class Queue:
         ):
             raise ConfigurationError(f"older_than must be seconds >= 0, not {older_than!r}")
         self._db._spec(self.name)
-        return self._db.backend.purge(self.name, state, time.time() - older_than)
+        return self._db.backend.purge(self.name, state, self._db.clock.now() - older_than)
 
     def stats(self) -> dict[str, int]:
         """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed."""
