@@ -9,6 +9,7 @@ m.ack()
 """
 
 from sluice.catalog import QueueSpec
+from sluice.clock import Clock, FastClock, ManualClock, SystemClock
 from sluice.connect import connect
 from sluice.database import Database
 from sluice.engine.queue import Queue
@@ -45,16 +46,19 @@ from sluice.message import Message, MessageState
 __version__ = "0.1.0"
 
 __all__ = [
+    "Clock",
     "ConfigurationError",
     "Conflict",
     "Database",
     "EnqueueOptions",
     "ExpressionError",
+    "FastClock",
     "IncompleteBlock",
     "InvalidBody",
     "JobError",
     "JobNotFound",
     "LeaseLost",
+    "ManualClock",
     "Message",
     "MessageError",
     "MessageState",
@@ -70,6 +74,7 @@ __all__ = [
     "SchemaTooNew",
     "SluiceError",
     "StorageError",
+    "SystemClock",
     "TaskTimeout",
     "Transaction",
     "TransactionClosed",

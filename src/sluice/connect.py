@@ -9,6 +9,7 @@ from sluice.backends.base import Backend
 from sluice.backends.memory import MemoryBackend
 from sluice.backends.sqlite import SQLiteBackend, SQLiteSettings, Synchronous
 from sluice.catalog import DEFAULT_MAX_SIZE
+from sluice.clock import Clock
 from sluice.database import Database
 from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL
 from sluice.errors import ConfigurationError
@@ -38,6 +39,7 @@ def connect(
     cache_mib: int | None = None,
     group_commit: bool | None = None,
     max_message_size: int = DEFAULT_MAX_SIZE,
+    clock: Clock | None = None,
 ) -> Database:
     """Open the queues at ``url``.
 
@@ -55,7 +57,9 @@ def connect(
     keyword arguments win. ``synchronous`` (FULL by default) is SQLite's
     durability level, ``lease`` the seconds after which a silent session is
     rolled back by others, ``cache_mib`` SQLite's page cache (64 MiB),
-    ``group_commit`` whether concurrent commits share an fsync (on).
+    ``group_commit`` whether concurrent commits share an fsync (on). ``clock``
+    (``sluice.clock``): the time messages and jobs are judged by, for tests and
+    demos (default: the wall clock; on PostgreSQL, the server's).
     """
     scheme, path, query = _split(url)
     options: dict[str, Any] = {k.lower(): v for k, v in query.items()}
@@ -70,7 +74,7 @@ def connect(
         if value is not None:
             options[key] = value
     if scheme in ("postgresql", "postgres"):
-        return _database(_postgres(url, options), options, max_message_size)
+        return _database(_postgres(url, options), options, max_message_size, clock)
     unknown = set(options) - _SQLITE_OPTIONS
     if unknown:
         raise ConfigurationError(f"unknown option(s) {', '.join(sorted(unknown))} in {url!r}")
@@ -93,7 +97,7 @@ def connect(
             f"unsupported URL scheme {scheme!r} in {url!r}; "
             "use sqlite:///path.db, memory:// or postgresql://host/dbname"
         )
-    return _database(backend, options, max_message_size)
+    return _database(backend, options, max_message_size, clock)
 
 
 def _postgres(url: str, options: dict[str, Any]) -> Backend:
@@ -126,7 +130,9 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
     return PostgresBackend(conninfo, settings)
 
 
-def _database(backend: Backend, options: dict[str, Any], max_message_size: int) -> Database:
+def _database(
+    backend: Backend, options: dict[str, Any], max_message_size: int, clock: Clock | None
+) -> Database:
     for key in ("lease", "poll_interval"):
         if key in options:
             options[key] = _number(key, options[key])
@@ -136,6 +142,7 @@ def _database(backend: Backend, options: dict[str, Any], max_message_size: int) 
             lease=options.get("lease", DEFAULT_LEASE),
             poll_interval=options.get("poll_interval", DEFAULT_POLL_INTERVAL),
             max_message_size=max_message_size,
+            clock=clock,
         )
     except BaseException:
         backend.close()

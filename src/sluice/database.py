@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from sluice.backends.base import Backend
 from sluice.catalog import DEFAULT_MAX_SIZE
+from sluice.clock import Clock
 from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, Engine
 from sluice.errors import UnknownTaskType
 from sluice.jobs import model
@@ -32,9 +33,14 @@ class Database(Engine):
         lease: float = DEFAULT_LEASE,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_message_size: int = DEFAULT_MAX_SIZE,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(
-            backend, lease=lease, poll_interval=poll_interval, max_message_size=max_message_size
+            backend,
+            lease=lease,
+            poll_interval=poll_interval,
+            max_message_size=max_message_size,
+            clock=clock,
         )
         self._jobs: Jobs | None = None
         self._jobs_lock = threading.Lock()

@@ -42,6 +42,7 @@ from sluice.backends.records import (
     lane_of,
 )
 from sluice.catalog import QueueSpec
+from sluice.clock import Clock
 from sluice.expr.sql import SqlCompiler
 
 if TYPE_CHECKING:
@@ -385,6 +386,9 @@ class Backend(
     """Queue storage: every capability above, plus its dialect and its optional outbox."""
 
     dialect: str
+    clock: Clock
+    """The time messages are judged by (enqueued, available, expired); the Database sets it.
+    Session heartbeats and leases are not: they stay on real time."""
     outbox: Outbox | None
     """Queue transactions on a caller's connection, or None where the backend has none."""
 

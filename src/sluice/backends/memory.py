@@ -8,6 +8,7 @@ that need not outlive the process. Nothing survives ``close()``.
 from __future__ import annotations
 
 from sluice.backends.sqlite import SQLiteBackend, SQLiteSettings
+from sluice.clock import Clock
 
 __all__ = ["MemoryBackend"]
 
@@ -17,9 +18,9 @@ class MemoryBackend(SQLiteBackend):
 
     polled_for_changes = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
         # No file, so no fsync: FULL would only cost cycles without adding safety.
-        super().__init__(":memory:", SQLiteSettings(synchronous="OFF"))
+        super().__init__(":memory:", SQLiteSettings(synchronous="OFF"), clock=clock)
 
     def change_token(self) -> int:
         # No other connection can reach this database.

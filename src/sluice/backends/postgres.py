@@ -42,6 +42,7 @@ from sluice.backends.records import (
 )
 from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import SqlBackend, SqlConnection, state_counts
+from sluice.clock import Clock, OffsetClock
 from sluice.errors import ConfigurationError, QueueNotFound, StorageError
 from sluice.expr.postgres import PostgresCompiler
 from sluice.expr.sql import Source
@@ -80,6 +81,7 @@ from sluice.backends.postgres_statements import (
     lanes_params,
     message_rows,
     release_statements,
+    server_offset,
     translate,
 )
 from sluice.backends.postgres_streams import PostgresStreams
@@ -97,7 +99,9 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
     dialect = "postgresql"
     polled_for_changes = False  # other processes' news arrives by LISTEN (on_change)
 
-    def __init__(self, conninfo: str, settings: PostgresSettings | None = None) -> None:
+    def __init__(
+        self, conninfo: str, settings: PostgresSettings | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.settings = settings or PostgresSettings()
         self.conninfo = conninfo
         self.schema = self.settings.schema
@@ -118,8 +122,12 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         try:
             with psycopg.connect(conninfo, autocommit=True, **self._kwargs) as conn:
                 migrate(conn, self.schema, upgrade=self.settings.migrate)
+                # Message times by the server's clock, whichever host reads it: so hosts
+                # whose clocks disagree still agree on when a message is due.
+                self.server_time = OffsetClock(server_offset(conn, self._q["server_time"]))
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
+        self.clock: Clock = clock or self.server_time
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
             psycopg_pool.ConnectionPool(
                 conninfo,
@@ -251,7 +259,10 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
 
     def heartbeat(self, session: int) -> bool:
         # Not durable: a heartbeat lost to a server crash matters to nobody.
-        return bool(self._one("heartbeat", {"session": session}, durable=False))
+        alive = bool(self._one("heartbeat", {"session": session}, durable=False))
+        with self._conn() as conn:  # follows this host's clock drifting from the server's
+            self.server_time.offset = server_offset(conn, self._q["server_time"])
+        return alive
 
     @contextmanager
     def _transaction(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
@@ -269,6 +280,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
                 locked = conn.execute(self._q["try_recovery_lock"], {"lock_class": LOCK_CLASS})
                 if not first(locked.fetchall()):
                     return []  # another node is recovering right now
+                # Leases on real time (sluice.engine.lease), not self.clock.
                 rows = conn.execute(self._q["list_sessions"], {"now": time.time()}).fetchall()
                 # Alone in the schema (and nobody heard lately, for a newcomer may say
                 # hello before its session is registered): no one to notify.
@@ -278,7 +290,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
                 for session in dead:
                     conn.execute(self._q["close_session"], {"session": session})
                 self._roll_back_orphans(conn)
-                conn.execute(self._q["expire"], {"now": time.time()})
+                conn.execute(self._q["expire"], {"now": self.clock.now()})
                 return dead
 
         dead: list[int] = self._retrying(work)
@@ -446,6 +458,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         return claim_rounds(
             lambda name, params: self._claim(session, tx, name, params),
             self.selected,
+            clock=self.clock,
             session=session,
             tx=tx,
             queue=queue,
@@ -522,18 +535,18 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         select: Selection | None = None,
     ) -> list[MessageRow]:
         name, extra = self.selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx) | extra
+        params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
         return message_rows(self._one(name, params))
 
     def purge(self, queue: str, state: str, before: float) -> int:
         code = {"expired": 3, "failed": 4}[state]
         with self._transaction() as conn:
-            conn.execute(self._q["expire"], {"now": time.time()})
+            conn.execute(self._q["expire"], {"now": self.clock.now()})
             params = {"queue": queue, "state": code, "before": before}
             return conn.execute(self._q["purge"], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
-        now = time.time()
+        now = self.clock.now()
         _, rows = self._unit(
             [("expire", {"now": now}), ("stats", {"queue": queue, "now": now})], durable=False
         )
@@ -544,7 +557,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         answer, self._due.answer = getattr(self._due, "answer", None), None
         if answer is not None and answer[0] == queue:
             return None if answer[1] is None else float(answer[1])
-        rows = self._one("next_due", {"queue": queue, "now": time.time()})
+        rows = self._one("next_due", {"queue": queue, "now": self.clock.now()})
         value = first(rows)
         return None if value is None else float(value)
 

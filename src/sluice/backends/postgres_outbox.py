@@ -45,6 +45,7 @@ from sluice.backends.records import (
     Selection,
     browse_params,
 )
+from sluice.clock import Clock
 from sluice.errors import ConfigurationError, QueueNotFound
 
 __all__ = ["ConnectionBackend", "OutboxHost", "PostgresOutbox"]
@@ -57,6 +58,7 @@ class OutboxHost(Protocol):
     def statements(self) -> Mapping[str, str]: ...
 
     channel: str
+    clock: Clock
 
     def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]: ...
 
@@ -150,6 +152,7 @@ class ConnectionBackend:
         return claim_rounds(
             lambda name, params: self._backend.keep_due(queue, self._run([(name, params)])[0]),
             self._backend.selected,
+            clock=self._backend.clock,
             session=session,
             tx=tx,
             queue=queue,
@@ -196,7 +199,8 @@ class ConnectionBackend:
         select: Selection | None = None,
     ) -> list[MessageRow]:
         name, extra = self._backend.selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx) | extra
+        now = self._backend.clock.now()
+        params = browse_params(queue, state, limit, session, tx, now=now) | extra
         return message_rows(self._run([(name, params)])[0])
 
     def next_due(self, queue: str) -> float | None:

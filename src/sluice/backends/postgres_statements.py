@@ -28,6 +28,7 @@ from sluice.backends.records import (
     Row,
     Selection,
 )
+from sluice.clock import Clock
 from sluice.errors import Conflict, InvalidBody, LeaseLost, SluiceError, StorageError
 from sluice.message import encode_json
 
@@ -46,6 +47,7 @@ __all__ = [
     "lease_lost",
     "message_rows",
     "release_statements",
+    "server_offset",
     "translate",
 ]
 
@@ -139,6 +141,7 @@ def claim_rounds(
     run: Callable[[str, dict[str, Any]], list[MessageRow]],
     selected: Callable[[str, Selection | None], tuple[str, dict[str, Any]]],
     *,
+    clock: Clock,
     session: int,
     tx: int,
     queue: str,
@@ -160,7 +163,7 @@ def claim_rounds(
     while len(rows) < limit:
         name, extra = selected(f"{base}_lanes{suffix}" if owned else f"{base}{suffix}", select)
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit - len(rows),
-                  "now": time.time()} | extra  # fmt: skip
+                  "now": clock.now()} | extra  # fmt: skip
         if owned:
             # A lane's run is taken whole; with a selection only its next message,
             # which is the one the selection may judge without skipping any.
@@ -272,3 +275,14 @@ def translate(exc: psycopg.Error) -> StorageError:
             "unknown unless it is retried: abort the transaction and start again"
         )
     return StorageError(f"PostgreSQL failed: {exc}")
+
+
+def server_offset(conn: psycopg.Connection[Any], query: str) -> float:
+    """The server's clock minus this host's; 0 when no larger than the reading's own error."""
+    before = time.time()
+    server = float(first(conn.execute(query).fetchall()))
+    after = time.time()
+    offset = server - (before + after) / 2
+    # Half the round trip: what one reading cannot tell apart. On the server's own host
+    # the clocks are one, so the offset is 0 exactly.
+    return 0.0 if abs(offset) <= (after - before) / 2 else offset

@@ -10,7 +10,6 @@ queues with lanes are claimed in place by the engine's claim.
 from __future__ import annotations
 
 import select
-import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -40,6 +39,7 @@ from sluice.backends.records import (
     sink_seen,
     stream_host,
 )
+from sluice.clock import Clock
 from sluice.errors import LeaseLost, QueueNotFound
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ class PostgresStreams:
 
     _q: dict[str, str]
     _notifier: Notifier
+    clock: Clock
 
     @abstractmethod
     def _transaction(
@@ -123,7 +124,7 @@ class PostgresStreams:
         self, session: int, round: int, queue: str, limit: int, select: Selection | None
     ) -> int:
         name, extra = self.selected("stream_take", select)
-        params = {"queue": queue, "limit": limit, "now": time.time()} | extra
+        params = {"queue": queue, "limit": limit, "now": self.clock.now()} | extra
         from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
 
         # Relaxed, as every claim: set_stream_round's flush makes it durable.
@@ -158,7 +159,8 @@ class PostgresStreams:
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
     ) -> list[MessageRow]:
         name, extra = self.selected("scan", select)
-        params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
+        params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
+        params |= {"after": after, "upto": upto}
         return message_rows(self._one(name, params))
 
     def drop_stream(self, queue: str, name: str) -> bool:

@@ -6,7 +6,6 @@ built per message), shared by the engine and every backend.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -124,15 +123,17 @@ class HeldRow(NamedTuple):
     round: int
 
 
-def browse_params(queue: str, state: str, limit: int, session: int, tx: int) -> dict[str, Any]:
-    """The parameters of every backend's browse query."""
+def browse_params(
+    queue: str, state: str, limit: int, session: int, tx: int, *, now: float
+) -> dict[str, Any]:
+    """The parameters of every backend's browse query (``now``: by the backend's clock)."""
     return {
         "queue": queue,
         "state": state,
         "limit": limit,
         "session": session,
         "tx": tx,
-        "now": time.time(),
+        "now": now,
     }
 
 

@@ -9,7 +9,6 @@ and PostgreSQL lives in their own modules, never here.
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -27,6 +26,7 @@ from sluice.backends.records import (
     run_steps,
 )
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
+from sluice.clock import Clock
 from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
 from sluice.message import MessageState
 
@@ -56,6 +56,7 @@ class SqlBackend(ABC):
     """The orchestration both SQL backends share, over their named statements ``_q``."""
 
     _q: dict[str, str]
+    clock: Clock
 
     # --- what a dialect provides ------------------------------------------------------
     @abstractmethod
@@ -117,7 +118,7 @@ class SqlBackend(ABC):
     # --- catalog ----------------------------------------------------------------------
     def create_queue(self, spec: QueueSpec) -> None:
         try:
-            self._write("insert_queue", spec_params(spec) | {"now": time.time()})
+            self._write("insert_queue", spec_params(spec) | {"now": self.clock.now()})
         except Duplicate:
             raise QueueExists(f"queue {spec.name!r} exists already") from None
 
@@ -154,7 +155,7 @@ class SqlBackend(ABC):
         return [spec_from_row(r) for r in self._read("list_queues", {})]
 
     def create_type(self, name: str, kind: str, definition: str) -> None:
-        params = {"name": name, "kind": kind, "definition": definition, "now": time.time()}
+        params = {"name": name, "kind": kind, "definition": definition, "now": self.clock.now()}
         try:
             self._write("insert_type", params)
         except Duplicate:
@@ -172,7 +173,7 @@ class SqlBackend(ABC):
         *,
         indexed: bool = True,
     ) -> None:
-        params = {"name": name, "expression": expression, "type": type, "now": time.time()}
+        params = {"name": name, "expression": expression, "type": type, "now": self.clock.now()}
         try:
             with self._transaction() as conn:
                 conn.execute(self._q["insert_property"], params)

@@ -44,6 +44,7 @@ from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import SqlBackend, SqlConnection, state_counts
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
+from sluice.clock import Clock, SystemClock
 from sluice.errors import (
     Conflict,
     LeaseLost,
@@ -104,9 +105,12 @@ class SQLiteBackend(SqlBackend, Backend):
     polled_for_changes = True
     outbox: Outbox | None = None  # no connection of the caller's to share: SQLite has one writer
 
-    def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
+    def __init__(
+        self, path: str, settings: SQLiteSettings | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.path = path
         self.settings = settings or SQLiteSettings()
+        self.clock: Clock = clock or SystemClock()
         self._templates = _load_queries()
         self._q = {name: _plain(text) for name, text in self._templates.items()}
         self._selections: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
@@ -264,6 +268,8 @@ class SQLiteBackend(SqlBackend, Backend):
 
     # --- sessions and recovery -------------------------------------------------------
     def open_session(self, host: str, pid: int, lease: float) -> int:
+        # Heartbeats are on the wall clock, not self.clock, as leases are judged
+        # (sluice.engine.lease): a clock a test moves must not kill live sessions.
         with self._transaction() as conn:
             cur = conn.execute(
                 self._q["open_session"],
@@ -291,7 +297,7 @@ class SQLiteBackend(SqlBackend, Backend):
 
     def _expire(self, conn: sqlite3.Connection) -> None:
         """Expire overdue messages; a lane whose head expired gets the next as head."""
-        now = {"now": time.time()}
+        now = {"now": self.clock.now()}
         lanes = [tuple(r) for r in conn.execute(self._q["expiring_lanes"], now)]
         conn.execute(self._q["expire"], now)
         self._promote(conn, lanes)
@@ -360,7 +366,13 @@ class SQLiteBackend(SqlBackend, Backend):
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
         # would give back anyway; and the next durable commit's fsync covers it.
-        params = {"session": session, "tx": tx, "queue": queue, "limit": limit, "now": time.time()}
+        params = {
+            "session": session,
+            "tx": tx,
+            "queue": queue,
+            "limit": limit,
+            "now": self.clock.now(),
+        }
         if limit == 1 and not lanes:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
             query, extra = self._selected("claim_with_own_one" if own else "claim_one", select)
@@ -528,7 +540,7 @@ class SQLiteBackend(SqlBackend, Backend):
         select: Selection | None = None,
     ) -> list[MessageRow]:
         query, extra = self._selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx) | extra
+        params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
         with self._reading() as conn:
             return list(map(MessageRow._make, conn.execute(query, params).fetchall()))
 
@@ -544,22 +556,25 @@ class SQLiteBackend(SqlBackend, Backend):
             durable=False
         ) as conn:  # expiring is redone if a power cut undoes it
             self._expire(conn)
-            params = {"queue": queue, "now": time.time()}
+            params = {"queue": queue, "now": self.clock.now()}
             return state_counts(conn.execute(self._q["stats"], params).fetchall())
 
     def next_due(self, queue: str) -> float | None:
         with self._reading() as conn:
-            row = conn.execute(self._q["next_due"], {"queue": queue, "now": time.time()}).fetchone()
+            row = conn.execute(
+                self._q["next_due"], {"queue": queue, "now": self.clock.now()}
+            ).fetchone()
         return None if row is None else row[0]
 
     # --- Spark streams and sinks (sluice.spark) -----------------------------------------
     def open_stream(self, queue: str, name: str) -> StreamState:
-        key = {"queue": queue, "name": name, "now": time.time()}
+        key = {"queue": queue, "name": name, "now": self.clock.now()}
         with self._transaction() as conn:
             found = conn.execute(self._q["stream_find"], key).fetchone()
             if found is not None:
                 return StreamState(*found)
             params = {"host": stream_host(queue, name), "pid": 0, "lease": STREAM_LEASE}
+            params["now"] = time.time()  # a lease: real time, as open_session's
             session = conn.execute(self._q["open_session"], key | params).lastrowid
             if conn.execute(self._q["stream_insert"], key | {"session": session}).rowcount != 1:
                 raise QueueNotFound(f"queue {queue!r} does not exist")
@@ -593,7 +608,7 @@ class SQLiteBackend(SqlBackend, Backend):
         params = {"session": session, "tx": round, "queue": queue, "limit": limit}
         # Without fsync, as every claim: set_stream_round's commit makes it durable.
         with self._transaction(durable=False) as conn:
-            return int(conn.execute(query, params | {"now": time.time()} | extra).rowcount)
+            return int(conn.execute(query, params | {"now": self.clock.now()} | extra).rowcount)
 
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
@@ -606,7 +621,8 @@ class SQLiteBackend(SqlBackend, Backend):
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
     ) -> list[MessageRow]:
         query, extra = self._selected("scan", select)
-        params = browse_params(queue, state, limit, 0, 0) | extra | {"after": after, "upto": upto}
+        params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
+        params |= {"after": after, "upto": upto}
         with self._reading() as conn:
             return list(map(MessageRow._make, conn.execute(query, params).fetchall()))
 
@@ -629,7 +645,7 @@ class SQLiteBackend(SqlBackend, Backend):
                 last = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
                 fresh = not sink_seen(sink, batch, None if last is None else int(last[0]))
                 if fresh:
-                    record = {"name": sink, "batch": batch, "now": time.time()}
+                    record = {"name": sink, "batch": batch, "now": self.clock.now()}
                     conn.execute(self._q["sink_record"], record)
             for part in parts if fresh else ():
                 plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)

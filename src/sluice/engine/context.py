@@ -18,6 +18,7 @@ import weakref
 
 from sluice.backends.base import Backend
 from sluice.catalog import QueueSpec, check_queue_name
+from sluice.clock import Clock
 from sluice.engine import lease as leases
 from sluice.engine.content import QueueContent
 from sluice.engine.types import TypeRegistry
@@ -76,6 +77,15 @@ class EngineContext:
         self.recover()
         self._keeper = leases.LeaseKeeper(self._tick, lease)
         self._keeper.start()
+
+    @property
+    def clock(self) -> Clock:
+        """The time messages are judged by: the backend's, one clock for the engine and jobs."""
+        return self.backend.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.backend.clock = clock
 
     @property
     def session(self) -> int:

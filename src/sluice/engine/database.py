@@ -21,6 +21,7 @@ from sluice.catalog import (
     check_name,
     check_queue_name,
 )
+from sluice.clock import Clock
 from sluice.engine.content import free_slot
 from sluice.engine.context import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, EngineContext
 from sluice.engine.queue import Queue
@@ -43,7 +44,10 @@ class Engine:
         lease: float = DEFAULT_LEASE,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_message_size: int = DEFAULT_MAX_SIZE,
+        clock: Clock | None = None,
     ) -> None:
+        if clock is not None:
+            backend.clock = clock
         self.context = EngineContext(
             backend, lease=lease, poll_interval=poll_interval, max_message_size=max_message_size
         )
@@ -62,6 +66,18 @@ class Engine:
     def max_message_size(self) -> int:
         """The default largest body, in bytes, of queues created without ``max_size``."""
         return self.context.max_message_size
+
+    @property
+    def clock(self) -> Clock:
+        """The time messages and jobs are judged by (``sluice.clock``); settable, for tests.
+
+        By default the wall clock (on PostgreSQL the server's). Leases stay on real time.
+        """
+        return self.context.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.context.clock = clock
 
     @property
     def session(self) -> int:

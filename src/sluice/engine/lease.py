@@ -3,6 +3,11 @@
 A session is dead when its heartbeat is older than its lease, or, on this very
 host, when its process no longer exists (so a kill -9 is recovered at once,
 without waiting for the lease to run out).
+
+Leases are judged by real time (the wall clock on SQLite, the server's clock on
+PostgreSQL), never by the Database's clock (``db.clock``): a test that moves a
+ManualClock a week ahead must not make every other live session look dead and
+have its work rolled back, and a demo's FastClock must not outrun heartbeats.
 """
 
 from __future__ import annotations

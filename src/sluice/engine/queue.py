@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, Unpack
 
@@ -106,7 +105,7 @@ class Queue:
         ):
             raise ConfigurationError(f"older_than must be seconds >= 0, not {older_than!r}")
         self._context.spec(self.name)
-        return self._context.backend.purge(self.name, state, time.time() - older_than)
+        return self._context.backend.purge(self.name, state, self._context.clock.now() - older_than)
 
     def stats(self) -> dict[str, int]:
         """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed."""

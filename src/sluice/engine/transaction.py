@@ -195,7 +195,7 @@ class Transaction:
         content = self._context.content(queue)
         spec = content.spec
         lane = lane_of(spec.isolation, _group(group), self.session, self.number)
-        now = time.time()
+        now = self._context.clock.now()
         options = (
             _priority(priority),
             _properties(properties),
@@ -291,7 +291,8 @@ class Transaction:
                 break
             due = backend.next_due(queue)
             if due is not None:
-                remaining = min(remaining, max(due - time.time(), 0.0))
+                clock = self._context.clock  # due by its time; a ManualClock's is polled for
+                remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
             wakeups.wait(token, remaining, queue, limit)
         if rows:
             self._touched = True

@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Effect
+from sluice.clock import Clock
 from sluice.engine.transaction import Transaction
 from sluice.errors import Conflict, JobNotFound
 from sluice.jobs.catalog import TaskTypes, jobs_backend
-from sluice.jobs.clock import Clock, SystemClock
 from sluice.jobs.cron import Cron
 from sluice.jobs.model import (
     DEFAULT_BACKOFF,
@@ -45,13 +45,24 @@ CompletionCallback = Callable[[JobStatus], None]
 class Jobs:
     """Jobs and tasks of one Database (``db.jobs``); thread-safe."""
 
-    def __init__(self, db: Engine, clock: Clock | None = None) -> None:
+    def __init__(self, db: Engine) -> None:
         self._db = db
-        self.clock: Clock = clock or SystemClock()
-        """The time deadlines, profiles and schedules are judged by (settable, for tests)."""
         self.types = TaskTypes(db)
         self._callbacks: list[CompletionCallback] = []
         self._lock = threading.Lock()
+
+    @property
+    def clock(self) -> Clock:
+        """The time deadlines, profiles and schedules are judged by: the Database's clock.
+
+        The same object as ``db.clock``, which also times messages (``start_at`` is a
+        message delay); setting either sets both, for tests and demos.
+        """
+        return self._db.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._db.clock = clock
 
     # --- task types and profiles ------------------------------------------------------
     def define(

@@ -14,9 +14,9 @@ from sluice.jobs.model import FAR, TaskType
 from sluice.message import Body
 
 if TYPE_CHECKING:
+    from sluice.clock import Clock
     from sluice.engine.transaction import Transaction
     from sluice.jobs.catalog import TaskTypes
-    from sluice.jobs.clock import Clock
 
 __all__ = ["JobHeader", "TaskSpec", "enqueue_tasks", "submit_job", "task_specs", "when"]
 

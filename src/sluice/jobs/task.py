@@ -13,8 +13,8 @@ from sluice.jobs.submit import JobHeader, TaskSpec, enqueue_tasks
 from sluice.message import Body, Message
 
 if TYPE_CHECKING:
+    from sluice.clock import Clock
     from sluice.jobs.catalog import TaskTypes
-    from sluice.jobs.clock import Clock
     from sluice.jobs.model import TaskType
 
 __all__ = ["Task", "TaskFunction", "TaskOptions"]

@@ -394,7 +394,7 @@ class Worker:
         last = attempts >= task_type.max_attempts
         delay = 0.0 if shutdown or last else task_type.retry_delay(attempts)
         params = {
-            "until": time.time() + self._jobs.clock.real_seconds(delay),
+            "until": self._jobs.clock.now() + delay,
             "note": note,
             "ref": message.ref,
             "session": tx.session,

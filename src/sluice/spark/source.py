@@ -18,7 +18,6 @@ acknowledged: the messages are deleted as by any commit.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -257,7 +256,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         # "Available now": what was enqueued before this moment, not what comes later.
-        self.cutoff = time.time()
+        self.cutoff = connection(self.options.url).clock.now()  # enqueued_at's clock
 
     def latestOffset(
         self, start: dict[str, int] | None = None, limit: ReadLimit | None = None

@@ -5,7 +5,8 @@
 -- {select} and {order}: a selective or ordering dequeue's condition and keys (compiled
 -- expressions over the claim's row `s` or the browse's `m`); by default nothing and
 -- delivery order.
--- Times: sessions use the database's clock (db_now), messages the producer's.
+-- Times: sessions use the database's clock (db_now); messages the Database's clock
+-- (%(now)s), by default the database's clock read through server_time's offset.
 
 -- name: open_session
 INSERT INTO {schema}.sessions (host, pid, started_at, heartbeat_at, lease)
@@ -17,6 +18,10 @@ UPDATE {schema}.sessions SET heartbeat_at = {db_now} WHERE id = %(session)s RETU
 
 -- name: close_session
 DELETE FROM {schema}.sessions WHERE id = %(session)s;
+
+-- name: server_time
+-- The server's clock, for the offset of this host's from it.
+SELECT {db_now};
 
 -- name: list_sessions
 -- Heartbeats rebased onto the caller's clock, so leases are judged by one clock.
