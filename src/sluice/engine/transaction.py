@@ -292,7 +292,7 @@ class Transaction:
             due = backend.next_due(queue)
             if due is not None:
                 remaining = min(remaining, max(due - time.time(), 0.0))
-            wakeups.wait(token, remaining, queue, limit)
+            wakeups.wait(token, remaining, (queue,), limit)
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
