@@ -41,6 +41,7 @@ from sluice.backends.base import (
 from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.selection import compile_selection
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
+from sluice.backends.sqlite_notify import Watcher, watch
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.errors import (
@@ -100,7 +101,7 @@ class SQLiteBackend:
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"
-    polled_for_changes = True
+    polled_for_changes = True  # until on_change starts a Watcher (Linux)
 
     def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
         self.path = path
@@ -118,6 +119,7 @@ class SQLiteBackend:
         self._lock = threading.RLock()
         self._conn = self._open()
         self._closed = False
+        self._watcher: Watcher | None = None
 
     # --- opening ---------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -152,6 +154,8 @@ class SQLiteBackend:
         return conn
 
     def close(self) -> None:
+        if self._watcher is not None:  # first, and unlocked: it may be waiting for the lock
+            self._watcher.close()
         with self._lock:
             if not self._closed:
                 self._closed = True
@@ -775,7 +779,15 @@ class SQLiteBackend:
         return True
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
-        """Nothing to subscribe to: waiters poll ``change_token`` (PRAGMA data_version)."""
+        """Call ``callback(None)`` when another connection commits, where the OS tells.
+
+        Linux: a Watcher on the file's directory (sqlite_notify). Elsewhere
+        waiters keep polling ``change_token`` (PRAGMA data_version).
+        """
+        if self._watcher is None:
+            self._watcher = watch(self.path, self._connect, self.change_token, callback)
+            if self._watcher is not None:
+                self.polled_for_changes = False
 
     def change_token(self) -> int:
         with self._read() as conn:
