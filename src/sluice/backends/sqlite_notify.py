@@ -8,14 +8,14 @@ outlives all that. The producer's commit is untouched; the watching costs the
 other processes a thread each, blocked in ``select``.
 
 An event comes with the commit's first write, before the commit is visible
-(at ``synchronous=FULL`` an fsync still follows), so the ``Watcher`` then
-checks ``PRAGMA data_version`` on its own connection, again and again at
-shrinking intervals (0.5 ms at first, a quarter of the time since the last
-event later, for at most a second) until the commit shows. A change then
-goes to the backend's ``change_token``, which counts only other connections'
-commits: this Database's own commits, which it has woken its waiters for
-already, wake nobody here. Every ``FALLBACK`` seconds the token is also checked
-with no event at all, in case one was lost (an overflowing event queue).
+(at ``synchronous=FULL`` an fsync still follows), so after each write to the
+WAL the ``Watcher`` checks ``PRAGMA data_version`` on its own connection, at
+growing intervals (0.5 ms at first, a quarter of the time since the write
+later) for a second. A change there goes to the backend's ``change_token``,
+which counts only other connections' commits: this Database's own commits,
+which it has woken its waiters for already, wake nobody here. Every
+``FALLBACK`` seconds without events the token is checked too, in case an
+event was lost (an overflowing event queue).
 
 Linux only (inotify through libc). Elsewhere, or when the kernel refuses
 another inotify instance (``fs.inotify.max_user_instances``), ``watch``
@@ -50,7 +50,8 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
 
 _FIRST_CHECK = 0.0005
 _LAST_CHECK = 0.025
-_CHECK_FOR = 1.0  # after the last event, a commit that has not shown is given up on
+_CHECK_FOR = 1.0  # seconds of checks after the last write to the WAL
+_REST = 0.0005  # seconds between two checks, however many writes come
 
 
 def _inotify(directory: str) -> int | None:
@@ -150,7 +151,7 @@ class Watcher:
         """Watch until told to stop."""
         seen = self._version()
         last = self._token()
-        since: float | None = None  # when the last event came whose commit has not shown
+        since: float | None = None  # when the WAL was last written to, for _CHECK_FOR
         while True:
             if since is None:
                 pause = FALLBACK
@@ -170,10 +171,15 @@ class Watcher:
                 continue
             version = self._version()
             if version != seen:
-                seen, since = version, None
+                seen = version
                 last = self._tell(last)
-            elif since is not None and time.monotonic() - since > _CHECK_FOR:
-                since = None  # a write that committed nothing (a rollback after a spill)
+            # Checked on for a while even after a commit showed: another may be in
+            # flight (written before this check, visible after its fsync), and the
+            # commit that showed may have been this Database's own.
+            if since is not None and time.monotonic() - since > _CHECK_FOR:
+                since = None
+            if select.select([self._stop_r], [], [], _REST)[0]:
+                return  # a flood of writes costs one check per _REST at most
 
     def _news(self) -> bool:
         """Whether the pending events include a write to the WAL."""
