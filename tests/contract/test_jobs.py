@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -377,3 +378,36 @@ def test_rollback_to_a_savepoint_undoes_only_later_enqueues(db: sluice.Database)
         with pytest.raises(sluice.TransactionError, match="abort it instead"):
             tx.rollback_to(mark)
         tx.abort()
+
+
+def test_a_worker_of_two_task_types_wakes_for_a_task_of_the_second(
+    db: sluice.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = threading.Event()
+
+    @db.task("first")
+    def first(task: Task) -> None:
+        raise AssertionError("no task of the first type was submitted")
+
+    @db.task("second")
+    def second(task: Task) -> None:
+        ran.set()
+
+    # Seen through the engine's wake-ups: the worker has looked, found nothing, and waits.
+    waiting = threading.Event()
+    wakeups = db.context.wakeups
+    wait = wakeups.wait
+
+    def watched_wait(*args: Any, **kwargs: Any) -> None:
+        waiting.set()
+        wait(*args, **kwargs)
+
+    monkeypatch.setattr(wakeups, "wait", watched_wait)
+    worker = db.worker(poll=600)  # only a wake-up runs the task within the test's time
+    worker.start()
+    try:
+        assert waiting.wait(30)
+        db.jobs.submit("one of the second type", [("second", "x")])
+        assert ran.wait(10)
+    finally:
+        worker.join()

@@ -43,6 +43,7 @@ from sluice.backends.records import (
 from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import SqlBackend, SqlConnection, state_counts
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
+from sluice.backends.sqlite_notify import Watcher, watch
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
 from sluice.clock import Clock, SystemClock
 from sluice.errors import (
@@ -102,7 +103,7 @@ class SQLiteBackend(SqlBackend, Backend):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"
-    polled_for_changes = True
+    polled_for_changes = True  # until on_change starts a Watcher (Linux)
     outbox: Outbox | None = None  # no connection of the caller's to share: SQLite has one writer
 
     def __init__(
@@ -124,6 +125,7 @@ class SQLiteBackend(SqlBackend, Backend):
         self._lock = threading.RLock()
         self._conn = self._open()
         self._closed = False
+        self._watcher: Watcher | None = None
 
     # --- opening ---------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -158,6 +160,8 @@ class SQLiteBackend(SqlBackend, Backend):
         return conn
 
     def close(self) -> None:
+        if self._watcher is not None:  # first, and unlocked: it may be waiting for the lock
+            self._watcher.close()
         with self._lock:
             if not self._closed:
                 self._closed = True
@@ -657,7 +661,15 @@ class SQLiteBackend(SqlBackend, Backend):
             return fresh
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
-        """Nothing to subscribe to: waiters poll ``change_token`` (PRAGMA data_version)."""
+        """Call ``callback(None)`` when another connection commits, where the OS tells.
+
+        Linux: a Watcher on the file's directory (sqlite_notify). Elsewhere
+        waiters keep polling ``change_token`` (PRAGMA data_version).
+        """
+        if self._watcher is None:
+            self._watcher = watch(self.path, self._connect, self.change_token, callback)
+            if self._watcher is not None:
+                self.polled_for_changes = False
 
     def change_token(self) -> int:
         with self._reading() as conn:

@@ -293,7 +293,7 @@ class Transaction:
             if due is not None:
                 clock = self._context.clock  # due by its time; a ManualClock's is polled for
                 remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
-            wakeups.wait(token, remaining, queue, limit)
+            wakeups.wait(token, remaining, (queue,), limit)
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"

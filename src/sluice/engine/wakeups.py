@@ -1,23 +1,28 @@
 """Waking blocked consumers without busy polling, and without waking them all.
 
+A waiter waits on one or several queues, from a thread (``wait``) or from an
+asyncio task (``wait_async``: a future resolved through the loop, no thread).
 In-process, a commit that makes ``n`` messages available in a queue wakes just
 enough of that queue's waiters to take them (by the limits they asked for, in
-the order they started waiting), not every thread blocked anywhere: a herd of
-consumers woken for one batch would spend a round trip each to find nothing.
-News that is not so precise (another process committed, recovery ran, a
-transaction published pending rows) wakes everyone.
+the order they started waiting), not every waiter: a herd of consumers woken
+for one batch would spend a round trip each to find nothing. News that is not
+so precise (another process committed, recovery ran, a transaction published
+pending rows) wakes everyone.
 
-Across processes, the backend either pushes news (PostgreSQL's LISTEN, through
-``on_change``) or waiters check its change token (SQLite's ``PRAGMA
-data_version``) every ``poll_interval``: one cheap read, never a query over
-the queue.
+Across processes, the backend either pushes news through ``on_change``
+(PostgreSQL's LISTEN, SQLite's file watcher on Linux) or waiters check its
+change token (SQLite's ``PRAGMA data_version``) every ``poll_interval``: one
+cheap read, never a query over the queue.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 
 from sluice.backends.base import Backend
 
@@ -27,11 +32,51 @@ Token = tuple[int, int]
 
 
 class _Waiter:
-    __slots__ = ("event", "limit")
+    """One blocked caller, registered in each queue it waits on; woken at most once."""
+
+    __slots__ = ("limit", "woken")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.woken = False
+
+    def wake(self) -> None:
+        """Called with the Wakeups lock held."""
+        self.woken = True
+
+
+class _ThreadWaiter(_Waiter):
+    __slots__ = ("event",)
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
         self.event = threading.Event()
+
+    def wake(self) -> None:
+        super().wake()
+        self.event.set()
+
+
+class _TaskWaiter(_Waiter):
+    __slots__ = ("future", "loop")
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit)
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def wake(self) -> None:
+        super().wake()
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits this any more
+            self.loop.call_soon_threadsafe(self._resolve)
+
+    def _resolve(self) -> None:
+        if not self.future.done():  # a cancelled wait leaves a cancelled future
+            self.future.set_result(None)
+
+
+def _names(queues: str | Iterable[str]) -> tuple[str, ...]:
+    return (queues,) if isinstance(queues, str) else tuple(queues)
 
 
 class Wakeups:
@@ -62,24 +107,30 @@ class Wakeups:
                 for waiters in groups:
                     if waiters:
                         for w in waiters:
-                            w.event.set()
+                            w.wake()
                         waiters.clear()
                 return
             pending = self._waiters.get(queue)
             while pending and count > 0:
                 w = pending.popleft()
-                w.event.set()
-                count -= w.limit
+                if not w.woken:  # else woken already through another of its queues
+                    w.wake()
+                    count -= w.limit
 
-    def wait(self, token: Token, timeout: float, queue: str, limit: int = 1) -> None:
-        """Block until news for ``queue`` came after ``token`` was taken, or ``timeout`` passed."""
+    def wait(
+        self, token: Token, timeout: float, queues: str | Iterable[str], limit: int = 1
+    ) -> None:
+        """Block until news for any of ``queues`` came after ``token``, or ``timeout`` passed.
+
+        ``limit``: how many messages the caller will take, so that a commit of
+        a few messages wakes no more callers than can have them.
+        """
         deadline = time.monotonic() + timeout
         polled = self._backend.polled_for_changes
-        waiter = _Waiter(limit)
-        with self._lock:
-            if self._counter != token[0]:
-                return  # something happened since the caller looked: look again
-            self._waiters.setdefault(queue, deque()).append(waiter)
+        names = _names(queues)
+        waiter = _ThreadWaiter(limit)
+        if not self._register(token, waiter, names):
+            return
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -91,7 +142,52 @@ class Wakeups:
                 if polled and self._backend.change_token() != token[1]:
                     return
         finally:
-            with self._lock:
+            self._unregister(waiter, names)
+
+    async def wait_async(
+        self, token: Token, timeout: float, queues: str | Iterable[str], limit: int = 1
+    ) -> None:
+        """``wait`` for an asyncio task: awaits a future that ``notify`` resolves.
+
+        No thread per waiter; where the backend must be polled, the check runs
+        in the loop's default executor (shared, bounded), never on the loop.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        polled = self._backend.polled_for_changes
+        names = _names(queues)
+        waiter = _TaskWaiter(limit, loop)
+        if not self._register(token, waiter, names):
+            return
+        try:
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                pause = min(remaining, self._poll) if polled else remaining
+                done, _ = await asyncio.wait({waiter.future}, timeout=pause)
+                if done:
+                    return
+                if polled:
+                    remote = await loop.run_in_executor(None, self._backend.change_token)
+                    if remote != token[1]:
+                        return
+        finally:
+            self._unregister(waiter, names)
+
+    def _register(self, token: Token, waiter: _Waiter, queues: tuple[str, ...]) -> bool:
+        """Enter the waiter in its queues; False if news came since ``token`` (look again)."""
+        with self._lock:
+            if self._counter != token[0]:
+                return False
+            for queue in queues:
+                self._waiters.setdefault(queue, deque()).append(waiter)
+            return True
+
+    def _unregister(self, waiter: _Waiter, queues: tuple[str, ...]) -> None:
+        with self._lock:
+            for queue in queues:
                 waiters = self._waiters.get(queue)
-                if waiters is not None and not waiter.event.is_set():
+                # Woken through one queue, it may still stand in the others.
+                if waiters is not None and waiter in waiters:
                     waiters.remove(waiter)

@@ -124,6 +124,7 @@ class Worker:
     def stop(self) -> None:
         """Ask the threads to stop after their current task (see ``join``)."""
         self._stopping.set()
+        self._db.context.wakeups.notify()  # threads waiting for work notice at once
 
     def join(self) -> None:
         """Wait for the threads; tasks still running after ``grace`` seconds are interrupted.
@@ -134,7 +135,7 @@ class Worker:
         left behind after a few more seconds, and closing the Database gives its
         task back.
         """
-        self._stopping.set()
+        self.stop()
         give_up = time.monotonic() + self.grace
         for thread in self._threads:
             thread.join(max(0.0, give_up - time.monotonic()))
@@ -149,22 +150,19 @@ class Worker:
         self._threads.clear()
 
     def _loop(self) -> None:
+        wakeups = self._db.context.wakeups
         while not self._stopping.is_set():
+            # Taken before looking: a task committed while this thread looks ends its wait.
+            token = wakeups.token()
             try:
                 until = self.work_once()
             except SluiceError:
                 log.exception("sluice worker: a task could not be taken or settled")
                 until = self.poll
-            if until > 0:
-                self._wait(until)
-
-    def _wait(self, clock_seconds: float) -> None:
-        real = min(self._jobs.clock.real_seconds(clock_seconds), self.poll)
-        queue = self._types()[0].queue
-        wakeups = self._db.context.wakeups
-        token = wakeups.token()
-        if not self._stopping.is_set():
-            wakeups.wait(token, real, queue)
+            if until > 0 and not self._stopping.is_set():
+                real = min(self._jobs.clock.real_seconds(until), self.poll)
+                # Any of its task types' queues: a task of any type wakes the worker.
+                wakeups.wait(token, real, [t.queue for t in self._types()])
 
     def run_until_idle(self, max_tasks: int | None = None) -> int:
         """Run tasks in this thread until none can start now; how many ran (tests, demos)."""
