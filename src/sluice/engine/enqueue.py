@@ -4,18 +4,28 @@ is stored. Plain queues never come here (see ``Transaction.enqueue_many``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import SLOTS, Envelope
 from sluice.engine.content import QueueContent, priority_value
-from sluice.errors import TypeViolation
-from sluice.message import XML, Body, decode_json, encode_body, is_json, is_xml
+from sluice.errors import ConfigurationError, MessageError, TypeViolation
+from sluice.message import XML, Body, decode_json, encode_body, encode_json, is_json, is_xml
 
 if TYPE_CHECKING:
     from sluice.engine.types import TypeRegistry
 
-__all__ = ["plain_bodies", "typed_envelope"]
+__all__ = [
+    "check_group",
+    "check_priority",
+    "check_seconds",
+    "check_text",
+    "encode_properties",
+    "plain_bodies",
+    "plain_envelopes",
+    "typed_envelope",
+]
 
 
 def plain_bodies(bodies: Sequence[Body]) -> bool:
@@ -103,3 +113,85 @@ def typed_envelope(
             keys[index] = float(value) if kind == "boolean" and value is not None else value
         fields[12] = tuple(keys)
     return Envelope(*fields)
+
+
+def plain_envelopes(
+    queue: str,
+    first: int,
+    bodies: Iterable[Body],
+    *,
+    content_type: str | None,
+    max_size: int,
+    options: tuple[Any, ...],
+    group: str | None,
+    lane: str | None,
+) -> list[Envelope]:
+    """Envelopes of a queue without content rules: the fast path."""
+    prio, props, correlation, reply, enqueued, available, expires = options
+    return [
+        Envelope(
+            queue,
+            first + n,
+            prio,
+            *encode_body(body, content_type, max_size),
+            props,
+            correlation,
+            reply,
+            enqueued,
+            available,
+            expires,
+            None,
+            None,
+            group,
+            lane,
+        )
+        for n, body in enumerate(bodies)
+    ]
+
+
+def check_priority(priority: int | None) -> int:
+    if priority is None:
+        return 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise MessageError(f"priority must be an integer, not {priority!r}")
+    if not -(2**63) <= priority < 2**63:
+        raise MessageError(f"priority {priority} is out of the 64-bit range")
+    return priority
+
+
+def encode_properties(properties: dict[str, Any] | None) -> str | None:
+    if not properties:
+        return None
+    if not isinstance(properties, dict) or not all(isinstance(k, str) for k in properties):
+        raise MessageError("properties must be a dict with str keys")
+    try:
+        return encode_json(properties)
+    except (TypeError, ValueError) as exc:
+        raise MessageError(f"properties must hold JSON values only ({exc})") from exc
+
+
+_MAX_GROUP = 1000
+
+
+def check_group(group: str | None) -> str | None:
+    if group is None:
+        return None
+    if not isinstance(group, str) or not group or len(group) > _MAX_GROUP:
+        raise MessageError(
+            f"group must be a non-empty str of at most {_MAX_GROUP} characters, not {group!r}"
+        )
+    return group
+
+
+def check_text(name: str, value: str | None) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise MessageError(f"{name} must be a str or None, not {type(value).__name__}")
+    return value
+
+
+def check_seconds(name: str, value: float, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be a finite number of seconds, not {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigurationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, not {value}")
+    return float(value)

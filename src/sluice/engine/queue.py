@@ -6,7 +6,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, Unpack
 
 from sluice.catalog import QueueSpec
-from sluice.engine.transaction import BrowseState, EnqueueOptions, Transaction, browse
+from sluice.engine.reading import BrowseState, browse
+from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import ConfigurationError
 from sluice.message import Body, Message
 

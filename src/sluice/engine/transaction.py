@@ -9,12 +9,11 @@ to, because its own enqueues are visible to it.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, get_args
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sluice.backends.base import (
     CommitPlan,
@@ -27,8 +26,17 @@ from sluice.backends.base import (
     TxStore,
     lane_of,
 )
+from sluice.engine.enqueue import (
+    check_group,
+    check_priority,
+    check_seconds,
+    check_text,
+    encode_properties,
+    plain_envelopes,
+    typed_envelope,
+)
 from sluice.engine.enqueue import plain_bodies as _plain_bodies
-from sluice.engine.enqueue import typed_envelope
+from sluice.engine.reading import BrowseState, browse, to_message
 from sluice.errors import (
     ConfigurationError,
     IncompleteBlock,
@@ -40,23 +48,14 @@ from sluice.errors import (
     TransactionError,
 )
 from sluice.message import (
-    JSON,
     Body,
     Message,
-    MessageState,
-    decode_body,
-    decode_json,
-    encode_body,
-    encode_json,
 )
 
 if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
 
 __all__ = ["BrowseState", "EnqueueOptions", "Transaction", "TxState"]
-
-BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed"]
-_BROWSE_STATES: tuple[str, ...] = get_args(BrowseState)
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -194,16 +193,16 @@ class Transaction:
         self._check_active()
         content = self._context.content(queue)
         spec = content.spec
-        lane = lane_of(spec.isolation, _group(group), self.session, self.number)
+        lane = lane_of(spec.isolation, check_group(group), self.session, self.number)
         now = self._context.clock.now()
         options = (
-            _priority(priority),
-            _properties(properties),
-            _optional_text("correlation_id", correlation_id),
-            _optional_text("reply_to", reply_to),
+            check_priority(priority),
+            encode_properties(properties),
+            check_text("correlation_id", correlation_id),
+            check_text("reply_to", reply_to),
             now,
-            now if delay == 0 else now + _seconds("delay", delay, allow_zero=True),
-            None if ttl is None else now + _seconds("ttl", ttl, allow_zero=False),
+            now if delay == 0 else now + check_seconds("delay", delay, allow_zero=True),
+            None if ttl is None else now + check_seconds("ttl", ttl, allow_zero=False),
         )
         prio, props, correlation, reply, enqueued, available, expires = options
         first = self._count + 1
@@ -218,7 +217,7 @@ class Transaction:
                 for n, body in enumerate(bodies)
             ]  # fmt: skip
         else:
-            added = _plain_envelopes(
+            added = plain_envelopes(
                 queue, first, bodies, content_type=content_type, max_size=spec.max_size,
                 options=options, group=group, lane=lane,
             )  # fmt: skip
@@ -275,7 +274,7 @@ class Transaction:
         select = content.selection(where, order_by)
         if not isinstance(limit, int) or limit < 1:
             raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
-        wait = _seconds("wait", wait, allow_zero=True)
+        wait = check_seconds("wait", wait, allow_zero=True)
         if queue in self._buffered_queues:
             self._flush()
         own = queue in self._pending_queues
@@ -392,7 +391,8 @@ class Transaction:
         if queue in self._buffered_queues:
             self._flush()
         return browse(
-            self._context, queue, limit=limit, state=state, tx=self, backend=self._backend,
+            self._context, queue, limit=limit, state=state, tx=(self.session, self.number),
+            backend=self._backend,
             where=where, order_by=order_by,
         )  # fmt: skip
 
@@ -559,151 +559,3 @@ class Transaction:
                 f"message {message.id} is not held by transaction {self.id}; "
                 "only messages this transaction dequeued and still holds can be settled by it"
             )
-
-
-def _plain_envelopes(
-    queue: str,
-    first: int,
-    bodies: Iterable[Body],
-    *,
-    content_type: str | None,
-    max_size: int,
-    options: tuple[Any, ...],
-    group: str | None,
-    lane: str | None,
-) -> list[Envelope]:
-    """Envelopes of a queue without content rules: the fast path."""
-    prio, props, correlation, reply, enqueued, available, expires = options
-    return [
-        Envelope(
-            queue,
-            first + n,
-            prio,
-            *encode_body(body, content_type, max_size),
-            props,
-            correlation,
-            reply,
-            enqueued,
-            available,
-            expires,
-            None,
-            None,
-            group,
-            lane,
-        )
-        for n, body in enumerate(bodies)
-    ]
-
-
-def to_message(
-    queue: str, row: MessageRow, holder: Transaction | None, models: Mapping[str, Any]
-) -> Message:
-    """A Message from a backend row (columns in MESSAGE_COLUMNS order).
-
-    A typed body comes back as its bound Pydantic model where one is bound.
-    """
-    (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
-     correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
-     error, origin_queue, type_name, group, _) = row  # fmt: skip
-    value = decode_json(body) if content_type == JSON else decode_body(body, content_type)
-    if type_name is not None and models:
-        model = models.get(type_name)
-        if model is not None:
-            value = model.model_validate(value)
-    # Positional, in Message's field order: this runs for every message dequeued.
-    return Message(
-        f"{p_session}/{p_tx}/{p_num}",
-        queue,
-        value,
-        content_type,
-        priority,
-        decode_json(properties) if properties else {},
-        correlation_id,
-        reply_to,
-        enqueued_at,
-        available_at,
-        expires_at,
-        attempts,
-        _STATES[state],
-        error,
-        origin_queue,
-        type_name,
-        group,
-        ref,
-        holder,
-    )
-
-
-# A message waiting behind its lane's head is ready, to its reader.
-_STATES = tuple(MessageState.READY if s is MessageState.WAITING else s for s in MessageState)
-
-
-def browse(
-    context: EngineContext,
-    queue: str,
-    *,
-    limit: int,
-    state: str,
-    tx: Transaction | None,
-    backend: TxStore | None = None,
-    where: str | None = None,
-    order_by: Sequence[str] | None = None,
-) -> list[Message]:
-    """Messages of a queue in delivery order (or ``order_by``), as ``tx`` (or anyone) sees them."""
-    if state not in _BROWSE_STATES:
-        raise ConfigurationError(f"state must be one of {', '.join(_BROWSE_STATES)}, not {state!r}")
-    if not isinstance(limit, int) or limit < 1:
-        raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
-    session, number = (tx.session, tx.number) if tx else (0, 0)
-    select = context.content(queue).selection(where, order_by)
-    rows = (backend or context.backend).browse(queue, state, limit, session, number, select=select)
-    models = context.types.models
-    return [to_message(queue, row, None, models) for row in rows]
-
-
-def _priority(priority: int | None) -> int:
-    if priority is None:
-        return 0
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise MessageError(f"priority must be an integer, not {priority!r}")
-    if not -(2**63) <= priority < 2**63:
-        raise MessageError(f"priority {priority} is out of the 64-bit range")
-    return priority
-
-
-def _properties(properties: dict[str, Any] | None) -> str | None:
-    if not properties:
-        return None
-    if not isinstance(properties, dict) or not all(isinstance(k, str) for k in properties):
-        raise MessageError("properties must be a dict with str keys")
-    try:
-        return encode_json(properties)
-    except (TypeError, ValueError) as exc:
-        raise MessageError(f"properties must hold JSON values only ({exc})") from exc
-
-
-_MAX_GROUP = 1000
-
-
-def _group(group: str | None) -> str | None:
-    if group is None:
-        return None
-    if not isinstance(group, str) or not group or len(group) > _MAX_GROUP:
-        raise MessageError(
-            f"group must be a non-empty str of at most {_MAX_GROUP} characters, not {group!r}"
-        )
-    return group
-
-
-def _optional_text(name: str, value: str | None) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise MessageError(f"{name} must be a str or None, not {type(value).__name__}")
-    return value
-
-
-def _seconds(name: str, value: float, *, allow_zero: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(f"{name} must be a finite number of seconds, not {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigurationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, not {value}")
-    return float(value)

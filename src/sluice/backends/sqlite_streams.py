@@ -1,0 +1,149 @@
+"""The SQLite backend's Spark streams and sinks: rounds claimed in place, staged writes
+published at once (mixed into ``SQLiteBackend``)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from sluice.backends.records import (
+    STREAM_LEASE,
+    CommitPlan,
+    HeldRow,
+    Lane,
+    MessageRow,
+    Selection,
+    StagedPart,
+    StreamState,
+    browse_params,
+    sink_host,
+    sink_seen,
+    stream_host,
+)
+from sluice.clock import Clock
+from sluice.errors import QueueNotFound
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # sluice[spark]
+
+__all__ = ["SQLiteStreams"]
+
+
+class SQLiteStreams:
+    """The Streams and Sinks capabilities of ``SQLiteBackend``."""
+
+    _q: dict[str, str]
+    clock: Clock
+
+    @abstractmethod
+    def _transaction(
+        self, *, durable: bool = True
+    ) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    @abstractmethod
+    def _selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]: ...
+
+    @abstractmethod
+    def _promote(self, conn: Any, lanes: Sequence[Lane] | set[Lane]) -> None: ...
+
+    @abstractmethod
+    def _roll_back_orphans(self, conn: Any) -> None: ...
+
+    @abstractmethod
+    def _apply(self, conn: sqlite3.Connection, plan: CommitPlan) -> None: ...
+
+    def open_stream(self, queue: str, name: str) -> StreamState:
+        key = {"queue": queue, "name": name, "now": self.clock.now()}
+        with self._transaction() as conn:
+            found = conn.execute(self._q["stream_find"], key).fetchone()
+            if found is not None:
+                return StreamState(*found)
+            params = {"host": stream_host(queue, name), "pid": 0, "lease": STREAM_LEASE}
+            params["now"] = time.time()  # a lease: real time, as open_session's
+            session = conn.execute(self._q["open_session"], key | params).lastrowid
+            if conn.execute(self._q["stream_insert"], key | {"session": session}).rowcount != 1:
+                raise QueueNotFound(f"queue {queue!r} does not exist")
+            return StreamState(int(session or 0), 0, 0)
+
+    def stream_held(
+        self,
+        session: int,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        part: int = 0,
+        parts: int = 1,
+        spooled: bool = True,
+    ) -> list[HeldRow]:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        with self._reading() as conn:
+            rows = conn.execute(self._q["stream_held"], params | {"part": part, "parts": parts})
+            return list(map(HeldRow._make, rows.fetchall()))
+
+    def stream_spooled(
+        self, session: int, after: int, upto: int, *, part: int = 0, parts: int = 1
+    ) -> list[pa.Table]:
+        return []  # SQLite claims a round in place: an UPDATE is no dearer than a move here
+
+    def stream_claim(
+        self, session: int, round: int, queue: str, limit: int, select: Selection | None
+    ) -> int:
+        query, extra = self._selected("stream_claim", select)
+        params = {"session": session, "tx": round, "queue": queue, "limit": limit}
+        # Without fsync, as every claim: set_stream_round's commit makes it durable.
+        with self._transaction(durable=False) as conn:
+            return int(conn.execute(query, params | {"now": self.clock.now()} | extra).rowcount)
+
+    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+        params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        with self._transaction() as conn:
+            settled = conn.execute(self._q["stream_settle"], params).fetchall()
+            self._promote(conn, {(queue, lane) for (lane,) in settled if lane is not None})
+            conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
+
+    def scan(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> list[MessageRow]:
+        query, extra = self._selected("scan", select)
+        params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
+        params |= {"after": after, "upto": upto}
+        with self._reading() as conn:
+            return list(map(MessageRow._make, conn.execute(query, params).fetchall()))
+
+    def drop_stream(self, queue: str, name: str) -> bool:
+        with self._transaction() as conn:
+            found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchone()
+            if found is None:
+                return False
+            conn.execute(self._q["stream_delete"], {"session": found[0]})
+            conn.execute(self._q["close_session"], {"session": found[0]})
+            self._roll_back_orphans(conn)
+            return True
+
+    def publish_staged(
+        self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
+    ) -> bool:
+        with self._transaction() as conn:
+            fresh = True
+            if sink is not None:
+                last = conn.execute(self._q["sink_batch"], {"name": sink}).fetchone()
+                fresh = not sink_seen(sink, batch, None if last is None else int(last[0]))
+                if fresh:
+                    record = {"name": sink, "batch": batch, "now": self.clock.now()}
+                    conn.execute(self._q["sink_record"], record)
+            for part in parts if fresh else ():
+                plan = CommitPlan(part.session, part.tx, pending=part.rows, lanes=part.lanes)
+                self._apply(conn, plan)
+                conn.execute(self._q["close_session"], {"session": part.session})
+            if sink is not None:
+                conn.execute(self._q["sink_orphans"], {"host": sink_host(sink), "batch": batch})
+                self._roll_back_orphans(conn)
+            return fresh

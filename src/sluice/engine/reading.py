@@ -1,0 +1,87 @@
+"""Reading queues: backend rows turned into Messages, and browsing without taking."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from sluice.backends.base import MessageRow, TxStore
+from sluice.errors import ConfigurationError
+from sluice.message import JSON, Holder, Message, MessageState, decode_body, decode_json
+
+if TYPE_CHECKING:
+    from sluice.engine.context import EngineContext
+
+__all__ = ["BrowseState", "browse", "to_message"]
+
+BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed"]
+_BROWSE_STATES: tuple[str, ...] = get_args(BrowseState)
+
+
+def to_message(
+    queue: str, row: MessageRow, holder: Holder | None, models: Mapping[str, Any]
+) -> Message:
+    """A Message from a backend row (columns in MESSAGE_COLUMNS order).
+
+    A typed body comes back as its bound Pydantic model where one is bound.
+    """
+    (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
+     correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
+     error, origin_queue, type_name, group, _) = row  # fmt: skip
+    value = decode_json(body) if content_type == JSON else decode_body(body, content_type)
+    if type_name is not None and models:
+        model = models.get(type_name)
+        if model is not None:
+            value = model.model_validate(value)
+    # Positional, in Message's field order: this runs for every message dequeued.
+    return Message(
+        f"{p_session}/{p_tx}/{p_num}",
+        queue,
+        value,
+        content_type,
+        priority,
+        decode_json(properties) if properties else {},
+        correlation_id,
+        reply_to,
+        enqueued_at,
+        available_at,
+        expires_at,
+        attempts,
+        _STATES[state],
+        error,
+        origin_queue,
+        type_name,
+        group,
+        ref,
+        holder,
+    )
+
+
+# A message waiting behind its lane's head is ready, to its reader.
+_STATES = tuple(MessageState.READY if s is MessageState.WAITING else s for s in MessageState)
+
+
+def browse(
+    context: EngineContext,
+    queue: str,
+    *,
+    limit: int,
+    state: str,
+    tx: tuple[int, int] | None,
+    backend: TxStore | None = None,
+    where: str | None = None,
+    order_by: Sequence[str] | None = None,
+) -> list[Message]:
+    """Messages of a queue in delivery order (or ``order_by``), without taking them.
+
+    As transaction ``tx`` (session, number) sees them; None: as anyone does.
+    """
+    if state not in _BROWSE_STATES:
+        raise ConfigurationError(f"state must be one of {', '.join(_BROWSE_STATES)}, not {state!r}")
+    if not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
+    session, number = tx or (0, 0)
+    select = context.content(queue).selection(where, order_by)
+    rows = (backend or context.backend).browse(queue, state, limit, session, number, select=select)
+    models = context.types.models
+    return [to_message(queue, row, None, models) for row in rows]
