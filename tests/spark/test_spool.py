@@ -58,7 +58,7 @@ def test_a_spooled_round_reads_as_its_rows(
         rows = backend.stream_held(stream.session, "orders", 0, 1, part=part, parts=2)
         tables = backend.stream_spooled(stream.session, 0, 1, part=part, parts=2)
         assert sum(t.num_rows for t in tables) == len(rows) > 0
-        expected = pa.Table.from_batches(to_batches("orders", [r[:20] for r in rows], schema))
+        expected = pa.Table.from_batches(to_batches("orders", rows, schema))
         got = pa.Table.from_batches([b for t in tables for b in table_batches("orders", t, schema)])
         key = [("id", "ascending")]
         assert got.sort_by(key).equals(expected.sort_by(key))

@@ -41,7 +41,7 @@ from sluice.backends.records import (
     browse_params,
 )
 from sluice.backends.selection import compile_selection
-from sluice.backends.sql_backend import SqlBackend, SqlConnection, state_counts
+from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
 from sluice.clock import Clock, OffsetClock
 from sluice.errors import ConfigurationError, QueueNotFound, StorageError
 from sluice.expr.postgres import PostgresCompiler
@@ -487,10 +487,11 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
 
     def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]:
         """Claimed rows; an empty claim's answer to ``next_due`` is kept for this thread."""
-        if rows and rows[0][0] is None:
-            self._due.answer = (queue, rows[0][12])
+        claimed = message_rows(rows)
+        if claimed and claimed[0].id is None:
+            self._due.answer = (queue, claimed[0].available_at)
             return []
-        return message_rows(rows)
+        return claimed
 
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
@@ -539,7 +540,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         return message_rows(self._one(name, params))
 
     def purge(self, queue: str, state: str, before: float) -> int:
-        code = {"expired": 3, "failed": 4}[state]
+        code = PURGEABLE[state]
         with self._transaction() as conn:
             conn.execute(self._q["expire"], {"now": self.clock.now()})
             params = {"queue": queue, "state": code, "before": before}

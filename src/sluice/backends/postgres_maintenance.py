@@ -64,10 +64,11 @@ def rotate(
     try:
         conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT}'")
         row = conn.execute(queries["rotation_due"]).fetchone()
-        if row is None or row[1] < every:
+        slot, ids_since = row if row is not None else (0, 0)  # ids given since the last one
+        if row is None or ids_since < every:
             conn.execute("ROLLBACK")
             return None
-        current, oldest = int(row[0]), (int(row[0]) + 1) % PARTITIONS
+        current, oldest = int(slot), (int(slot) + 1) % PARTITIONS
         target = f"{quoted}.messages_{oldest}"
         conn.execute(f"LOCK TABLE {target} IN ACCESS EXCLUSIVE MODE")
         live = conn.execute(

@@ -25,6 +25,7 @@ from pyarrow import ipc
 
 from sluice.backends.base import MESSAGE_COLUMNS, Row
 from sluice.backends.postgres_schema import MESSAGES_TABLE
+from sluice.message import MessageState
 
 __all__ = [
     "SPOOL_COLUMNS",
@@ -117,7 +118,7 @@ def restore_rows(table: pa.Table, session: int, round_: int) -> Iterator[tuple[o
     columns["body_bytes"] = [
         None if raw is None else _unhex(str(raw)) for raw in columns["body_bytes"]
     ]
-    columns["state"] = [2] * table.num_rows
+    columns["state"] = [int(MessageState.CLAIMED)] * table.num_rows
     columns["c_session"] = [session] * table.num_rows
     columns["c_tx"] = [round_] * table.num_rows
     yield from zip(*columns.values(), strict=True)

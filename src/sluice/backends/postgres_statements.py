@@ -102,7 +102,9 @@ def slot_values(e: Envelope) -> dict[str, Any]:
 def fronts(lanes: Sequence[str], results: Sequence[list[Row]]) -> dict[str, tuple[int, int]]:
     """lane_front's answers by lane (a lane with nothing waiting has none)."""
     return {
-        lane: (rows[0][0], rows[0][1]) for lane, rows in zip(lanes, results, strict=True) if rows
+        lane: (writer, writer_tx)
+        for lane, rows in zip(lanes, results, strict=True)
+        for writer, writer_tx in rows[:1]
     }
 
 

@@ -168,7 +168,7 @@ class PostgresStreams:
             found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchall()
             if not found:
                 return False
-            session = {"session": found[0][0]}
+            session = {"session": StreamState(*found[0]).session}
             self._restore_spool(conn, session)
             conn.execute(self._q["stream_delete"], session)
             conn.execute(self._q["close_session"], session)

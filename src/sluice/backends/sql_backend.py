@@ -30,9 +30,12 @@ from sluice.clock import Clock
 from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
 from sluice.message import MessageState
 
-__all__ = ["SqlBackend", "SqlConnection", "SqlCursor", "state_counts"]
+__all__ = ["PURGEABLE", "SqlBackend", "SqlConnection", "SqlCursor", "state_counts"]
 
 _STATE_NAMES = MessageState.names()
+
+PURGEABLE = {"expired": MessageState.EXPIRED, "failed": MessageState.FAILED}
+"""The states ``purge`` deletes from, by the name the caller gives."""
 
 
 class SqlCursor(Protocol):
@@ -134,7 +137,8 @@ class SqlBackend(ABC):
         with self._transaction() as conn:
             if not conn.execute(self._q["lock_queue_row"], params).fetchall():
                 raise QueueNotFound(f"queue {name!r} does not exist")
-            users = [r[0] for r in conn.execute(self._q["queues_referencing"], params).fetchall()]
+            referencing = conn.execute(self._q["queues_referencing"], params).fetchall()
+            users = [user for (user,) in referencing]
             if users:
                 raise queue_in_use(name, error_queue_of=users)
             busy = conn.execute(self._q["queue_in_flight"], params).fetchone()[0]

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from sluice import sql
@@ -34,7 +35,7 @@ from sluice.backends.records import (
     run_steps,
 )
 from sluice.backends.selection import compile_selection
-from sluice.backends.sql_backend import SqlBackend, SqlConnection, state_counts
+from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_notify import Watcher, watch
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
@@ -323,7 +324,8 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
         with self._transaction(durable=durable) as conn:
-            self._insert(conn, session, tx, envelopes, state=1 if ready else 0)
+            state = MessageState.READY if ready else MessageState.PENDING
+            self._insert(conn, session, tx, envelopes, state=state)
 
     def _insert(
         self,
@@ -331,19 +333,22 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         session: int,
         tx: int,
         envelopes: Sequence[Envelope],
-        state: int,
+        state: MessageState,
     ) -> None:
         # Queue ids are looked up once per transaction, not once per row.
         names = {e.queue for e in envelopes}
+        # Bound as a plain int: sqlite3 binds an IntEnum member through its adapter
+        # lookup, which costs as much as the rest of the row.
+        code = int(state)
         ids = dict(conn.execute(self._q["queue_ids"]).fetchall())
         if not names <= ids.keys():
             raise _queue_not_found(sorted(names - ids.keys()))
         if not any(map(_typed, envelopes)):
-            rows = [(state, session, tx, ids[e.queue], *e[1:11]) for e in envelopes]
+            rows = [(code, session, tx, ids[e.queue], *_STORED(e)) for e in envelopes]
             conn.executemany(self._q["insert_message_values"], rows)
             return
         typed = [
-            (state, session, tx, ids[e.queue], *e[1:11], e.type, *(e.keys or _NO_KEYS),
+            (code, session, tx, ids[e.queue], *_STORED(e), e.type, *(e.keys or _NO_KEYS),
              e.group, e.lane)
             for e in envelopes
         ]  # fmt: skip
@@ -374,10 +379,10 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         if limit == 1 and not lanes:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
             query, extra = self._selected("claim_with_own_one" if own else "claim_one", select)
-            rows, _ = self._single(query, params | extra if extra else params, durable=False)
-            return list(map(MessageRow._make, rows))
+            one, _ = self._single(query, params | extra if extra else params, durable=False)
+            return list(map(MessageRow._make, one))
         name = "select_claimable_with_own" if own else "select_claimable"
-        rows = []
+        rows: list[MessageRow] = []
         owned = set(lanes)
         with self._transaction(durable=False) as conn:
             # Of a lane only the head is claimable, or the next message for the lane's
@@ -395,20 +400,21 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
                         "run": run,
                         "fill": int(fill or not lanes),
                     }
-                taken = conn.execute(query, params | extra).fetchall()
+                # Rows come back as they were selected; the state column says what they are now.
+                taken = [
+                    MessageRow(r[0], MessageState.CLAIMED, *r[2:])
+                    for r in conn.execute(query, params | extra).fetchall()
+                ]
                 if not taken:
                     break
-                params["ids"] = _ids([row[0] for row in taken])
+                params["ids"] = _ids([row.id for row in taken])
                 conn.execute(self._q["mark_claimed"], params)
                 rows += taken
-                more = {
-                    r[_LANE] for r in taken if r[_LANE] is not None and not _own(r, session, tx)
-                }
+                more = {r.lane for r in taken if r.lane is not None and not _own(r, session, tx)}
                 if not more:
                     break  # no lane took part: this round took all there was
                 owned |= more
-        # Rows come back as they were selected; the state column says what they are now.
-        return [MessageRow(r[0], MessageState.CLAIMED, *r[2:]) for r in rows]
+        return rows
 
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
@@ -430,7 +436,8 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
             for lane in lanes:
                 row = conn.execute(self._q["lane_front"], {"queue": queue, "lane": lane}).fetchone()
                 if row is not None:
-                    fronts[lane] = (row[0], row[1])
+                    writer, writer_tx = row
+                    fronts[lane] = (writer, writer_tx)
         return fronts
 
     def commit(self, plan: CommitPlan) -> None:
@@ -507,7 +514,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
                 raise _lease_lost(plan)
             conn.execute(self._q["delete_pending"], key)
         if plan.enqueues:
-            self._insert(conn, plan.session, plan.tx, plan.enqueues, state=1)
+            self._insert(conn, plan.session, plan.tx, plan.enqueues, state=MessageState.READY)
         self._promote(conn, plan.lanes)
         try:
             run_steps(lambda name, params: conn.execute(self._q[name], params).rowcount,
@@ -543,7 +550,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
             return list(map(MessageRow._make, conn.execute(query, params).fetchall()))
 
     def purge(self, queue: str, state: str, before: float) -> int:
-        code = {"expired": 3, "failed": 4}[state]
+        code = PURGEABLE[state]
         with self._transaction() as conn:
             self._expire(conn)
             params = {"queue": queue, "state": code, "before": before}
@@ -582,7 +589,11 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
 
 
 _NO_KEYS = (None,) * 8
-_LANE = MESSAGE_COLUMNS.index("lane")
+_STORED = attrgetter(
+    "num", "priority", "body", "content_type", "properties", "correlation_id", "reply_to",
+    "enqueued_at", "available_at", "expires_at",
+)  # fmt: skip
+"""An envelope's values the insert statements bind after the queue id (?5-?14), in order."""
 
 
 def _typed(envelope: Envelope) -> bool:
@@ -595,8 +606,8 @@ def _typed(envelope: Envelope) -> bool:
     )
 
 
-def _own(row: Row, session: int, tx: int) -> bool:
-    return bool(row[3] == session and row[4] == tx)
+def _own(row: MessageRow, session: int, tx: int) -> bool:
+    return bool(row.p_session == session and row.p_tx == tx)
 
 
 def _delete_held(key: dict[str, object], held: Sequence[int]) -> tuple[str, dict[str, object]]:

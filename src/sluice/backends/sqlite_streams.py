@@ -123,8 +123,9 @@ class SQLiteStreams:
             found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchone()
             if found is None:
                 return False
-            conn.execute(self._q["stream_delete"], {"session": found[0]})
-            conn.execute(self._q["close_session"], {"session": found[0]})
+            session = {"session": StreamState(*found).session}
+            conn.execute(self._q["stream_delete"], session)
+            conn.execute(self._q["close_session"], session)
             self._roll_back_orphans(conn)
             return True
 

@@ -100,19 +100,36 @@ def typed_envelope(
         "content_type": content_type,
         "properties": {},
     }
-    fields: list[Any] = list(base)
-    fields[1], fields[3], fields[4], fields[11] = num, stored, content_type, type_name
+    chosen = base.priority
     if priority is None:
         function = content.priority_function(type_name)
         if function is not None:
-            fields[2] = row["priority"] = priority_value(function(row))
+            chosen = row["priority"] = priority_value(function(row))
+    keys = base.keys
     if content.values:
-        keys: list[Any] = [None] * len(SLOTS)
+        values: list[Any] = [None] * len(SLOTS)
         for index, kind, evaluate in content.values:
             value = evaluate(row)
-            keys[index] = float(value) if kind == "boolean" and value is not None else value
-        fields[12] = tuple(keys)
-    return Envelope(*fields)
+            values[index] = float(value) if kind == "boolean" and value is not None else value
+        keys = tuple(values)
+    # By position, in Envelope's field order: half the cost of _replace, once per message.
+    return Envelope(
+        base.queue,
+        num,
+        chosen,
+        stored,
+        content_type,
+        base.properties,
+        base.correlation_id,
+        base.reply_to,
+        base.enqueued_at,
+        base.available_at,
+        base.expires_at,
+        type_name,
+        keys,
+        base.group,
+        base.lane,
+    )
 
 
 def plain_envelopes(

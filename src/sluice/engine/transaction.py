@@ -335,7 +335,9 @@ class Transaction:
         if isolation == "none":
             return backend.claim(session, tx, queue, limit, own=own, select=select)
         rows = backend.claim(session, tx, queue, 1, own=own, select=select)
-        taken = sorted({r.lane for r in rows if r.lane is not None and r[3:5] != (session, tx)})
+        taken = sorted(
+            {r.lane for r in rows if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)}
+        )
         if taken and limit > 1:
             rows += backend.claim(session, tx, queue, limit - 1, own=own, select=select,
                                   lanes=taken, fill=not blockwise)  # fmt: skip

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sluice.backends.base import Effect, JobsStatements
 from sluice.errors import ConfigurationError, UnknownTaskType
-from sluice.jobs.model import TaskType
+from sluice.jobs.model import TaskType, TaskTypeRow
 
 if TYPE_CHECKING:
     from sluice.engine.database import Engine
@@ -124,7 +124,7 @@ class TaskTypes:
     def refresh(self) -> None:
         rows = jobs_backend(self._db).jobs_read("task_types", {})
         with self._lock:
-            self._cache = {row[0]: TaskType.from_row(row) for row in rows}
+            self._cache = {row.name: TaskType.from_row(row) for row in map(TaskTypeRow._make, rows)}
             self._read_at = time.monotonic()
 
     def get(self, name: str) -> TaskType:

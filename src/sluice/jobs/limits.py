@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from sluice.backends.base import Effect
 from sluice.jobs.catalog import jobs_backend
-from sluice.jobs.model import TaskType
+from sluice.jobs.model import MetricRow, TaskType, WindowRow
 from sluice.jobs.profiles import Limits, Profile, cycle_start, hour_start
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class Gate:
         rows = jobs_backend(self._db).jobs_read("metric_get", {"name": signal})
         if not rows:
             raise KeyError(signal)
-        value = float(rows[0][0])
+        value = float(MetricRow._make(rows[0]).value)
         with self._lock:
             self._metrics[signal] = (value, time.monotonic())
         return value
@@ -118,7 +118,9 @@ class Gate:
         rows = jobs_backend(self._db).jobs_read(
             "window_used", {"task_type": task_type.name, "since": start}
         )
-        used = sum(int(u) for k, s, u in rows if k == kind and s == start)
+        used = sum(
+            int(w.used) for w in map(WindowRow._make, rows) if w.kind == kind and w.start == start
+        )
         return used + n <= cap
 
     def give_back(self, starts: Starts, n: int | None = None) -> None:

@@ -21,9 +21,13 @@ from sluice.jobs.model import (
     DEFAULT_BACKOFF_MAX,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETENTION,
+    JobRow,
     JobStatus,
+    ScheduleRow,
     TaskRecord,
+    TaskRow,
     TaskType,
+    WindowRow,
 )
 from sluice.jobs.profiles import Profile
 from sluice.jobs.submit import JobHeader, TaskSpec, enqueue_tasks, submit_job, task_specs, when
@@ -205,23 +209,20 @@ class Jobs:
             raise JobNotFound(f"job {job_id!r} does not exist (or was cleaned up)")
         live = {str(k): int(n) for k, n in backend.jobs_read("job_live", {"id": job_id})}
         records = self.tasks(job_id) if tasks else ()
-        return JobStatus.from_rows(rows[0], live, records)
+        return JobStatus.from_rows(JobRow._make(rows[0]), live, records)
 
     def tasks(self, job_id: str) -> tuple[TaskRecord, ...]:
         """The records of a job's finished tasks, in the order they ended."""
         rows = jobs_backend(self._db).jobs_read("job_tasks", {"id": job_id})
-        return tuple(
-            TaskRecord(r[0], r[1], bool(r[2]), r[3], int(r[4]), float(r[5]), float(r[6]))
-            for r in rows
-        )
+        return tuple(TaskRecord.from_row(TaskRow._make(r)) for r in rows)
 
     def list(self, *, open_only: bool = False, limit: int = 100) -> builtins.list[JobStatus]:
         """Jobs, newest first."""
         backend = jobs_backend(self._db)
         rows = backend.jobs_read("job_list", {"open": int(open_only), "limit": limit})
         found = []
-        for row in rows:
-            live = {str(k): int(n) for k, n in backend.jobs_read("job_live", {"id": row[0]})}
+        for row in map(JobRow._make, rows):
+            live = {str(k): int(n) for k, n in backend.jobs_read("job_live", {"id": row.id})}
             found.append(JobStatus.from_rows(row, live))
         return found
 
@@ -263,8 +264,17 @@ class Jobs:
 
     def schedules(self) -> builtins.list[dict[str, Any]]:
         rows = jobs_backend(self._db).jobs_read("schedule_list", {})
-        keys = ("name", "task_type", "cron", "tz", "body", "next_due")
-        return [dict(zip(keys, (*r[:4], json.loads(r[4]), r[5]), strict=True)) for r in rows]
+        return [
+            {
+                "name": s.name,
+                "task_type": s.task_type,
+                "cron": s.cron,
+                "tz": s.tz,
+                "body": json.loads(s.args),
+                "next_due": s.next_due,
+            }
+            for s in map(ScheduleRow._make, rows)
+        ]
 
     def report(self, metric: str, value: float) -> None:
         """Report a load signal (requests per minute, say) for load-following profiles."""
@@ -285,10 +295,10 @@ class Jobs:
         """
         backend = jobs_backend(self._db)
         if job_id is None:
-            ids = [str(r[0]) for r in backend.jobs_read("jobs_unalerted", {})]
+            ids = [str(unalerted) for (unalerted,) in backend.jobs_read("jobs_unalerted", {})]
         else:
-            rows = backend.jobs_read("job_columns", {"id": job_id})
-            ids = [job_id] if rows and rows[0][14] is not None and rows[0][15] is None else []
+            rows = [JobRow._make(r) for r in backend.jobs_read("job_columns", {"id": job_id})]
+            ids = [job_id for row in rows if row.ended_at is not None and row.alerted_at is None]
         sent = 0
         for job in ids:
             status = self.get(job, tasks=True)
@@ -365,7 +375,7 @@ class Jobs:
         rows = jobs_backend(self._db).jobs_read(
             "window_used", {"task_type": task_type, "since": since}
         )
-        return [(str(k), float(s), int(u)) for k, s, u in rows]
+        return [(str(w.kind), float(w.start), int(w.used)) for w in map(WindowRow._make, rows)]
 
 
 def _alert(status: JobStatus) -> dict[str, Any]:

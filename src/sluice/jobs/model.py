@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from sluice.backends.base import Row
 from sluice.errors import ConfigurationError
 
 __all__ = [
@@ -16,9 +15,15 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_RETENTION",
     "FAR",
+    "JobRow",
     "JobStatus",
+    "MetricRow",
+    "ScheduleRow",
     "TaskRecord",
+    "TaskRow",
     "TaskType",
+    "TaskTypeRow",
+    "WindowRow",
 ]
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -31,6 +36,81 @@ FAR = 1e15
 """The deadline of what has none: sorts after every real one, on every engine alike."""
 
 JobState = Literal["pending", "running", "done", "failed"]
+
+
+# The rows of the jobs statements (sluice/sql/<dialect>/jobs.sql), named by their columns.
+class TaskTypeRow(NamedTuple):
+    """A row of ``task_types``."""
+
+    name: str
+    queue: str
+    priority: int
+    duration: float | None
+    max_attempts: int
+    backoff: float
+    backoff_max: float
+    timeout: float | None
+    retention: float | None
+    profile: str | None
+
+
+class JobRow(NamedTuple):
+    """A row of ``job_columns`` and ``job_list``."""
+
+    id: str
+    name: str
+    job_type: str | None
+    priority: int
+    deadline: float | None
+    owner: str | None
+    info: str
+    alert_queue: str | None
+    retention: float | None
+    total: int
+    succeeded: int
+    failed: int
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    alerted_at: float | None
+
+
+class TaskRow(NamedTuple):
+    """A row of ``job_tasks``: a finished task's record."""
+
+    task: str
+    task_type: str
+    success: int
+    note: str | None
+    attempts: int
+    started_at: float
+    ended_at: float
+
+
+class ScheduleRow(NamedTuple):
+    """A row of ``schedule_list`` and ``schedules_due``."""
+
+    name: str
+    task_type: str
+    cron: str
+    tz: str
+    args: str
+    next_due: float
+
+
+class MetricRow(NamedTuple):
+    """A row of ``metric_get``: a load signal's last reported value."""
+
+    value: float
+    at: float
+
+
+class WindowRow(NamedTuple):
+    """A row of ``window_used``: starts counted in one rate window."""
+
+    kind: str
+    start: float
+    used: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +153,18 @@ class TaskType:
         return float(min(self.backoff * 2 ** max(attempts - 1, 0), self.backoff_max))
 
     @classmethod
-    def from_row(cls, row: Row) -> TaskType:
+    def from_row(cls, row: TaskTypeRow) -> TaskType:
         return cls(
-            name=row[0],
-            queue=row[1],
-            priority=int(row[2]),
-            duration=row[3],
-            max_attempts=int(row[4]),
-            backoff=float(row[5]),
-            backoff_max=float(row[6]),
-            timeout=row[7],
-            retention=row[8],
-            profile=row[9],
+            name=row.name,
+            queue=row.queue,
+            priority=int(row.priority),
+            duration=row.duration,
+            max_attempts=int(row.max_attempts),
+            backoff=float(row.backoff),
+            backoff_max=float(row.backoff_max),
+            timeout=row.timeout,
+            retention=row.retention,
+            profile=row.profile,
         )
 
     def params(self) -> dict[str, Any]:
@@ -113,6 +193,18 @@ class TaskRecord:
     attempts: int
     started_at: float
     ended_at: float
+
+    @classmethod
+    def from_row(cls, row: TaskRow) -> TaskRecord:
+        return cls(
+            row.task,
+            row.task_type,
+            bool(row.success),
+            row.note,
+            int(row.attempts),
+            float(row.started_at),
+            float(row.ended_at),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,26 +272,26 @@ class JobStatus:
 
     @classmethod
     def from_rows(
-        cls, row: Row, live: dict[str, int], tasks: tuple[TaskRecord, ...] = ()
+        cls, row: JobRow, live: dict[str, int], tasks: tuple[TaskRecord, ...] = ()
     ) -> JobStatus:
         return cls(
-            id=row[0],
-            name=row[1],
-            job_type=row[2],
-            priority=int(row[3]),
-            deadline=row[4],
-            owner=row[5],
-            info=json.loads(row[6]),
-            alert_queue=row[7],
-            total=int(row[9]),
-            succeeded=int(row[10]),
-            failed=int(row[11]),
+            id=row.id,
+            name=row.name,
+            job_type=row.job_type,
+            priority=int(row.priority),
+            deadline=row.deadline,
+            owner=row.owner,
+            info=json.loads(row.info),
+            alert_queue=row.alert_queue,
+            total=int(row.total),
+            succeeded=int(row.succeeded),
+            failed=int(row.failed),
             running=live.get("running", 0),
             waiting=live.get("waiting", 0),
-            created_at=float(row[12]),
-            started_at=row[13],
-            ended_at=row[14],
-            alerted=row[15] is not None,
+            created_at=float(row.created_at),
+            started_at=row.started_at,
+            ended_at=row.ended_at,
+            alerted=row.alerted_at is not None,
             tasks=tasks,
         )
 

@@ -264,7 +264,7 @@ class Worker:
         )
         if rows:
             self._no_late.pop(queue, None)
-            return [str(rows[0][0])]
+            return [str(job) for (job,) in rows]
         # Nothing is late now: asked again once the clock moves on or a moment has passed.
         self._no_late[queue] = (now, time.monotonic() + _LATE_CHECK)
         return []

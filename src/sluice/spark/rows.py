@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sluice.backends.base import Row
+from sluice.backends.base import HeldRow, MessageRow
 from sluice.backends.postgres_spool import spooled_rows
 from sluice.errors import ConfigurationError
 from sluice.message import decode_json, is_json
@@ -77,8 +77,10 @@ def message_ddl(body_schema: str | None) -> str:
     return ", ".join(columns)
 
 
-def to_batches(queue: str, rows: Sequence[Row], schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Stored message rows (MESSAGE_COLUMNS order) as Arrow batches of ``schema``."""
+def to_batches(
+    queue: str, rows: Sequence[MessageRow | HeldRow], schema: StructType
+) -> Iterator[pa.RecordBatch]:
+    """Stored message rows as Arrow batches of ``schema``."""
     arrow = pa.schema(
         [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
     )
@@ -88,22 +90,22 @@ def to_batches(queue: str, rows: Sequence[Row], schema: StructType) -> Iterator[
         if isinstance(body_type, StructType):
             bodies: list[Any] = [_parsed_body(r, body_type) for r in chunk]
         else:
-            bodies = [_body_text(r[6], r[7]) for r in chunk]
+            bodies = [_body_text(r.body, r.content_type) for r in chunk]
         columns = [
-            [f"{r[3]}/{r[4]}/{r[5]}" for r in chunk],
+            [f"{r.p_session}/{r.p_tx}/{r.p_num}" for r in chunk],
             [queue] * len(chunk),
-            [r[2] for r in chunk],
+            [r.priority for r in chunk],
             bodies,
-            [_properties(r[8]) for r in chunk],
-            [r[7] for r in chunk],
-            [r[17] for r in chunk],
-            [r[18] for r in chunk],
-            [r[9] for r in chunk],
-            [r[10] for r in chunk],
-            [r[14] for r in chunk],
-            [_micros(r[11]) for r in chunk],
-            [_micros(r[12]) for r in chunk],
-            [_micros(r[13]) for r in chunk],
+            [_properties(r.properties) for r in chunk],
+            [r.content_type for r in chunk],
+            [r.type for r in chunk],
+            [r.grp for r in chunk],
+            [r.correlation_id for r in chunk],
+            [r.reply_to for r in chunk],
+            [r.attempts for r in chunk],
+            [_micros(r.enqueued_at) for r in chunk],
+            [_micros(r.available_at) for r in chunk],
+            [_micros(r.expires_at) for r in chunk],
         ]
         arrays = [
             pa.array(values, type=field.type) for values, field in zip(columns, arrow, strict=True)
@@ -119,7 +121,7 @@ def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[p
     """
     n = table.num_rows
     if isinstance(schema["body"].dataType, StructType) or table["body_bytes"].null_count < n:
-        yield from to_batches(queue, [r[:20] for r in spooled_rows(table)], schema)
+        yield from to_batches(queue, [HeldRow._make(r) for r in spooled_rows(table)], schema)
         return
     arrow = pa.schema(
         [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
@@ -163,8 +165,8 @@ def _body_text(stored: str | bytes | None, content_type: str) -> str | None:
     return base64.b64encode(stored).decode("ascii")
 
 
-def _parsed_body(row: Row, schema: StructType) -> dict[str, Any] | None:
-    stored, content_type = row[6], row[7]
+def _parsed_body(row: MessageRow | HeldRow, schema: StructType) -> dict[str, Any] | None:
+    stored, content_type = row.body, row.content_type
     if stored is None or not is_json(content_type):
         return None
     try:

@@ -324,7 +324,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         backend, p = self._backend(), partition
         share = {"part": p.part, "parts": p.parts}
         rows = backend.stream_held(p.session, self.queue, p.after, p.upto, spooled=False, **share)
-        yield from to_batches(self.queue, [r[:20] for r in rows], self.schema)
+        yield from to_batches(self.queue, rows, self.schema)
         for table in backend.stream_spooled(p.session, p.after, p.upto, **share):
             yield from table_batches(self.queue, table, self.schema)
 
