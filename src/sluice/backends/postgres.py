@@ -98,7 +98,6 @@ if TYPE_CHECKING:
 __all__ = ["PostgresBackend", "PostgresSettings"]
 
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed", 5: "ready"}
-_DB_NOW = "extract(epoch FROM clock_timestamp())"
 _PEER_MEMORY = 60.0  # seconds a notification from another Database counts as a peer
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
 
@@ -123,21 +122,11 @@ class PostgresSettings:
     """Seconds between rotation checks (0: no maintenance thread)."""
 
 
-_RELAX = "AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
-_READY_OR_OWN = "(state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))"
-
-
-_DELIVERY_ORDER = "priority DESC, id"
 _MAX_SELECTIONS = 256
 
 
-def _load_queries(schema: str) -> dict[str, str]:
-    """The named queries, ready to run; claims also come as ``<name>_in_caller_tx``.
-
-    Those leave out the relax clause: inside a caller's transaction (the outbox)
-    sluice must not change how the caller's commit is flushed. Claims and browse
-    keep ``{select}`` and ``{order}`` for selections (see ``_selected``).
-    """
+def _load_queries(schema: str) -> tuple[dict[str, str], dict[str, sql.Template]]:
+    """The statements ready to run, and the templates selections and properties fill."""
     # The schema stores application/json as NULL; rows read back carry it spelled out.
     columns = ", ".join(
         "coalesce(m.content_type, 'application/json') AS content_type"
@@ -145,38 +134,16 @@ def _load_queries(schema: str) -> dict[str, str]:
         else f"m.{c}"
         for c in (*MESSAGE_COLUMNS, "body_bytes")
     )
-    named = dict(sql.queries("postgresql"))
-    # A Spark stream's take (postgres_spool.py) moves what a claim would pick: the same
-    # conditions, order and locks; the rows are deleted and sent out as CSV, every
-    # column. Its transaction relaxes its own commit.
-    claim = named["claim"]
-    pick = claim[claim.index("FROM (\n") + len("FROM (") : claim.index(") AS pick")]
-    named["stream_take"] = (
-        "COPY (DELETE FROM {schema}.messages AS m USING ("
-        + pick.replace("{claimable}", "state = 1").replace(" {relax}", "")
-        + ") AS pick WHERE m.id = pick.id RETURNING {spool_columns}) TO STDOUT (FORMAT csv);"
+    fragments = {
+        "message_columns": columns,
+        "spool_columns": ", ".join(f"m.{c}" for c, _ in MESSAGES_TABLE),
+        "spool_names": ", ".join(c for c, _ in MESSAGES_TABLE),
+    }
+    quoted = quote_schema(schema)
+    return (
+        sql.statements("postgresql", schema=quoted, fragments=fragments),
+        sql.templates("postgresql", schema=quoted, fragments=fragments),
     )
-    for name in ("claim", "claim_lanes"):
-        claim = named.pop(name)
-        named[name] = claim.replace("{claimable}", "state = 1")
-        named[name.replace("claim", "claim_with_own")] = claim.replace("{claimable}", _READY_OR_OWN)
-    queries: dict[str, str] = {}
-    for name, raw in named.items():
-        text = (
-            raw.replace("{message_columns}", columns)
-            .replace("{spool_columns}", ", ".join(f"m.{c}" for c, _ in MESSAGES_TABLE))
-            .replace("{spool_names}", ", ".join(c for c, _ in MESSAGES_TABLE))
-            .replace("{schema}", quote_schema(schema))
-            .replace("{db_now}", _DB_NOW)
-        )
-        if "{relax}" in text:
-            queries[f"{name}_in_caller_tx"] = text.replace(" {relax}", "")
-        queries[name] = text.replace("{relax}", _RELAX)
-    return queries
-
-
-def _plain(template: str) -> str:
-    return template.replace("{select}", "").replace("{order}", _DELIVERY_ORDER)
 
 
 class PostgresBackend:
@@ -190,8 +157,7 @@ class PostgresBackend:
         self.conninfo = conninfo
         self.schema = self.settings.schema
         self._schema_sql = quote_schema(self.schema)
-        self._templates = _load_queries(self.schema)
-        self._q = {name: _plain(text) for name, text in self._templates.items()}
+        self._q, self._templates = _load_queries(self.schema)
         self._selections: dict[str, tuple[str, dict[str, Any]]] = {}
         self._channel = f"sluice_{self.schema}"
         self._kwargs: dict[str, Any] = {"connect_timeout": int(self.settings.connect_timeout)}
@@ -685,17 +651,13 @@ class PostgresBackend:
                 conn.execute(self._q["insert_property"], params)
                 for queue, (slot, value, value_params) in fills.items():
                     if indexed:
-                        conn.execute(self._q["slot_index"].replace("{slot}", slot))
+                        conn.execute(self._q[f"slot_index_{slot}"])
                     link = {"queue": queue, "name": name, "slot": slot}
                     if conn.execute(self._q["insert_queue_property"], link).rowcount != 1:
                         raise QueueNotFound(f"queue {queue!r} does not exist")
                     # Messages already queued get the value too: one statement per queue.
-                    conn.execute(
-                        f"UPDATE {self._schema_sql}.messages AS m SET {slot} = {value} "
-                        f"WHERE queue_id = (SELECT id FROM {self._schema_sql}.queues "
-                        "WHERE name = %(queue)s)",
-                        value_params | {"queue": queue},
-                    )
+                    fill = self._templates[f"property_fill_{slot}"].fill(value=value)
+                    conn.execute(fill, value_params | {"queue": queue})
         except StorageError as exc:
             if isinstance(exc.__cause__, pg_errors.UniqueViolation):
                 raise ConfigurationError(
@@ -731,11 +693,7 @@ class PostgresBackend:
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),
                 alias,
             )
-            text = (
-                self._templates[name]
-                .replace("{select}", where)
-                .replace("{order}", order + _DELIVERY_ORDER)
-            )
+            text = self._templates[name].fill(select=where, order=order)
             self._q.setdefault(text, text)
             cached = self._selections[key] = (text, params)
         return cached

@@ -66,34 +66,15 @@ _UNCHANGED: AbstractContextManager[None] = nullcontext()
 _STATE_NAMES = {0: "pending", 1: "ready", 2: "claimed", 3: "expired", 4: "failed", 5: "ready"}
 
 
-_DELIVERY_ORDER = "priority DESC, id"
-
-
-def _load_queries() -> dict[str, str]:
-    """The named queries; those a selection can shape keep ``{select}`` and ``{order}``."""
+def _load_queries() -> tuple[dict[str, str], dict[str, sql.Template]]:
+    """The statements ready to run, and the templates selections and properties fill."""
     # The schema stores application/json as NULL; rows read back carry it spelled out.
     columns = ", ".join(
         "coalesce(content_type, 'application/json') AS content_type" if c == "content_type" else c
         for c in MESSAGE_COLUMNS
     )
-    queries = {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
-    # A Spark stream's claim: the rows stay in the database (its tasks read them), so
-    # nothing comes back but the count.
-    claim = queries["claim"]
-    queries["stream_claim"] = claim[: claim.rindex("\nRETURNING ")] + ";"
-    for name in ("claim", "claim_with_own"):
-        # One message: a scalar subquery is cheaper than materialising an id list.
-        queries[f"{name}_one"] = queries.pop(name).replace("WHERE id IN (", "WHERE id = (", 1)
-    lanes = queries.pop("select_claimable_lanes")
-    queries["select_claimable_lanes"] = lanes.replace("{claimable}", "state = 1")
-    queries["select_claimable_with_own_lanes"] = lanes.replace(
-        "{claimable}", "(state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))"
-    )
-    return queries
-
-
-def _plain(template: str) -> str:
-    return template.replace("{select}", "").replace("{order}", _DELIVERY_ORDER)
+    given = {"message_columns": columns}
+    return sql.statements("sqlite", fragments=given), sql.templates("sqlite", fragments=given)
 
 
 class SQLiteBackend:
@@ -105,8 +86,7 @@ class SQLiteBackend:
     def __init__(self, path: str, settings: SQLiteSettings | None = None) -> None:
         self.path = path
         self.settings = settings or SQLiteSettings()
-        self._templates = _load_queries()
-        self._q = {name: _plain(text) for name, text in self._templates.items()}
+        self._q, self._templates = _load_queries()
         self._selections: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._syncs_at_commit = self.settings.synchronous in ("FULL", "EXTRA")
         # Grouping only pays where a commit waits for an fsync.
@@ -365,16 +345,13 @@ class SQLiteBackend:
                 conn.execute(self._q["insert_property"], params)
                 for queue, (slot, value, value_params) in fills.items():
                     if indexed:
-                        conn.execute(self._q["slot_index"].replace("{slot}", slot))
+                        conn.execute(self._q[f"slot_index_{slot}"])
                     link = {"queue": queue, "name": name, "slot": slot}
                     if conn.execute(self._q["insert_queue_property"], link).rowcount != 1:
                         raise _queue_not_found([queue])
                     # Messages already queued get the value too: one statement per queue.
-                    conn.execute(
-                        f"UPDATE messages AS m SET {slot} = {value} "
-                        "WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)",
-                        value_params | {"queue": queue},
-                    )
+                    fill = self._templates[f"property_fill_{slot}"].fill(value=value)
+                    conn.execute(fill, value_params | {"queue": queue})
         except StorageError as exc:
             if isinstance(exc.__cause__, sqlite3.IntegrityError):
                 raise ConfigurationError(
@@ -398,8 +375,7 @@ class SQLiteBackend:
         cached = self._selections.get((name, select.key))
         if cached is None:
             where, order, params = compile_selection(select, SQLiteCompiler)
-            text = self._templates[name].replace("{select}", where)
-            cached = text.replace("{order}", order + _DELIVERY_ORDER), params
+            cached = self._templates[name].fill(select=where, order=order), params
             if len(self._selections) > 256:  # selections come from code: a few, reused
                 self._selections.clear()
             self._selections[(name, select.key)] = cached
