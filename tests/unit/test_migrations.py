@@ -33,22 +33,3 @@ def test_migrations_from_zero_equal_schema(tmp_path: Path) -> None:
 def test_migrations_are_numbered_without_gaps() -> None:
     numbers = [n for n, _ in sql.migrations("sqlite")]
     assert numbers == list(range(1, len(numbers) + 1))
-
-
-def test_every_named_query_is_valid_sql() -> None:
-    conn = sqlite3.connect(":memory:")
-    conn.executescript(sql.schema("sqlite"))
-    from sluice.backends.sqlite import _load_queries, _plain
-
-    for name, template in _load_queries().items():
-        text = _plain(template).replace("{slot}", "t1")
-        conn.execute("EXPLAIN " + text, _dummy_params(text)).fetchall()
-        assert name
-
-
-def _dummy_params(text: str) -> dict[str, object] | tuple[object, ...]:
-    import re
-
-    if "?1" in text:
-        return (0,) * len(set(re.findall(r"\?\d+", text)))
-    return dict.fromkeys(re.findall(r":(\w+)", text), "[]")

@@ -65,7 +65,7 @@ from sluice.backends.postgres_maintenance import (
 )
 from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_outbox import PostgresOutbox
-from sluice.backends.postgres_queries import DELIVERY_ORDER, load_queries, plain
+from sluice.backends.postgres_queries import load_queries
 from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
 from sluice.backends.postgres_settings import PostgresSettings
 from sluice.backends.postgres_statements import (
@@ -106,8 +106,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         self.conninfo = conninfo
         self.schema = self.settings.schema
         self._schema_sql = quote_schema(self.schema)
-        self._templates = load_queries(self.schema)
-        self._q = {name: plain(text) for name, text in self._templates.items()}
+        self._q, self._templates = load_queries(self.schema)
         self._selections: dict[str, tuple[str, dict[str, Any]]] = {}
         self.channel = f"sluice_{self.schema}"
         self.outbox = PostgresOutbox(self)
@@ -329,12 +328,12 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         """The named statements, ready to run (the outbox runs them on a caller's connection)."""
         return self._q
 
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+    def _read_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         # One statement, no BEGIN/COMMIT: a read needs no durability setting.
         rows: list[Row] = self._retrying(lambda: self._one(name, params))
         return rows
 
-    def _write(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
+    def _write_rows(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
         if not durable:
             with self._transaction(durable=False) as conn:
                 return int(conn.execute(self._q[name], params).rowcount)
@@ -343,12 +342,6 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
 
     def _promote(self, conn: SqlConnection, lanes: Sequence[Lane]) -> None:
         conn.execute(self._q["promote"], lanes_params(lanes))
-
-    def _fill_slot(self, slot: str, value: str) -> str:
-        return (
-            f"UPDATE {self._schema_sql}.messages AS m SET {slot} = {value} "
-            f"WHERE queue_id = (SELECT id FROM {self._schema_sql}.queues WHERE name = %(queue)s)"
-        )
 
     def _drop_stream_rows(self, conn: SqlConnection, session: int) -> None:
         conn.execute(self._q["stream_spool_drop"], {"session": session})
@@ -384,11 +377,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),
                 alias,
             )
-            text = (
-                self._templates[name]
-                .replace("{select}", where)
-                .replace("{order}", order + DELIVERY_ORDER)
-            )
+            text = self._templates[name].fill(select=where, order=order)
             self._q.setdefault(text, text)
             cached = self._selections[key] = (text, params)
         return cached

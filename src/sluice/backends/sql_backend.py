@@ -29,6 +29,7 @@ from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.clock import Clock
 from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
 from sluice.message import MessageState
+from sluice.sql import Template
 
 __all__ = ["PURGEABLE", "SqlBackend", "SqlConnection", "SqlCursor", "state_counts"]
 
@@ -59,6 +60,7 @@ class SqlBackend(ABC):
     """The orchestration both SQL backends share, over their named statements ``_q``."""
 
     _q: dict[str, str]
+    _templates: dict[str, Template]
     clock: Clock
 
     # --- what a dialect provides ------------------------------------------------------
@@ -67,20 +69,16 @@ class SqlBackend(ABC):
         """One database transaction; driver errors leave it as translated StorageErrors."""
 
     @abstractmethod
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+    def _read_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         """Run one read-only statement on its own; its rows."""
 
     @abstractmethod
-    def _write(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
+    def _write_rows(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
         """Run one writing statement as its own transaction; the rows it changed."""
 
     @abstractmethod
     def _promote(self, conn: SqlConnection, lanes: Sequence[Lane]) -> None:
         """Give each of ``lanes`` its head, if it has none (the promote statement)."""
-
-    @abstractmethod
-    def _fill_slot(self, slot: str, value: str) -> str:
-        """The statement that stores a declared property's ``value`` in ``slot`` for a queue."""
 
     @abstractmethod
     def _drop_stream_rows(self, conn: SqlConnection, session: int) -> None:
@@ -121,7 +119,7 @@ class SqlBackend(ABC):
     # --- catalog ----------------------------------------------------------------------
     def create_queue(self, spec: QueueSpec) -> None:
         try:
-            self._write("insert_queue", spec_params(spec) | {"now": self.clock.now()})
+            self._write_rows("insert_queue", spec_params(spec) | {"now": self.clock.now()})
         except Duplicate:
             raise QueueExists(f"queue {spec.name!r} exists already") from None
 
@@ -152,21 +150,21 @@ class SqlBackend(ABC):
                 conn.execute(self._q[statement], params)
 
     def get_queue(self, name: str) -> QueueSpec | None:
-        rows = self._read("get_queue", {"name": name})
+        rows = self._read_rows("get_queue", {"name": name})
         return spec_from_row(rows[0]) if rows else None
 
     def list_queues(self) -> list[QueueSpec]:
-        return [spec_from_row(r) for r in self._read("list_queues", {})]
+        return [spec_from_row(r) for r in self._read_rows("list_queues", {})]
 
     def create_type(self, name: str, kind: str, definition: str) -> None:
         params = {"name": name, "kind": kind, "definition": definition, "now": self.clock.now()}
         try:
-            self._write("insert_type", params)
+            self._write_rows("insert_type", params)
         except Duplicate:
             raise ConfigurationError(f"message type {name!r} exists already") from None
 
     def message_types(self) -> dict[str, tuple[str, str]]:
-        return {n: (k, d) for n, k, d in self._read("list_types", {})}
+        return {n: (k, d) for n, k, d in self._read_rows("list_types", {})}
 
     def create_property(
         self,
@@ -188,41 +186,42 @@ class SqlBackend(ABC):
                     if conn.execute(self._q["insert_queue_property"], link).rowcount != 1:
                         raise QueueNotFound(f"queue {queue!r} does not exist")
                     # Messages already queued get the value too: one statement per queue.
-                    conn.execute(self._fill_slot(slot, value), value_params | {"queue": queue})
+                    fill = self._templates[f"property_fill_{slot}"].fill(value=value)
+                    conn.execute(fill, value_params | {"queue": queue})
         except Duplicate:
             raise ConfigurationError(
                 f"property {name!r} exists already, or a queue has no free {type} slot"
             ) from None
 
     def queue_properties(self, queue: str) -> list[PropertyDef]:
-        return [PropertyDef(*r) for r in self._read("queue_properties", {"queue": queue})]
+        return [PropertyDef(*r) for r in self._read_rows("queue_properties", {"queue": queue})]
 
     # --- Spark streams and sinks: the parts both dialects keep alike ------------------
     def set_stream_round(self, session: int, round: int) -> None:
         # Durable: its flush also makes the round's claims (written before it) durable.
-        self._write("stream_set_round", {"session": session, "round": round})
+        self._write_rows("stream_set_round", {"session": session, "round": round})
 
     def set_stream_acked(self, session: int, acked: int) -> None:
-        self._write("stream_set_acked", {"session": session, "acked": acked})
+        self._write_rows("stream_set_acked", {"session": session, "acked": acked})
 
     def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
-        return int(self._read("stream_held_count", params)[0][0])
+        return int(self._read_rows("stream_held_count", params)[0][0])
 
     def id_bounds(self, queue: str) -> tuple[int, int, int]:
-        low, high, count = self._read("id_bounds", {"queue": queue})[0]
+        low, high, count = self._read_rows("id_bounds", {"queue": queue})[0]
         return (low or 0), (high or 0), int(count)
 
     def sink_batch(self, sink: str) -> int | None:
-        rows = self._read("sink_batch", {"name": sink})
+        rows = self._read_rows("sink_batch", {"name": sink})
         return int(rows[0][0]) if rows else None
 
     def forget_sink(self, sink: str) -> None:
-        self._write("sink_forget", {"name": sink})
+        self._write_rows("sink_forget", {"name": sink})
 
     # --- jobs (JobsStatements) --------------------------------------------------------
     def jobs_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
-        return self._read(name, params)
+        return self._read_rows(name, params)
 
     def jobs_write(self, steps: Sequence[Effect], *, durable: bool = True) -> bool:
         try:

@@ -21,7 +21,6 @@ from sluice.backends.base import Backend, Outbox
 from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.records import (
     MESSAGE_COLUMNS,
-    SLOTS,
     CommitPlan,
     Duplicate,
     Envelope,
@@ -61,37 +60,15 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
 
 
-_DELIVERY_ORDER = "priority DESC, id"
-
-
-def _load_queries() -> dict[str, str]:
-    """The named queries; those a selection can shape keep ``{select}`` and ``{order}``."""
+def _load_queries() -> tuple[dict[str, str], dict[str, sql.Template]]:
+    """The statements ready to run, and the templates selections and properties fill."""
     # The schema stores application/json as NULL; rows read back carry it spelled out.
     columns = ", ".join(
         "coalesce(content_type, 'application/json') AS content_type" if c == "content_type" else c
         for c in MESSAGE_COLUMNS
     )
-    queries = {k: v.replace("{message_columns}", columns) for k, v in sql.queries("sqlite").items()}
-    # A Spark stream's claim: the rows stay in the database (its tasks read them), so
-    # nothing comes back but the count.
-    claim = queries["claim"]
-    queries["stream_claim"] = claim[: claim.rindex("\nRETURNING ")] + ";"
-    for name in ("claim", "claim_with_own"):
-        # One message: a scalar subquery is cheaper than materialising an id list.
-        queries[f"{name}_one"] = queries.pop(name).replace("WHERE id IN (", "WHERE id = (", 1)
-    index = queries.pop("slot_index")
-    for slot in SLOTS:  # one statement per slot: nothing fills a column name in at run time
-        queries[f"slot_index_{slot}"] = index.replace("{slot}", slot)
-    lanes = queries.pop("select_claimable_lanes")
-    queries["select_claimable_lanes"] = lanes.replace("{claimable}", "state = 1")
-    queries["select_claimable_with_own_lanes"] = lanes.replace(
-        "{claimable}", "(state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))"
-    )
-    return queries
-
-
-def _plain(template: str) -> str:
-    return template.replace("{select}", "").replace("{order}", _DELIVERY_ORDER)
+    given = {"message_columns": columns}
+    return sql.statements("sqlite", fragments=given), sql.templates("sqlite", fragments=given)
 
 
 class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
@@ -107,8 +84,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         self.path = path
         self.settings = settings or SQLiteSettings()
         self.clock: Clock = clock or SystemClock()
-        self._templates = _load_queries()
-        self._q = {name: _plain(text) for name, text in self._templates.items()}
+        self._q, self._templates = _load_queries()
         self._selections: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._syncs_at_commit = self.settings.synchronous in ("FULL", "EXTRA")
         # Grouping only pays where a commit waits for an fsync.
@@ -246,11 +222,11 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
             except sqlite3.Error as exc:
                 raise self._translate(exc) from exc
 
-    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+    def _read_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         with self._reading() as conn:
             return conn.execute(self._q[name], params).fetchall()
 
-    def _write(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
+    def _write_rows(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int:
         return self._single(self._q[name], params, durable=durable)[1]
 
     def _drop_stream_rows(self, conn: SqlConnection, session: int) -> None:
@@ -258,12 +234,6 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
 
     def _sessions_closed(self) -> None:
         """Nothing: waiters in other processes notice the change themselves."""
-
-    def _fill_slot(self, slot: str, value: str) -> str:
-        return (
-            f"UPDATE messages AS m SET {slot} = {value} "
-            "WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)"
-        )
 
     # --- sessions and recovery -------------------------------------------------------
     def open_session(self, host: str, pid: int, lease: float) -> int:
@@ -312,8 +282,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         cached = self._selections.get((name, select.key))
         if cached is None:
             where, order, params = compile_selection(select, SQLiteCompiler)
-            text = self._templates[name].replace("{select}", where)
-            cached = text.replace("{order}", order + _DELIVERY_ORDER), params
+            cached = self._templates[name].fill(select=where, order=order), params
             if len(self._selections) > 256:  # selections come from code: a few, reused
                 self._selections.clear()
             self._selections[(name, select.key)] = cached

@@ -1,70 +1,6 @@
--- Named queries of jobs, tasks, profiles and schedules (docs/jobs.md); see 0006_jobs.sql.
--- Queries run as commit effects are marked "effect"; "expect 1" ones fail the commit
--- unless they change exactly one row (expect() in the statement checks it).
--- A task message's declared properties: t1 job, n1 job priority, n2 job deadline,
--- n3 task deadline (sluice.jobs.catalog fixes the slots).
-
--- name: task_type_upsert
-INSERT INTO {schema}.task_types (name, queue, priority, duration, max_attempts, backoff, backoff_max,
-                        timeout, retention, profile)
-VALUES (%(name)s, %(queue)s, %(priority)s, %(duration)s, %(max_attempts)s, %(backoff)s, %(backoff_max)s,
-        %(timeout)s, %(retention)s, %(profile)s)
-ON CONFLICT (name) DO UPDATE SET
-    queue = excluded.queue, priority = excluded.priority, duration = excluded.duration,
-    max_attempts = excluded.max_attempts, backoff = excluded.backoff,
-    backoff_max = excluded.backoff_max, timeout = excluded.timeout,
-    retention = excluded.retention, profile = coalesce(excluded.profile, task_types.profile);
-
--- name: task_type_profile
-UPDATE {schema}.task_types SET profile = %(profile)s WHERE name = %(name)s;
-
--- name: task_types
-SELECT name, queue, priority, duration, max_attempts, backoff, backoff_max, timeout,
-       retention, profile
-FROM {schema}.task_types ORDER BY name;
-
--- name: job_insert
--- effect of a submission
-INSERT INTO {schema}.jobs (id, name, job_type, priority, deadline, owner, info, alert_queue,
-                  retention, total, created_at)
-VALUES (%(id)s, %(name)s, %(job_type)s, %(priority)s, %(deadline)s, %(owner)s, %(info)s, %(alert_queue)s,
-        %(retention)s, %(total)s, %(now)s);
-
--- name: job_add_tasks
--- effect: tasks added to an open job
-UPDATE {schema}.jobs SET total = total + %(count)s WHERE id = %(id)s AND ended_at IS NULL;
-
--- name: job_columns
-SELECT id, name, job_type, priority, deadline, owner, info, alert_queue, retention, total,
-       succeeded, failed, created_at, started_at, ended_at, alerted_at
-FROM {schema}.jobs WHERE id = %(id)s;
-
--- name: job_list
-SELECT id, name, job_type, priority, deadline, owner, info, alert_queue, retention, total,
-       succeeded, failed, created_at, started_at, ended_at, alerted_at
-FROM {schema}.jobs WHERE (%(open)s = 0 OR ended_at IS NULL)
-ORDER BY created_at DESC, id DESC LIMIT %(limit)s;
-
--- name: job_live
--- A job's unfinished tasks by state: waiting (ready, delayed, in a lane) or running.
-SELECT CASE WHEN m.state = 2 THEN 'running' ELSE 'waiting' END, count(*)
-FROM {schema}.messages AS m
-WHERE m.queue_id IN (SELECT q.id FROM {schema}.queues AS q JOIN {schema}.task_types AS t ON t.queue = q.name)
-  AND m.state IN (1, 2, 5) AND m.t1 = %(id)s
-GROUP BY 1;
-
--- name: job_info
-UPDATE {schema}.jobs SET info = %(info)s WHERE id = %(id)s;
-
--- name: job_tasks
-SELECT task, task_type, success, note, attempts, started_at, ended_at
-FROM {schema}.tasks WHERE job_id = %(id)s ORDER BY ended_at, task;
-
--- name: task_record
--- effect of a finished task: its record, kept until its job's retention ends
-INSERT INTO {schema}.tasks (task, job_id, task_type, success, note, attempts, started_at, ended_at,
-                   expires_at)
-VALUES (%(task)s, %(job)s, %(task_type)s, %(success)s, %(note)s, %(attempts)s, %(started)s, %(now)s, %(expires)s);
+-- Statements of jobs and tasks that the dialects write differently (see 0006_jobs.sql);
+-- those written alike, and what "effect" and "expect 1" mean, are in common/jobs.sql.
+-- Here expect() in the statement checks an "expect 1" statement's row count.
 
 -- name: job_count
 -- effect of a finished task: the job's roll-up; the last task ends the job
@@ -74,22 +10,6 @@ SET succeeded = succeeded + %(ok)s, failed = failed + %(bad)s,
     ended_at = CASE WHEN succeeded + failed + %(ok)s + %(bad)s >= total THEN %(now)s::double precision END
 WHERE id = %(job)s AND ended_at IS NULL;
 
--- name: job_served
--- A turn number, not a time: turns taken within one tick of the clock stay ordered.
-UPDATE {schema}.jobs SET served_at = (SELECT coalesce(max(served_at), 0) + 1 FROM {schema}.jobs) WHERE id = %(id)s;
-
--- name: late_jobs
--- Late jobs with a task of the queue ready now, least recently served first.
-SELECT j.id FROM {schema}.jobs AS j
-WHERE j.ended_at IS NULL AND j.deadline < %(now)s
-  AND EXISTS (SELECT 1 FROM {schema}.messages AS m
-              WHERE m.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-                AND m.state = 1 AND m.t1 = j.id AND m.available_at <= %(now)s)
-ORDER BY j.served_at, j.id LIMIT %(limit)s;
-
--- name: jobs_unalerted
-SELECT id FROM {schema}.jobs WHERE ended_at IS NOT NULL AND alerted_at IS NULL ORDER BY ended_at LIMIT 100;
-
 -- name: job_alerted
 -- effect, expect 1: the completion alert goes out once
 WITH done AS (
@@ -97,52 +17,9 @@ WITH done AS (
     WHERE id = %(id)s AND ended_at IS NOT NULL AND alerted_at IS NULL RETURNING 1)
 SELECT {schema}.expect(count(*), 1, 'effect: the job was alerted already') FROM done;
 
--- name: jobs_finish_stale
--- Jobs whose counts say finished but whose end was not stamped (a job emptied by a
--- cancelled task, say): ended now.
-UPDATE {schema}.jobs SET ended_at = %(now)s
-WHERE ended_at IS NULL AND succeeded + failed >= total AND total > 0;
-
--- name: task_hold_back
--- A failed attempt's message waits for its retry and keeps the failure's note.
-UPDATE {schema}.messages SET available_at = %(until)s, error = %(note)s
-WHERE id = %(ref)s AND state = 2 AND c_session = %(session)s AND c_tx = %(tx)s;
-
--- name: window_open
-INSERT INTO {schema}.rate_windows (task_type, kind, start, used) VALUES (%(task_type)s, %(kind)s, %(start)s, 0)
-ON CONFLICT DO NOTHING;
-
--- name: window_take
--- expect 1: a start within the window's cap, counted for every worker at once
-UPDATE {schema}.rate_windows SET used = used + %(n)s
-WHERE task_type = %(task_type)s AND kind = %(kind)s AND start = %(start)s AND used + %(n)s <= %(cap)s;
-
 -- name: window_give_back
 UPDATE {schema}.rate_windows SET used = greatest(used - %(n)s, 0)
 WHERE task_type = %(task_type)s AND kind = %(kind)s AND start = %(start)s;
-
--- name: window_used
-SELECT kind, start, used FROM {schema}.rate_windows WHERE task_type = %(task_type)s AND start >= %(since)s
-ORDER BY start;
-
--- name: windows_expire
-DELETE FROM {schema}.rate_windows WHERE start < %(before)s;
-
--- name: schedule_upsert
-INSERT INTO {schema}.schedules (name, task_type, cron, tz, args, next_due)
-VALUES (%(name)s, %(task_type)s, %(cron)s, %(tz)s, %(args)s, %(next_due)s)
-ON CONFLICT (name) DO UPDATE SET
-    task_type = excluded.task_type, args = excluded.args,
-    next_due = CASE WHEN schedules.cron = excluded.cron AND schedules.tz = excluded.tz
-                    THEN schedules.next_due ELSE excluded.next_due END,
-    cron = excluded.cron, tz = excluded.tz;
-
--- name: schedules_due
-SELECT name, task_type, cron, tz, args, next_due FROM {schema}.schedules
-WHERE next_due <= %(now)s ORDER BY next_due;
-
--- name: schedule_list
-SELECT name, task_type, cron, tz, args, next_due FROM {schema}.schedules ORDER BY name;
 
 -- name: schedule_advance
 -- effect, expect 1: the due time fires once, whichever worker gets here first
@@ -151,24 +28,3 @@ WITH fired AS (
     WHERE name = %(name)s AND next_due = %(due)s RETURNING 1)
 SELECT {schema}.expect(count(*), 1, 'effect: the schedule fired already') FROM fired;
 
--- name: schedule_delete
-DELETE FROM {schema}.schedules WHERE name = %(name)s;
-
--- name: metric_set
-INSERT INTO {schema}.metrics (name, value, at) VALUES (%(name)s, %(value)s, %(now)s)
-ON CONFLICT (name) DO UPDATE SET value = excluded.value, at = excluded.at;
-
--- name: metric_get
-SELECT value, at FROM {schema}.metrics WHERE name = %(name)s;
-
--- name: tasks_expire
-DELETE FROM {schema}.tasks WHERE expires_at <= %(now)s;
-
--- name: jobs_expire_tasks
-DELETE FROM {schema}.tasks WHERE job_id IN (
-    SELECT id FROM {schema}.jobs WHERE ended_at IS NOT NULL AND alerted_at IS NOT NULL
-      AND retention IS NOT NULL AND ended_at + retention <= %(now)s);
-
--- name: jobs_expire
-DELETE FROM {schema}.jobs WHERE ended_at IS NOT NULL AND alerted_at IS NOT NULL
-  AND retention IS NOT NULL AND ended_at + retention <= %(now)s;

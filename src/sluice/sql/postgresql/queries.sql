@@ -1,12 +1,21 @@
--- Named queries of the PostgreSQL backend. A section starts with "-- name: <query>".
--- {schema} is the quoted schema name; {message_columns} the columns of a message row
--- (sluice.backends.base.MESSAGE_COLUMNS, then body_bytes) over the alias m.
+-- Statements of the PostgreSQL backend that SQLite writes differently; those written
+-- alike are in common/queries.sql, whose header explains {schema}, {select}, {order} and
+-- fragments. A section starts with "-- name: <statement>" or "-- fragment: <name>".
+-- {message_columns}: the columns of a message row over the alias m, given by the backend
+-- (sluice.backends.base.MESSAGE_COLUMNS, then body_bytes); {spool_columns} and
+-- {spool_names}: every column of the messages table (postgres_schema.MESSAGES_TABLE),
+-- over m and bare. In claims, {select} and {order} are over the claim's row s.
 -- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed.
--- {select} and {order}: a selective or ordering dequeue's condition and keys (compiled
--- expressions over the claim's row `s` or the browse's `m`); by default nothing and
--- delivery order.
--- Times: sessions use the database's clock (db_now); messages the Database's clock
+-- Times: sessions use the database's clock ({db_now}); messages the Database's clock
 -- (%(now)s), by default the database's clock read through server_time's offset.
+
+-- fragment: db_now
+extract(epoch FROM clock_timestamp())
+
+-- fragment: relax
+-- Lets a claim commit without waiting for the WAL flush (set_config(..., true) lasts
+-- for the transaction).
+AND set_config('synchronous_commit', 'off', true) IS NOT NULL
 
 -- name: open_session
 INSERT INTO {schema}.sessions (host, pid, started_at, heartbeat_at, lease)
@@ -15,9 +24,6 @@ RETURNING id;
 
 -- name: heartbeat
 UPDATE {schema}.sessions SET heartbeat_at = {db_now} WHERE id = %(session)s RETURNING id;
-
--- name: close_session
-DELETE FROM {schema}.sessions WHERE id = %(session)s;
 
 -- name: server_time
 -- The server's clock, for the offset of this host's from it.
@@ -32,12 +38,6 @@ FOR UPDATE;
 -- One recoverer at a time; the others skip instead of queueing behind it.
 SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
 
--- name: insert_queue
-INSERT INTO {schema}.queues (name, max_attempts, error_queue, durability, max_size, types,
-                             priority_functions, isolation, created_at)
-VALUES (%(name)s, %(max_attempts)s, %(error_queue)s, %(durability)s, %(max_size)s, %(types)s,
-        %(priority_functions)s, %(isolation)s, %(now)s);
-
 -- name: update_queue
 UPDATE {schema}.queues
 SET max_attempts = %(max_attempts)s, error_queue = %(error_queue)s,
@@ -48,19 +48,6 @@ WHERE name = %(name)s
   AND (isolation = %(isolation)s OR NOT EXISTS (
         SELECT 1 FROM {schema}.messages AS m
         WHERE m.queue_id = queues.id AND m.state IN (0, 1, 2, 5)));
-
--- name: get_queue
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
-       isolation
-FROM {schema}.queues WHERE name = %(name)s;
-
--- name: list_queues
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
-       isolation
-FROM {schema}.queues ORDER BY name;
-
--- name: queues_referencing
-SELECT name FROM {schema}.queues WHERE error_queue = %(name)s AND name <> %(name)s ORDER BY name;
 
 -- name: lock_queue_row
 SELECT id FROM {schema}.queues WHERE name = %(name)s FOR UPDATE;
@@ -73,44 +60,6 @@ SELECT (SELECT count(*) FROM {schema}.messages
      + (SELECT coalesce(sum(p.n), 0) FROM {schema}.stream_spool AS p
         JOIN {schema}.streams AS s ON s.session = p.session
         WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s));
-
--- name: delete_queue_messages
-DELETE FROM {schema}.messages WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s);
-
--- name: delete_queue_properties
-DELETE FROM {schema}.queue_properties
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s);
-
--- name: delete_queue
-DELETE FROM {schema}.queues WHERE name = %(name)s;
-
--- name: insert_type
-INSERT INTO {schema}.message_types (name, kind, definition, created_at)
-VALUES (%(name)s, %(kind)s, %(definition)s, %(now)s);
-
--- name: list_types
-SELECT name, kind, definition FROM {schema}.message_types ORDER BY name;
-
--- name: insert_property
-INSERT INTO {schema}.properties (name, expression, type, created_at)
-VALUES (%(name)s, %(expression)s, %(type)s, %(now)s);
-
--- name: insert_queue_property
-INSERT INTO {schema}.queue_properties (queue_id, property_id, slot)
-SELECT q.id, p.id, %(slot)s FROM {schema}.queues AS q, {schema}.properties AS p
-WHERE q.name = %(queue)s AND p.name = %(name)s;
-
--- name: slot_index
--- Made when a property first uses the slot: until then no enqueue pays for it. A
--- selection on the property seeks to its value and reads on in delivery order.
-CREATE INDEX IF NOT EXISTS messages_{slot} ON {schema}.messages
-    (queue_id, state, {slot}, priority DESC, id) WHERE {slot} IS NOT NULL;
-
--- name: queue_properties
-SELECT p.name, p.expression, p.type, qp.slot
-FROM {schema}.queue_properties AS qp JOIN {schema}.properties AS p ON p.id = qp.property_id
-WHERE qp.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-ORDER BY qp.slot;
 
 -- name: commit_lock
 -- Taken just before a transaction's messages get their ids and held until it
@@ -177,23 +126,97 @@ SELECT p_session, p_tx FROM (
        AND lane = %(lane)s AND state = 5 ORDER BY id LIMIT 1)) AS fronts
 ORDER BY id LIMIT 1;
 
--- name: delete_pending
-DELETE FROM {schema}.messages WHERE state = 0 AND p_session = %(session)s AND p_tx = %(tx)s;
-
 -- name: claim
--- Also loaded as claim_with_own, whose claimable rows include the transaction's own
--- uncommitted enqueues (they keep state 0 until commit); its pick is also a Spark
--- stream's take (stream_take, postgres.py).
--- The relax clause lets the claim commit without waiting for the WAL flush: it sits in the
--- queue's lookup, which runs once per execution. One statement, one round trip.
+-- The relax fragment lets the claim commit without waiting for the WAL flush: it sits
+-- in the queue's lookup, which runs once per execution. One statement, one round trip.
+-- Variants below: claim_with_own, _in_caller_tx, _lanes; stream_take picks alike.
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
         SELECT id FROM {schema}.messages AS s
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
-          AND {claimable} AND available_at <= %(now)s
+          AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
-        ORDER BY {order}
+        ORDER BY {order}priority DESC, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING {message_columns})
+(SELECT * FROM claimed)
+UNION ALL
+-- Nothing claimed: one row of NULLs but for available_at, which says when the
+-- queue's next delayed message is due (saves the waiting consumer a round trip).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT min(available_at) FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at > %(now)s),
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT 1 FROM claimed)
+ORDER BY 3 DESC, 1;
+
+-- name: claim_with_own
+-- As claim; a transaction sees its own uncommitted enqueues.
+WITH claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM (
+        SELECT id FROM {schema}.messages AS s
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+          AND {ready_or_own} AND available_at <= %(now)s
+          AND (expires_at IS NULL OR expires_at > %(now)s){select}
+        ORDER BY {order}priority DESC, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING {message_columns})
+(SELECT * FROM claimed)
+UNION ALL
+-- Nothing claimed: one row of NULLs but for available_at, which says when the
+-- queue's next delayed message is due (saves the waiting consumer a round trip).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT min(available_at) FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at > %(now)s),
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT 1 FROM claimed)
+ORDER BY 3 DESC, 1;
+
+-- name: claim_in_caller_tx
+-- As claim, inside a caller's transaction (the outbox), without the relax fragment:
+-- sluice must not change how the caller's commit is flushed.
+WITH claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM (
+        SELECT id FROM {schema}.messages AS s
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at <= %(now)s
+          AND (expires_at IS NULL OR expires_at > %(now)s){select}
+        ORDER BY {order}priority DESC, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING {message_columns})
+(SELECT * FROM claimed)
+UNION ALL
+-- Nothing claimed: one row of NULLs but for available_at, which says when the
+-- queue's next delayed message is due (saves the waiting consumer a round trip).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT min(available_at) FROM {schema}.messages
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at > %(now)s),
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT 1 FROM claimed)
+ORDER BY 3 DESC, 1;
+
+-- name: claim_with_own_in_caller_tx
+-- As claim_with_own, inside a caller's transaction (see claim_in_caller_tx).
+WITH claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM (
+        SELECT id FROM {schema}.messages AS s
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND {ready_or_own} AND available_at <= %(now)s
+          AND (expires_at IS NULL OR expires_at > %(now)s){select}
+        ORDER BY {order}priority DESC, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
@@ -214,13 +237,13 @@ ORDER BY 3 DESC, 1;
 -- As claim, and first the next messages of each lane in lanes (those the transaction
 -- holds messages of), which only it may take: up to run of them in lane order, stopping
 -- at the first not yet available; other heads too unless fill is false (finish what it
--- holds first). Also loaded as claim_with_own_lanes.
+-- holds first).
 WITH free AS (
     SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
     WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
-      AND {claimable} AND available_at <= %(now)s
+      AND state = 1 AND available_at <= %(now)s
       AND (expires_at IS NULL OR expires_at > %(now)s){select}
-    ORDER BY {order}
+    ORDER BY {order}priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), next AS (
@@ -238,7 +261,7 @@ WITH free AS (
         WHERE blocked = 0){select}
 ), pick AS (
     SELECT s.id, row_number() OVER (
-               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}) AS pos
+               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
     FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
     ORDER BY pos
     LIMIT %(limit)s
@@ -247,6 +270,128 @@ WITH free AS (
     FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
     RETURNING {message_columns})
 SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+
+-- name: claim_with_own_lanes
+-- As claim_lanes; a transaction sees its own uncommitted enqueues.
+WITH free AS (
+    SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+      AND {ready_or_own} AND available_at <= %(now)s
+      AND (expires_at IS NULL OR expires_at > %(now)s){select}
+    ORDER BY {order}priority DESC, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), next AS (
+    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
+    WHERE s.id IN (
+        SELECT id FROM (
+            SELECT r.id, count(*) FILTER (
+                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
+                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
+            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
+                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                  AND w.lane = l.lane AND w.state = 5
+                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
+        WHERE blocked = 0){select}
+), pick AS (
+    SELECT s.id, row_number() OVER (
+               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
+    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
+    ORDER BY pos
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
+    RETURNING {message_columns})
+SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+
+-- name: claim_lanes_in_caller_tx
+-- As claim_lanes, inside a caller's transaction (see claim_in_caller_tx).
+WITH free AS (
+    SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+      AND state = 1 AND available_at <= %(now)s
+      AND (expires_at IS NULL OR expires_at > %(now)s){select}
+    ORDER BY {order}priority DESC, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), next AS (
+    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
+    WHERE s.id IN (
+        SELECT id FROM (
+            SELECT r.id, count(*) FILTER (
+                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
+                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
+            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
+                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                  AND w.lane = l.lane AND w.state = 5
+                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
+        WHERE blocked = 0){select}
+), pick AS (
+    SELECT s.id, row_number() OVER (
+               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
+    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
+    ORDER BY pos
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
+    RETURNING {message_columns})
+SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+
+-- name: claim_with_own_lanes_in_caller_tx
+-- As claim_with_own_lanes, inside a caller's transaction (see claim_in_caller_tx).
+WITH free AS (
+    SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+      AND {ready_or_own} AND available_at <= %(now)s
+      AND (expires_at IS NULL OR expires_at > %(now)s){select}
+    ORDER BY {order}priority DESC, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), next AS (
+    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
+    WHERE s.id IN (
+        SELECT id FROM (
+            SELECT r.id, count(*) FILTER (
+                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
+                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
+            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
+                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                  AND w.lane = l.lane AND w.state = 5
+                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
+        WHERE blocked = 0){select}
+), pick AS (
+    SELECT s.id, row_number() OVER (
+               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
+    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
+    ORDER BY pos
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
+    RETURNING {message_columns})
+SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+
+-- name: stream_take
+-- A Spark stream's take (postgres_spool.py) moves what claim would pick: the same
+-- conditions, order and locks; the rows are deleted and sent out as CSV, every column
+-- (spool_columns). Its transaction relaxes its own commit, so no relax fragment here.
+COPY (
+    DELETE FROM {schema}.messages AS m USING (
+        SELECT id FROM {schema}.messages AS s
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND state = 1 AND available_at <= %(now)s
+          AND (expires_at IS NULL OR expires_at > %(now)s){select}
+        ORDER BY {order}priority DESC, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS pick
+    WHERE m.id = pick.id
+    RETURNING {spool_columns}
+) TO STDOUT (FORMAT csv);
 
 -- name: delete_claimed
 WITH d AS (
@@ -343,26 +488,6 @@ WHERE state = 2 AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id 
 -- name: expire
 SELECT {schema}.expire(%(now)s);
 
--- name: browse
-SELECT {message_columns} FROM {schema}.messages AS m
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-  AND (
-        (%(state)s = 'ready'
-            AND (state IN (1, 5) OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))
-            AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s))
-     OR (%(state)s = 'delayed' AND state IN (1, 5) AND available_at > %(now)s)
-     OR (%(state)s = 'claimed' AND state = 2)
-     OR (%(state)s = 'expired' AND state = 3)
-     OR (%(state)s = 'failed' AND state = 4)){select}
-ORDER BY {order}
-LIMIT %(limit)s;
-
--- name: purge
--- Only kept outcomes (expired, failed) are purged; live messages never are.
-DELETE FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-  AND state = %(state)s AND enqueued_at <= %(before)s;
-
 -- name: stats
 -- What streams took into their spools (and Spark has not committed) counts as claimed.
 SELECT state, available_at > %(now)s AS delayed, count(*) FROM {schema}.messages
@@ -373,11 +498,6 @@ SELECT 2, false, sum(p.n) FROM {schema}.stream_spool AS p
 JOIN {schema}.streams AS s ON s.session = p.session
 WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
 HAVING count(*) > 0;
-
--- name: next_due
-SELECT min(available_at) FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-  AND state = 1 AND available_at > %(now)s;
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s);
@@ -397,12 +517,6 @@ FOR UPDATE;
 UPDATE {schema}.rotation
 SET slot = %(slot)s, rotated_at_id = (SELECT last_value FROM {schema}.message_ids),
     rotated_at = {db_now};
-
--- name: stream_find
--- A Spark stream (see 0004_streams.sql): its session, last round and last acknowledged one.
-SELECT s.session, s.round, s.acked
-FROM {schema}.streams AS s JOIN {schema}.queues AS q ON q.id = s.queue_id
-WHERE q.name = %(queue)s AND s.name = %(name)s;
 
 -- name: stream_insert
 -- Two starters at once: the second finds the row made by the first (ON CONFLICT).
@@ -467,53 +581,18 @@ DELETE FROM {schema}.stream_spool WHERE session = %(session)s;
 -- stream's session, which is then closed like any other.
 COPY {schema}.messages ({spool_names}) FROM STDIN;
 
--- name: stream_delete
-DELETE FROM {schema}.streams WHERE session = %(session)s;
-
--- name: streams_of_queue
-SELECT s.session FROM {schema}.streams AS s JOIN {schema}.queues AS q ON q.id = s.queue_id
-WHERE q.name = %(name)s;
-
 -- name: sink_batch_lock
 -- The sink's row is locked until the publish commits: two drivers publishing the same
 -- batch at once (a zombie and its replacement) publish it once.
 SELECT batch FROM {schema}.sinks WHERE name = %(name)s FOR UPDATE;
-
--- name: sink_batch
-SELECT batch FROM {schema}.sinks WHERE name = %(name)s;
 
 -- name: sink_record
 INSERT INTO {schema}.sinks (name, batch, updated_at)
 VALUES (%(name)s, %(batch)s, extract(epoch FROM clock_timestamp()))
 ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
 
--- name: sink_orphans
--- The sink's staging sessions of batches up to this one that were not published.
-DELETE FROM {schema}.sessions WHERE host = %(host)s AND pid <= %(batch)s;
-
--- name: sink_forget
-DELETE FROM {schema}.sinks WHERE name = %(name)s;
-
 -- name: staging_close
 -- Every staging session of an aborted batch write (and the write's own: pid NULL), or
 -- of one micro-batch of a streaming sink (pid the batch id).
 DELETE FROM {schema}.sessions WHERE host = %(host)s AND (%(pid)s::bigint IS NULL OR pid = %(pid)s);
 
--- name: scan
--- A page of a batch read: as browse, by id within (after, upto].
-SELECT {message_columns} FROM {schema}.messages AS m
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-  AND id > %(after)s AND id <= %(upto)s
-  AND (
-        (%(state)s = 'ready' AND state IN (1, 5)
-            AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s))
-     OR (%(state)s = 'delayed' AND state IN (1, 5) AND available_at > %(now)s)
-     OR (%(state)s = 'claimed' AND state = 2)
-     OR (%(state)s = 'expired' AND state = 3)
-     OR (%(state)s = 'failed' AND state = 4)){select}
-ORDER BY id
-LIMIT %(limit)s;
-
--- name: id_bounds
-SELECT min(id), max(id), count(*) FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s);

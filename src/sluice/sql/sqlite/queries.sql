@@ -1,10 +1,10 @@
--- Named queries of the SQLite backend. A section starts with "-- name: <query>".
+-- Statements of the SQLite backend that PostgreSQL writes differently; those written
+-- alike are in common/queries.sql, whose header explains {message_columns}, {select},
+-- {order} and fragments such as {ready_or_own}. A section starts with "-- name: <statement>".
 -- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed,
 -- 5 waiting behind the head of its lane (a group, or a writer or block of an isolated
 -- queue: see 0003_isolation.sql). A lane has at most one head, in state 1 or 2.
--- Columns read back for a message are always those of `message_columns` in sluice.backends.sqlite.
--- {select} and {order}: a selective or ordering dequeue's condition and keys (compiled
--- expressions over the row `m`); by default nothing and delivery order.
+-- Columns read back for a message are always {message_columns} (sluice.backends.sqlite).
 
 -- name: open_session
 INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease)
@@ -13,17 +13,8 @@ VALUES (:host, :pid, :now, :now, :lease);
 -- name: heartbeat
 UPDATE sessions SET heartbeat_at = :now WHERE id = :session;
 
--- name: close_session
-DELETE FROM sessions WHERE id = :session;
-
 -- name: list_sessions
 SELECT id, host, pid, heartbeat_at, lease FROM sessions;
-
--- name: insert_queue
-INSERT INTO queues (name, max_attempts, error_queue, durability, max_size, types,
-                    priority_functions, isolation, created_at)
-VALUES (:name, :max_attempts, :error_queue, :durability, :max_size, :types,
-        :priority_functions, :isolation, :now);
 
 -- name: update_queue
 UPDATE queues
@@ -35,19 +26,6 @@ WHERE name = :name
   AND (isolation = :isolation OR NOT EXISTS (
         SELECT 1 FROM messages WHERE queue_id = queues.id AND state IN (0, 1, 2, 5)));
 
--- name: get_queue
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
-       isolation
-FROM queues WHERE name = :name;
-
--- name: list_queues
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
-       isolation
-FROM queues ORDER BY name;
-
--- name: queues_referencing
-SELECT name FROM queues WHERE error_queue = :name AND name <> :name ORDER BY name;
-
 -- name: lock_queue_row
 -- BEGIN IMMEDIATE holds the write lock already: this only finds the queue.
 SELECT id FROM queues WHERE name = :name;
@@ -55,43 +33,6 @@ SELECT id FROM queues WHERE name = :name;
 -- name: queue_in_flight
 SELECT count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :name) AND state IN (0, 2);
-
--- name: delete_queue_messages
-DELETE FROM messages WHERE queue_id = (SELECT id FROM queues WHERE name = :name);
-
--- name: delete_queue_properties
-DELETE FROM queue_properties WHERE queue_id = (SELECT id FROM queues WHERE name = :name);
-
--- name: delete_queue
-DELETE FROM queues WHERE name = :name;
-
--- name: insert_type
-INSERT INTO message_types (name, kind, definition, created_at)
-VALUES (:name, :kind, :definition, :now);
-
--- name: list_types
-SELECT name, kind, definition FROM message_types ORDER BY name;
-
--- name: insert_property
-INSERT INTO properties (name, expression, type, created_at)
-VALUES (:name, :expression, :type, :now);
-
--- name: insert_queue_property
-INSERT INTO queue_properties (queue_id, property_id, slot)
-SELECT q.id, p.id, :slot FROM queues AS q, properties AS p
-WHERE q.name = :queue AND p.name = :name;
-
--- name: slot_index
--- Made when a property first uses the slot: until then no enqueue pays for it. A
--- selection on the property seeks to its value and reads on in delivery order.
-CREATE INDEX IF NOT EXISTS messages_{slot} ON messages (queue_id, state, {slot}, priority DESC, id)
-WHERE {slot} IS NOT NULL;
-
--- name: queue_properties
-SELECT p.name, p.expression, p.type, qp.slot
-FROM queue_properties AS qp JOIN properties AS p ON p.id = qp.property_id
-WHERE qp.queue_id = (SELECT id FROM queues WHERE name = :queue)
-ORDER BY qp.slot;
 
 -- name: insert_message
 -- Positional: ?1 state, ?2 session, ?3 tx, then the first 11 fields of an Envelope in order
@@ -163,61 +104,69 @@ SELECT p_session, p_tx FROM (
                      AND lane = :lane AND state = 5 ORDER BY id LIMIT 1))
 ORDER BY id LIMIT 1;
 
--- name: delete_pending
-DELETE FROM messages WHERE state = 0 AND p_session = :session AND p_tx = :tx;
+-- name: claim_one
+-- One message, in one statement: a scalar subquery is cheaper than materialising an id
+-- list.
+UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
+WHERE id = (
+    SELECT id FROM messages AS m
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+      AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+    ORDER BY {order}priority DESC, id
+    LIMIT :limit)
+RETURNING {message_columns};
 
--- name: claim
--- Loaded as claim_one (one message), and as stream_claim without RETURNING.
+-- name: claim_with_own_one
+-- As claim_one; a transaction sees its own uncommitted enqueues.
+UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
+WHERE id = (
+    SELECT id FROM messages AS m
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+      AND {ready_or_own}
+      AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
+    ORDER BY {order}priority DESC, id
+    LIMIT :limit)
+RETURNING {message_columns};
+
+-- name: stream_claim
+-- A Spark stream's claim: the rows stay in the database (its tasks read them), so
+-- nothing comes back but the count.
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id IN (
     SELECT id FROM messages AS m
     WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
       AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
-    ORDER BY {order}
-    LIMIT :limit)
-RETURNING {message_columns};
-
--- name: claim_with_own
--- A transaction sees its own uncommitted enqueues; they keep state 0 until commit.
-UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
-WHERE id IN (
-    SELECT id FROM messages AS m
-    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-      AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
-      AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
-    ORDER BY {order}
-    LIMIT :limit)
-RETURNING {message_columns};
+    ORDER BY {order}priority DESC, id
+    LIMIT :limit);
 
 -- name: select_claimable
 -- Batch claims select in delivery order, then mark by id (cheaper than RETURNING many rows).
 SELECT {message_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
-ORDER BY {order}
+ORDER BY {order}priority DESC, id
 LIMIT :limit;
 
 -- name: select_claimable_with_own
 SELECT {message_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-  AND (state = 1 OR (state = 0 AND p_session = :session AND p_tx = :tx))
+  AND {ready_or_own}
   AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
-ORDER BY {order}
+ORDER BY {order}priority DESC, id
 LIMIT :limit;
 
 -- name: select_claimable_lanes
 -- As select_claimable, and first the next messages of each lane in :lanes (a JSON array of
 -- the lanes the transaction holds messages of), which only it may take: up to :run of
 -- them in lane order, stopping at the first not yet available; other heads too unless
--- :fill is 0 (finish what it holds first). Also loaded as
--- select_claimable_with_own_lanes. Each part seeks its own index; neither scans.
+-- :fill is 0 (finish what it holds first). Each part seeks its own index; neither scans.
 SELECT {message_columns} FROM (
     SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
         WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue)
-          AND {claimable} AND available_at <= :now
+          AND state = 1 AND available_at <= :now
           AND (expires_at IS NULL OR expires_at > :now){select}
-        ORDER BY {order}
+        ORDER BY {order}priority DESC, id
         LIMIT :limit)
     UNION ALL
     SELECT 0, m.* FROM messages AS m
@@ -232,7 +181,33 @@ SELECT {message_columns} FROM (
                 ORDER BY w.id LIMIT :run))
         WHERE blocked = 0){select}
 ) AS m
-ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}
+ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id
+LIMIT :limit;
+
+-- name: select_claimable_with_own_lanes
+-- As select_claimable_lanes, with the transaction's own uncommitted enqueues.
+SELECT {message_columns} FROM (
+    SELECT 1 AS lane_rank, * FROM (
+        SELECT m.* FROM messages AS m
+        WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue)
+          AND {ready_or_own} AND available_at <= :now
+          AND (expires_at IS NULL OR expires_at > :now){select}
+        ORDER BY {order}priority DESC, id
+        LIMIT :limit)
+    UNION ALL
+    SELECT 0, m.* FROM messages AS m
+    WHERE m.id IN (
+        SELECT id FROM (
+            SELECT r.id, sum(r.available_at > :now OR coalesce(r.expires_at <= :now, 0))
+                         OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
+            FROM json_each(:lanes) AS l JOIN messages AS r ON r.id IN (
+                SELECT w.id FROM messages AS w
+                WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue)
+                  AND w.lane = l.value AND w.state = 5
+                ORDER BY w.id LIMIT :run))
+        WHERE blocked = 0){select}
+) AS m
+ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id
 LIMIT :limit;
 
 -- name: mark_claimed
@@ -335,40 +310,10 @@ WHERE m.state IN (1, 5) AND m.expires_at IS NOT NULL AND m.expires_at <= :now
 UPDATE messages SET state = 3
 WHERE state IN (1, 5) AND expires_at IS NOT NULL AND expires_at <= :now;
 
--- name: browse
-SELECT {message_columns} FROM messages AS m
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-  AND (
-        (:state = 'ready'
-            AND (state IN (1, 5) OR (state = 0 AND p_session = :session AND p_tx = :tx))
-            AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now))
-     OR (:state = 'delayed' AND state IN (1, 5) AND available_at > :now)
-     OR (:state = 'claimed' AND state = 2)
-     OR (:state = 'expired' AND state = 3)
-     OR (:state = 'failed' AND state = 4)){select}
-ORDER BY {order}
-LIMIT :limit;
-
--- name: purge
--- Only kept outcomes (expired, failed) are purged; live messages never are.
-DELETE FROM messages
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-  AND state = :state AND enqueued_at <= :before;
-
 -- name: stats
 SELECT state, available_at > :now AS delayed, count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
 GROUP BY 1, 2;
-
--- name: next_due
-SELECT min(available_at) FROM messages
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-  AND state = 1 AND available_at > :now;
-
--- name: stream_find
--- A Spark stream (see 0004_streams.sql): its session, last round and last acknowledged one.
-SELECT s.session, s.round, s.acked FROM streams AS s JOIN queues AS q ON q.id = s.queue_id
-WHERE q.name = :queue AND s.name = :name;
 
 -- name: stream_insert
 INSERT INTO streams (queue_id, name, session, created_at)
@@ -400,46 +345,12 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
   AND c_session = :session AND c_tx > :after AND c_tx <= :upto
 RETURNING lane;
 
--- name: stream_delete
-DELETE FROM streams WHERE session = :session;
-
--- name: streams_of_queue
-SELECT s.session FROM streams AS s JOIN queues AS q ON q.id = s.queue_id WHERE q.name = :name;
-
--- name: sink_batch
-SELECT batch FROM sinks WHERE name = :name;
-
 -- name: sink_record
 INSERT INTO sinks (name, batch, updated_at) VALUES (:name, :batch, :now)
 ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
-
--- name: sink_orphans
--- The sink's staging sessions of batches up to this one that were not published.
-DELETE FROM sessions WHERE host = :host AND pid <= :batch;
-
--- name: sink_forget
-DELETE FROM sinks WHERE name = :name;
 
 -- name: staging_close
 -- Every staging session of an aborted batch write (and the write's own: pid NULL), or
 -- of one micro-batch of a streaming sink (pid the batch id).
 DELETE FROM sessions WHERE host = :host AND (:pid IS NULL OR pid = :pid);
 
--- name: scan
--- A page of a batch read: as browse, by id within (:after, :upto].
-SELECT {message_columns} FROM messages AS m
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-  AND id > :after AND id <= :upto
-  AND (
-        (:state = 'ready' AND state IN (1, 5)
-            AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now))
-     OR (:state = 'delayed' AND state IN (1, 5) AND available_at > :now)
-     OR (:state = 'claimed' AND state = 2)
-     OR (:state = 'expired' AND state = 3)
-     OR (:state = 'failed' AND state = 4)){select}
-ORDER BY id
-LIMIT :limit;
-
--- name: id_bounds
-SELECT min(id), max(id), count(*) FROM messages
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue);
