@@ -377,7 +377,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),
                 alias,
             )
-            text = self._templates[name].fill(select=where, order=order)
+            text = self._templates[name].fill_selection(where, order)
             self._q.setdefault(text, text)
             cached = self._selections[key] = (text, params)
         return cached

@@ -282,7 +282,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         cached = self._selections.get((name, select.key))
         if cached is None:
             where, order, params = compile_selection(select, SQLiteCompiler)
-            cached = self._templates[name].fill(select=where, order=order), params
+            cached = self._templates[name].fill_selection(where, order), params
             if len(self._selections) > 256:  # selections come from code: a few, reused
                 self._selections.clear()
             self._selections[(name, select.key)] = cached

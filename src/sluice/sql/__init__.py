@@ -61,6 +61,15 @@ class Template:
             )
         return _BRACE.sub(lambda m: values[m[1]], self.text)
 
+    def fill_selection(self, select: str, order: str) -> str:
+        """The statement shaped by a compiled selection (its condition and order keys).
+
+        A statement that keeps an order of its own (``scan``, by id) has no ``order``
+        hole, and its order stands.
+        """
+        values = {"select": select, "order": order}
+        return self.fill(**{hole: values[hole] for hole in self.holes})
+
 
 def _read(folder: str, filename: str) -> str:
     return resources.files(__package__).joinpath(folder, filename).read_text("utf-8")
