@@ -55,8 +55,9 @@ def _read(text: str | bytes) -> Any:
         if exc.code == etree.ErrorTypes.ERR_RESOURCE_LIMIT:
             # libxml2 suggests XML_PARSE_HUGE, which sluice does not offer.
             raise InvalidBody(
-                f"the XML goes past the parser's limits ({str(exc).split(',')[0]}): at most "
-                "256 levels of nesting and no entity expansion; send a flatter document"
+                f"the XML goes past the parser's limits ({str(exc).split(',')[0]}): sluice "
+                "reads at most 256 levels of nesting and expands no entities; send a flatter "
+                "document, with the text of any entity written out"
             ) from None
         raise InvalidBody(f"the body is not well-formed XML ({exc})") from None
 
