@@ -10,8 +10,12 @@ from typing import Any, Literal
 
 import fastjsonschema
 import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
+from jsonschema_specifications import REGISTRY as _META_SCHEMAS  # type: ignore[import-untyped]
 
-from sluice.errors import InvalidBody, TypeDefinitionError, TypeViolation
+from sluice.errors import TypeDefinitionError, TypeViolation
 
 __all__ = ["MessageType", "TypeRegistry", "definition_of"]
 
@@ -28,6 +32,11 @@ _NEWER_KEYWORDS = frozenset(
 )  # fmt: skip
 
 
+# Refs resolve inside the schema itself or to the meta-schemas, never by fetching a URL:
+# jsonschema's default registry would download http(s) and file: references.
+_OFFLINE = referencing.Registry()
+
+
 def _keywords(schema: Any) -> set[str]:
     if isinstance(schema, dict):
         found = set(schema)
@@ -37,6 +46,25 @@ def _keywords(schema: Any) -> set[str]:
     if isinstance(schema, list):
         return set().union(*(_keywords(v) for v in schema)) if schema else set()
     return set()
+
+
+def _only_local_refs(schema: Any) -> bool:
+    """No $id and every $ref a fragment of this document: what fastjsonschema may compile.
+
+    fastjsonschema fetches any other reference with urlopen and caches ids across schemas.
+    """
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if "$id" in schema or (isinstance(ref, str) and not ref.startswith("#")):
+            return False
+        return all(_only_local_refs(v) for v in schema.values())
+    if isinstance(schema, list):
+        return all(_only_local_refs(v) for v in schema)
+    return True
+
+
+def _validator(schema: Any) -> Any:
+    return jsonschema.Draft202012Validator(schema, registry=_OFFLINE)
 
 
 @dataclass(slots=True)
@@ -57,22 +85,14 @@ class MessageType:
     def check(self, body: Any, raw: str | bytes) -> None:
         """TypeViolation, spelling out the first violation, unless ``body`` conforms."""
         if self.kind == "json":
-            validator = self._validator or self._compile()
-            if self._fast is not None:
-                # jsonschema takes ~0.4 ms for an order; the generated check ~25 µs.
-                # It only decides; a refusal is spelled out by jsonschema below.
-                try:
-                    self._fast(body)
-                    return
-                except fastjsonschema.JsonSchemaException:
-                    pass
-            error = jsonschema.exceptions.best_match(validator.iter_errors(body))
-            if error is not None:
-                where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the body"
+            try:
+                self._check_json(body)
+            except RecursionError:
                 raise TypeViolation(
-                    f"the message does not conform to type {self.name!r}: at {where}, "
-                    f"{error.message}; nothing was stored"
-                )
+                    f"the message could not be checked against type {self.name!r}: the check "
+                    "nested too deeply (a body nested very deeply, or a type whose $ref "
+                    "refers back to itself); nothing was stored"
+                ) from None
             return
         from sluice.expr.xml import parse_xml  # noqa: PLC0415  (lxml is optional)
 
@@ -85,21 +105,37 @@ class MessageType:
                 f"{problem.message}; nothing was stored"
             )
 
+    def _check_json(self, body: Any) -> None:
+        validator = self._validator or self._compile()
+        if self._fast is not None:
+            # jsonschema takes ~0.4 ms for an order; the generated check ~25 µs.
+            # It only decides; a refusal is spelled out by jsonschema below.
+            try:
+                self._fast(body)
+                return
+            except fastjsonschema.JsonSchemaException:
+                pass
+        error = jsonschema.exceptions.best_match(validator.iter_errors(body))
+        if error is not None:
+            where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the body"
+            raise TypeViolation(
+                f"the message does not conform to type {self.name!r}: at {where}, "
+                f"{error.message}; nothing was stored"
+            )
+
     def _compile(self) -> Any:
         if self.kind == "json":
             schema = json.loads(self.definition)
-            self._validator = jsonschema.Draft202012Validator(schema)
-            if not _keywords(schema) & _NEWER_KEYWORDS:
+            self._validator = _validator(schema)
+            if not _keywords(schema) & _NEWER_KEYWORDS and _only_local_refs(schema):
                 try:
                     self._fast = fastjsonschema.compile(schema)
                 except fastjsonschema.JsonSchemaDefinitionException:
                     self._fast = None  # jsonschema alone, then
         else:
-            from lxml import etree  # noqa: PLC0415  (lxml is optional)
+            from sluice.expr.xml import parse_xml_schema  # noqa: PLC0415  (lxml is optional)
 
-            from sluice.expr.xml import parse_xml  # noqa: PLC0415
-
-            self._validator = etree.XMLSchema(parse_xml(self.definition))
+            self._validator = parse_xml_schema(self.definition)
         return self._validator
 
 
@@ -118,20 +154,29 @@ def definition_of(
         parsed = parse_jpmq(jpmq)
         return parsed.name, "json", _json_schema(parsed.schema)
     if model is not None:
-        if not hasattr(model, "model_json_schema"):
-            raise TypeDefinitionError(f"model= takes a Pydantic model class, not {model!r}")
-        return model.__name__, "json", _json_schema(model.model_json_schema())
+        definition = _json_schema(_model_schema(model))
+        return model.__name__, "json", definition
     if schema is not None:
         return None, "json", _json_schema(schema)
-    from sluice.expr.xml import parse_xml  # noqa: PLC0415
+    from sluice.expr.xml import parse_xml_schema  # noqa: PLC0415  (lxml is optional)
 
-    try:
-        from lxml import etree  # noqa: PLC0415
-
-        etree.XMLSchema(parse_xml(xml_schema))  # type: ignore[arg-type]
-    except (InvalidBody, etree.XMLSchemaParseError) as exc:
-        raise TypeDefinitionError(f"xml_schema is not a usable XML Schema: {exc}") from None
+    parse_xml_schema(xml_schema)  # type: ignore[arg-type]
     return None, "xml", str(xml_schema)
+
+
+def _model_schema(model: Any) -> Any:
+    if not isinstance(model, type) or not hasattr(model, "model_json_schema"):
+        raise TypeDefinitionError(f"model= takes a Pydantic model class, not {model!r}")
+    try:
+        return model.model_json_schema()
+    # Pydantic raises its own errors (a field of a type JSON Schema cannot describe),
+    # and a model may override model_json_schema with code of its own.
+    except Exception as exc:
+        raise TypeDefinitionError(
+            f"model {model.__name__} gives no JSON Schema ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else exc!r}); use field types that "
+            "JSON Schema can describe, or pass schema= instead"
+        ) from exc
 
 
 def _json_schema(schema: Any) -> str:
@@ -139,11 +184,51 @@ def _json_schema(schema: Any) -> str:
         raise TypeDefinitionError(f"a JSON Schema is a dict, not {type(schema).__name__}")
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
-        return json.dumps(schema, sort_keys=True)
+        # No NaN or Infinity: they are not JSON, and fastjsonschema cannot compile them.
+        text = json.dumps(schema, sort_keys=True, allow_nan=False)
+        _check_refs(schema)
     except jsonschema.exceptions.SchemaError as exc:
         raise TypeDefinitionError(f"not a valid JSON Schema: {exc.message}") from None
     except (TypeError, ValueError) as exc:
         raise TypeDefinitionError(f"the JSON Schema cannot be stored as JSON: {exc}") from None
+    except RecursionError:
+        raise TypeDefinitionError(
+            "the JSON Schema nests too deeply, or its $ref refers back to itself without "
+            "reading into the message; flatten it or break the loop"
+        ) from None
+    return text
+
+
+def _check_refs(schema: dict[str, Any]) -> None:
+    """TypeDefinitionError unless every $ref points into ``schema`` (or at a meta-schema)
+    and the refs do not loop back on themselves with nothing read in between."""
+    resource = referencing.jsonschema.DRAFT202012.create_resource(schema)
+    resolver = _META_SCHEMAS.combine(_OFFLINE).resolver_with_root(resource)
+    try:
+        _lookup_refs(resource, resolver)
+    except referencing.exceptions.Unresolvable as exc:
+        raise TypeDefinitionError(
+            f"the JSON Schema has a $ref that does not resolve ({exc}); sluice fetches no "
+            "files or URLs for a schema: put the definition under $defs and refer to it "
+            "as '#/$defs/<name>'"
+        ) from None
+    # A loop of $refs that reads nothing shows on any value: try one of each JSON type.
+    validator = _validator(schema)
+    probes: tuple[object, ...] = (None, True, 0, "", [], {})
+    for probe in probes:
+        for _ in validator.iter_errors(probe):
+            pass
+
+
+def _lookup_refs(resource: Any, resolver: Any) -> None:
+    resolver = resolver.in_subresource(resource)
+    contents = resource.contents
+    if isinstance(contents, dict):
+        for keyword in ("$ref", "$dynamicRef"):
+            if isinstance(contents.get(keyword), str):
+                resolver.lookup(contents[keyword])
+    for subresource in resource.subresources():
+        _lookup_refs(subresource, resolver)
 
 
 class TypeRegistry:

@@ -1,4 +1,5 @@
-"""XML bodies: parsed safely (no entity expansion, no network) and read with XPath 1.0."""
+"""XML bodies: parsed safely (no entity expansion, no files, no network) and read with XPath 1.0;
+XML Schemas compiled from one self-contained document."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from sluice.errors import ExpressionError, InvalidBody
+from sluice.errors import ExpressionError, InvalidBody, TypeDefinitionError
 
-__all__ = ["check_xpath", "evaluate_xpath", "parse_xml"]
+__all__ = ["check_xpath", "evaluate_xpath", "parse_xml", "parse_xml_schema"]
+
+_XSD = "{http://www.w3.org/2001/XMLSchema}"
+# Schema elements that pull in another document by its schemaLocation.
+_SCHEMA_LOADS = tuple(f"{_XSD}{tag}" for tag in ("include", "import", "redefine", "override"))
 
 
 def _lxml() -> Any:
@@ -29,13 +34,75 @@ def _parser() -> Any:
 
 
 def parse_xml(text: str | bytes) -> Any:
-    """The document element of an XML body, or InvalidBody saying why it is not XML."""
+    """The document element of an XML body, or InvalidBody saying why it cannot be taken:
+    not XML, past the parser's limits, or declaring or using entities."""
+    root = _read(text)
+    if root.getroottree().docinfo.internalDTD is not None:  # only a DOCTYPE costs more
+        _refuse_entities(root)
+    return root
+
+
+def _read(text: str | bytes) -> Any:
+    # Entities are left in the tree as references: reading a stored body (XPath in a
+    # selection) sees the document around them, as it did when it was stored.
     etree = _lxml()
+    if not isinstance(text, str | bytes):
+        raise InvalidBody(f"XML is text, str or bytes, not {type(text).__name__}")
     data = text.encode("utf-8") if isinstance(text, str) else text
     try:
         return etree.fromstring(data, _parser())
     except etree.XMLSyntaxError as exc:
+        if exc.code == etree.ErrorTypes.ERR_RESOURCE_LIMIT:
+            # libxml2 suggests XML_PARSE_HUGE, which sluice does not offer.
+            raise InvalidBody(
+                f"the XML goes past the parser's limits ({str(exc).split(',')[0]}): sluice "
+                "reads at most 256 levels of nesting and expands no entities; send a flatter "
+                "document, with the text of any entity written out"
+            ) from None
         raise InvalidBody(f"the body is not well-formed XML ({exc})") from None
+
+
+def _refuse_entities(root: Any) -> None:
+    # An unexpanded reference would be read wrongly: XPath skips it and lxml's XML
+    # Schema validation fails with an internal error. Refused before it is stored.
+    declared = [entity.name for entity in root.getroottree().docinfo.internalDTD.iterentities()]
+    used = sorted({entity.name for entity in root.iter(_lxml().Entity)})
+    if declared or used:
+        names = ", ".join(dict.fromkeys(declared + used))
+        raise InvalidBody(
+            f"the XML declares or uses entities ({names}), which sluice neither expands nor "
+            "fetches (no files, no network); write their text out in the document and leave "
+            "the <!ENTITY> declarations out of its DOCTYPE"
+        )
+
+
+def parse_xml_schema(text: str) -> Any:
+    """The compiled XML Schema ``text``; TypeDefinitionError saying why it cannot be used.
+
+    A schema is one self-contained document: xs:include, xs:import, xs:redefine and
+    xs:override with a schemaLocation would make libxml2 read files.
+    """
+    etree = _lxml()
+    if not isinstance(text, str):
+        raise TypeDefinitionError(
+            f"xml_schema takes the XML Schema as a str, not {type(text).__name__}"
+        )
+    try:
+        document = parse_xml(text)
+    except InvalidBody as exc:
+        raise TypeDefinitionError(f"xml_schema is not a usable XML Schema: {exc}") from None
+    for element in document.iter(*_SCHEMA_LOADS):
+        location = element.get("schemaLocation")
+        if location is not None:
+            raise TypeDefinitionError(
+                f"xml_schema loads another document (xs:{etree.QName(element).localname} "
+                f"schemaLocation={location!r}), and sluice reads no files or network for a "
+                "schema; put its definitions into this one schema"
+            )
+    try:
+        return etree.XMLSchema(document)
+    except etree.XMLSchemaParseError as exc:
+        raise TypeDefinitionError(f"xml_schema is not a usable XML Schema: {exc}") from None
 
 
 @lru_cache(maxsize=256)
@@ -56,7 +123,7 @@ def evaluate_xpath(kind: str, path: str, body: str | bytes | None) -> str | floa
     if body is None:
         return None
     try:
-        root = parse_xml(body)
+        root = _read(body)
     except InvalidBody:
         return None
     wrapped = {"text": "string", "number": "number", "boolean": "boolean"}[kind]

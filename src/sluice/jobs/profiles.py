@@ -10,7 +10,7 @@ import datetime
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeGuard
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -124,13 +124,8 @@ class Entry:
     follow: Follow | None = None
 
     def __post_init__(self) -> None:
-        days = frozenset(self.days)
+        days = _day_set(self.days)
         object.__setattr__(self, "days", days)
-        if not days or not all(_whole(day) and 0 <= day <= 6 for day in days):
-            raise ConfigurationError(
-                f"days {set(days)!r} are not days of the week; give at least one, "
-                "each 0 (Monday) to 6 (Sunday)"
-            )
         window = (self.start, self.end)
         if not all(isinstance(at, datetime.time) and at.tzinfo is None for at in window):
             raise ConfigurationError(
@@ -143,6 +138,10 @@ class Entry:
         if self.priority is not None and not _whole(self.priority):
             raise ConfigurationError(f"priority is {self.priority!r}; give a whole number or None")
         if self.follow is not None:
+            if not isinstance(self.follow, Follow):
+                raise ConfigurationError(
+                    f"follow is {self.follow!r}; give a Follow(signal, capacity) or None"
+                )
             if self.max_per_hour is None:
                 raise ConfigurationError(
                     "an entry that follows a load signal needs max_per_hour, the rate at no load"
@@ -167,6 +166,11 @@ class Entry:
     ) -> Entry:
         """An entry from text: days such as "mon-fri", "sat,sun", "fri-mon" or "*", and a
         window such as "09:00-17:00", "22:00-06:00", "00:00-24:00" or "*"."""
+        if not isinstance(days, str) or not isinstance(window, str):
+            raise ConfigurationError(
+                f"Entry.parse takes days and window as text, not {days!r} and {window!r}; "
+                "write e.g. Entry.parse('mon-fri', '09:00-17:00')"
+            )
         start, end = _parse_window(window)
         return cls(
             _parse_days(days),
@@ -194,6 +198,22 @@ class Entry:
         """The nominal wall-clock length of the window; 24 hours when start == end."""
         length = (_since_midnight(self.end) - _since_midnight(self.start)) % _WHOLE_DAY
         return length or _WHOLE_DAY
+
+
+def _day_set(days: object) -> frozenset[int]:
+    problem = (
+        f"days {days!r} are not days of the week; give a set of at least one, each 0 (Monday) "
+        "to 6 (Sunday), or write Entry.parse('mon-fri', ...)"
+    )
+    if isinstance(days, str) or not isinstance(days, Iterable):
+        raise ConfigurationError(problem)
+    try:
+        found = frozenset(days)
+    except TypeError:  # an unhashable member, such as a list
+        raise ConfigurationError(problem) from None
+    if not found or not all(_whole(day) and 0 <= day <= 6 for day in found):
+        raise ConfigurationError(problem)
+    return found
 
 
 def _day_number(name: str, text: str) -> int:
@@ -273,7 +293,7 @@ class Profile:
             raise ConfigurationError(
                 f"task_type is {self.task_type!r}; name the task type the profile belongs to"
             )
-        object.__setattr__(self, "entries", tuple(self.entries))
+        object.__setattr__(self, "entries", _entries(self.entries))
         _check_count("default_per_hour", self.default_per_hour)
         _check_count("default_per_cycle", self.default_per_cycle)
         zone(self.tz)
@@ -315,6 +335,23 @@ class Profile:
                 f"the stored profile cannot be read ({type(exc).__name__}: {exc}); "
                 "store profiles with Profile.to_json()"
             ) from exc
+
+
+def _entries(entries: object) -> tuple[Entry, ...]:
+    # Checked here, not when stored: to_json would fail inside dataclasses.asdict.
+    if isinstance(entries, str | bytes | dict) or not isinstance(entries, Iterable):
+        raise ConfigurationError(
+            f"entries is {entries!r}; give a list of Entry values, e.g. "
+            "[Entry.parse('mon-fri', '09:00-17:00', max_per_hour=100)]"
+        )
+    found = tuple(entries)
+    for entry in found:
+        if not isinstance(entry, Entry):
+            raise ConfigurationError(
+                f"entries holds {entry!r}, which is not an Entry; make each one with "
+                "Entry(days, start, end, ...) or Entry.parse('mon-fri', '09:00-17:00', ...)"
+            )
+    return found
 
 
 def _per_hour(entry: Entry, load: Callable[[str], float] | None) -> int | None:
