@@ -89,17 +89,20 @@ class QueueSpec:
             if self.error_queue == self.name:
                 raise ConfigurationError(f"queue {self.name!r} cannot be its own error queue")
         if self.max_attempts is not None and (
-            not isinstance(self.max_attempts, int) or self.max_attempts < 1
+            not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts < 2**31
         ):
             raise ConfigurationError(
-                f"max_attempts must be a positive integer or None, not {self.max_attempts!r}"
+                "max_attempts must be a positive integer below 2**31 or None, "
+                f"not {self.max_attempts!r}"
             )
         if self.durability not in ("persistent", "transient"):
             raise ConfigurationError(
                 f"durability must be 'persistent' or 'transient', not {self.durability!r}"
             )
-        if not isinstance(self.max_size, int) or self.max_size < 1:
-            raise ConfigurationError(f"max_size must be a positive integer, not {self.max_size!r}")
+        if not isinstance(self.max_size, int) or not 1 <= self.max_size < 2**63:
+            raise ConfigurationError(
+                f"max_size must be a positive integer below 2**63 (bytes), not {self.max_size!r}"
+            )
         for name in self.types:
             check_name(name, "message type")
         if len(set(self.types)) != len(self.types):

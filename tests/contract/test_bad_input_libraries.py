@@ -246,3 +246,42 @@ def test_unknown_time_zones_are_refused(db: sluice.Database, tz: Any) -> None:
     with pytest.raises(sluice.ConfigurationError, match="unknown time zone"):
         db.jobs.schedule("daily", "mail", "0 9 * * *", tz=tz)
     assert db.jobs.schedules() == []
+
+
+# --- found while closing the above: arguments that reached a driver or the json module ---
+
+
+def test_priority_must_be_a_mapping(db: sluice.Database) -> None:
+    with pytest.raises(sluice.ConfigurationError, match="mapping of message type"):
+        db.create_queue("q", priority="body.urgency")  # type: ignore[arg-type]
+    assert [spec.name for spec in db.queues()] == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("max_size", 10**30), ("max_attempts", 10**30), ("max_size", 0)]
+)
+def test_queue_settings_out_of_range(db: sluice.Database, option: str, value: int) -> None:
+    with pytest.raises(sluice.ConfigurationError, match=option):
+        db.create_queue("q", **{option: value})  # type: ignore[arg-type]
+    assert [spec.name for spec in db.queues()] == []
+
+
+@pytest.mark.parametrize("field", ["correlation_id", "reply_to", "content_type"])
+def test_nul_in_a_header_is_refused_on_every_backend(db: sluice.Database, field: str) -> None:
+    q = db.create_queue("q")
+    with pytest.raises(sluice.MessageError, match="NUL"):
+        q.put("x", **{field: "a\x00b"})  # type: ignore[arg-type]
+    assert q.stats()["ready"] == 0
+
+
+def test_a_schedule_body_must_be_json(db: sluice.Database) -> None:
+    db.jobs.define("t")
+    for body in ({1, 2}, float("nan")):
+        with pytest.raises(sluice.InvalidBody, match="not a JSON value"):
+            db.jobs.schedule("s", "t", "* * * * *", body=body)
+    assert db.jobs.schedules() == []
+
+
+def test_set_profile_takes_a_profile(db: sluice.Database) -> None:
+    with pytest.raises(sluice.ConfigurationError, match="Profile"):
+        db.jobs.set_profile({"task_type": "t"})  # type: ignore[arg-type]

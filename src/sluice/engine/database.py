@@ -139,7 +139,7 @@ class Engine:
             durability=durability,
             max_size=self.max_message_size if max_size is None else max_size,
             types=_names(types),
-            priority=tuple((priority or {}).items()),
+            priority=_priority_functions(priority or {}),
             isolation=isolation,
         )
         self._check_types(spec)
@@ -188,7 +188,7 @@ class Engine:
                 ("durability", durability),
                 ("max_size", max_size),
                 ("types", _UNSET if types is _UNSET else _names(types)),
-                ("priority", _UNSET if priority is _UNSET else tuple(priority.items())),
+                ("priority", _UNSET if priority is _UNSET else _priority_functions(priority)),
                 ("isolation", isolation),
             )
             if value is not _UNSET
@@ -341,3 +341,11 @@ def _names(types: Sequence[str]) -> tuple[str, ...]:
     if isinstance(types, str):
         raise ConfigurationError("types= takes a list of message type names")
     return tuple(types)
+
+
+def _priority_functions(priority: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    if not isinstance(priority, Mapping):
+        raise ConfigurationError(
+            "priority= takes a mapping of message type to expression, e.g. {'*': 'body.urgency'}"
+        )
+    return tuple(priority.items())

@@ -203,6 +203,9 @@ def check_group(group: str | None) -> str | None:
 def check_text(name: str, value: str | None) -> str | None:
     if value is not None and not isinstance(value, str):
         raise MessageError(f"{name} must be a str or None, not {type(value).__name__}")
+    if value is not None and "\x00" in value:
+        # PostgreSQL text cannot hold NUL: refused everywhere, so every backend agrees.
+        raise MessageError(f"{name} must not contain NUL characters")
     return value
 
 

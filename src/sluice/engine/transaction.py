@@ -205,6 +205,7 @@ class Transaction:
             None if ttl is None else now + check_seconds("ttl", ttl, allow_zero=False),
         )
         prio, props, correlation, reply, enqueued, available, expires = options
+        content_type = check_text("content_type", content_type)
         first = self._count + 1
         if not isinstance(bodies, list | tuple):
             bodies = list(bodies)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.backends.base import Effect
 from sluice.clock import Clock
 from sluice.engine.transaction import Transaction
-from sluice.errors import Conflict, JobNotFound
+from sluice.errors import ConfigurationError, Conflict, InvalidBody, JobNotFound
 from sluice.jobs.catalog import TaskTypes, jobs_backend
 from sluice.jobs.cron import Cron
 from sluice.jobs.model import (
@@ -106,6 +106,10 @@ class Jobs:
 
     def set_profile(self, profile: Profile) -> None:
         """Limit a task type's throughput by time of week (``profile.task_type`` names it)."""
+        if not isinstance(profile, Profile):
+            raise ConfigurationError(
+                f"set_profile takes a sluice.jobs.profiles.Profile, not {type(profile).__name__}"
+            )
         self.types.set_profile(profile.task_type, profile.to_json())
 
     def clear_profile(self, task_type: str) -> None:
@@ -228,7 +232,7 @@ class Jobs:
 
     def set_info(self, job_id: str, info: Any) -> None:
         """Replace a job's free JSON info (kept between processing cycles)."""
-        text = json.dumps(info)
+        text = _json("info", info)
         if not jobs_backend(self._db).jobs_write(
             [Effect("job_info", {"id": job_id, "info": text}, expect=1)]
         ):
@@ -251,7 +255,7 @@ class Jobs:
             "task_type": task_type,
             "cron": cron,
             "tz": tz,
-            "args": json.dumps(body),
+            "args": _json("body", body),
             "next_due": due,
         }
         jobs_backend(self._db).jobs_write([Effect("schedule_upsert", params)])
@@ -388,3 +392,11 @@ def _alert(status: JobStatus) -> dict[str, Any]:
         "failed": [{"task": t.task, "note": t.note} for t in status.tasks if not t.success],
         "ended_at": status.ended_at,
     }
+
+
+def _json(what: str, value: Any) -> str:
+    """JSON text of a schedule's body or a job's info; InvalidBody for what JSON cannot hold."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidBody(f"the {what} is not a JSON value ({exc}); nothing was stored") from exc
