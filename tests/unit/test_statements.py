@@ -209,7 +209,7 @@ def test_every_statement_is_used() -> None:
 def test_every_statement_is_valid_sqlite(tmp_path: Path) -> None:
     with sluice.connect(f"sqlite:///{tmp_path / 'migrated.db'}"):
         pass  # migrated from zero
-    from sluice.backends.sqlite import _load_queries
+    from sluice.backends.sqlite_statements import load_queries as _load_queries
 
     ready, templates = _load_queries()
     filled = {n: t.fill(**{h: SAMPLE[h] for h in t.holes}) for n, t in templates.items()}

@@ -27,9 +27,10 @@ from sluice.backends.records import (
     MessageRow,
     Row,
     Selection,
+    lease_lost,
 )
 from sluice.clock import Clock
-from sluice.errors import Conflict, InvalidBody, LeaseLost, SluiceError, StorageError
+from sluice.errors import Conflict, InvalidBody, SluiceError, StorageError
 from sluice.message import encode_json
 
 __all__ = [
@@ -256,13 +257,6 @@ class Expected(StorageError):
     def __init__(self, what: str) -> None:
         super().__init__(what)
         self.what = what
-
-
-def lease_lost(plan: CommitPlan) -> LeaseLost:
-    return LeaseLost(
-        f"transaction {plan.session}/{plan.tx} was rolled back because its session's lease "
-        "expired (the process stalled or lost the database); nothing of it was committed"
-    )
 
 
 def translate(exc: psycopg.Error) -> StorageError:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sluice.errors import ConfigurationError, QueueInUse, StorageError
+from sluice.errors import ConfigurationError, LeaseLost, QueueInUse, StorageError
 from sluice.expr.nodes import Node
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "browse_params",
     "isolation_in_use",
     "lane_of",
+    "lease_lost",
     "queue_in_use",
     "run_steps",
     "sink_host",
@@ -359,3 +360,11 @@ class Duplicate(StorageError):
 
 class ConnectionLost(StorageError):
     """The connection to the database failed: the outcome of the statement is unknown."""
+
+
+def lease_lost(plan: CommitPlan) -> LeaseLost:
+    """What a commit raises when recovery rolled its session back meanwhile."""
+    return LeaseLost(
+        f"transaction {plan.session}/{plan.tx} was rolled back because its session's lease "
+        "expired (the process stalled or lost the database); nothing of it was committed"
+    )

@@ -16,13 +16,10 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from sluice import sql
 from sluice.backends.base import Backend, Outbox
 from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.records import (
-    MESSAGE_COLUMNS,
     CommitPlan,
-    Duplicate,
     Envelope,
     Lane,
     MessageRow,
@@ -31,6 +28,7 @@ from sluice.backends.records import (
     SessionInfo,
     Unchanged,
     browse_params,
+    lease_lost,
     run_steps,
 )
 from sluice.backends.selection import compile_selection
@@ -38,13 +36,20 @@ from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, st
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_notify import Watcher, watch
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
+from sluice.backends.sqlite_statements import (
+    delete_held,
+    ids,
+    is_busy,
+    load_queries,
+    queue_not_found,
+    translate,
+    typed,
+)
 from sluice.backends.sqlite_streams import SQLiteStreams
 from sluice.clock import Clock, SystemClock
 from sluice.errors import (
     Conflict,
-    LeaseLost,
     NotASluiceDatabase,
-    QueueNotFound,
     SluiceError,
     StorageError,
 )
@@ -60,17 +65,6 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
 
 
-def _load_queries() -> tuple[dict[str, str], dict[str, sql.Template]]:
-    """The statements ready to run, and the templates selections and properties fill."""
-    # The schema stores application/json as NULL; rows read back carry it spelled out.
-    columns = ", ".join(
-        "coalesce(content_type, 'application/json') AS content_type" if c == "content_type" else c
-        for c in MESSAGE_COLUMNS
-    )
-    given = {"message_columns": columns}
-    return sql.statements("sqlite", fragments=given), sql.templates("sqlite", fragments=given)
-
-
 class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
@@ -84,7 +78,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         self.path = path
         self.settings = settings or SQLiteSettings()
         self.clock: Clock = clock or SystemClock()
-        self._q, self._templates = _load_queries()
+        self._q, self._templates = load_queries()
         self._selections: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._syncs_at_commit = self.settings.synchronous in ("FULL", "EXTRA")
         # Grouping only pays where a commit waits for an fsync.
@@ -181,7 +175,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
                 cur = conn.execute(statement, params)
                 return cur.fetchall(), cur.rowcount
             except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
+                if not is_busy(exc):
                     raise
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -311,17 +305,17 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         code = int(state)
         ids = dict(conn.execute(self._q["queue_ids"]).fetchall())
         if not names <= ids.keys():
-            raise _queue_not_found(sorted(names - ids.keys()))
-        if not any(map(_typed, envelopes)):
+            raise queue_not_found(sorted(names - ids.keys()))
+        if not any(map(typed, envelopes)):
             rows = [(code, session, tx, ids[e.queue], *_STORED(e)) for e in envelopes]
             conn.executemany(self._q["insert_message_values"], rows)
             return
-        typed = [
+        full = [
             (code, session, tx, ids[e.queue], *_STORED(e), e.type, *(e.keys or _NO_KEYS),
              e.group, e.lane)
             for e in envelopes
         ]  # fmt: skip
-        conn.executemany(self._q["insert_typed_values"], typed)
+        conn.executemany(self._q["insert_typed_values"], full)
 
     def claim(
         self,
@@ -376,7 +370,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
                 ]
                 if not taken:
                     break
-                params["ids"] = _ids([row.id for row in taken])
+                params["ids"] = ids([row.id for row in taken])
                 conn.execute(self._q["mark_claimed"], params)
                 rows += taken
                 more = {r.lane for r in taken if r.lane is not None and not _own(r, session, tx)}
@@ -388,7 +382,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
     ) -> None:
-        params = {"session": session, "tx": tx, "ids": _ids(refs)}
+        params = {"session": session, "tx": tx, "ids": ids(refs)}
         with self._transaction(durable=False) as conn:
             conn.execute(self._q["dead_letter"], params)
             conn.execute(self._q["release"], params)
@@ -424,17 +418,17 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
         if plan.held and not (plan.rejects or plan.pending or plan.enqueues or plan.lanes):
             # The common acknowledgement: one statement. Recovery releases all of a
             # session's claims at once, so it matches all held rows or none.
-            name, params = _delete_held(key, plan.held)
+            name, params = delete_held(key, plan.held)
             _, settled = self._single(self._q[name], params, durable=plan.durable)
             if settled != len(plan.held):
-                raise _lease_lost(plan)
+                raise lease_lost(plan)
             return
-        if len(plan.enqueues) == 1 and not (plan.held or plan.pending or _typed(plan.enqueues[0])):
+        if len(plan.enqueues) == 1 and not (plan.held or plan.pending or typed(plan.enqueues[0])):
             (envelope,) = plan.enqueues
             row = (1, plan.session, plan.tx, *envelope[:11])
             _, inserted = self._single(self._q["insert_message"], row, durable=plan.durable)
             if inserted != 1:
-                raise _queue_not_found([envelope.queue])
+                raise queue_not_found([envelope.queue])
             return
         with self._transaction(durable=plan.durable) as conn:
             self._apply(conn, plan)
@@ -474,13 +468,13 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
             for ref, reason in plan.rejects.items():
                 reject = key | {"id": ref, "reason": reason}
                 settled += conn.execute(self._q["reject"], reject).rowcount
-            name, held = _delete_held(key, plan.held)
+            name, held = delete_held(key, plan.held)
             settled += conn.execute(self._q[name], held).rowcount
             if settled != len(plan.held):
-                raise _lease_lost(plan)
+                raise lease_lost(plan)
         if plan.pending:
             if conn.execute(self._q["publish_pending"], key).rowcount != plan.pending:
-                raise _lease_lost(plan)
+                raise lease_lost(plan)
             conn.execute(self._q["delete_pending"], key)
         if plan.enqueues:
             self._insert(conn, plan.session, plan.tx, plan.enqueues, state=MessageState.READY)
@@ -495,7 +489,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
             ) from None
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
-        key = {"session": session, "tx": tx, "ids": _ids(held)}
+        key = {"session": session, "tx": tx, "ids": ids(held)}
         with self._transaction(durable=False) as conn:
             conn.execute(self._q["delete_pending"], key)
             if held:
@@ -565,61 +559,5 @@ _STORED = attrgetter(
 """An envelope's values the insert statements bind after the queue id (?5-?14), in order."""
 
 
-def _typed(envelope: Envelope) -> bool:
-    """Whether the envelope needs the full insert (a type, properties, a group or lane)."""
-    return (
-        envelope.type is not None
-        or envelope.keys is not None
-        or envelope.group is not None
-        or envelope.lane is not None
-    )
-
-
 def _own(row: MessageRow, session: int, tx: int) -> bool:
     return bool(row.p_session == session and row.p_tx == tx)
-
-
-def _delete_held(key: dict[str, object], held: Sequence[int]) -> tuple[str, dict[str, object]]:
-    """The query that deletes a transaction's held messages, and its parameters."""
-    if len(held) == 1:  # by id: json_each costs a tenth of a cycle for one message
-        return "delete_claimed_one", key | {"id": held[0]}
-    return "delete_claimed", key | {"ids": _ids(held)}
-
-
-def _ids(refs: Sequence[int]) -> str:
-    # Bound as one JSON array and expanded by json_each: one statement for any count.
-    return "[" + ",".join(map(str, refs)) + "]"
-
-
-def _queue_not_found(names: Sequence[str]) -> QueueNotFound:
-    return QueueNotFound(f"queue {', '.join(map(repr, names))} does not exist")
-
-
-_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-_UNIQUE = (sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY
-
-
-def _lease_lost(plan: CommitPlan) -> LeaseLost:
-    return LeaseLost(
-        f"transaction {plan.session}/{plan.tx} was rolled back because its session's lease "
-        "expired (the process stalled or lost the database); nothing of it was committed"
-    )
-
-
-def translate(exc: sqlite3.Error, path: str, *, closed: bool) -> StorageError:
-    """The sluice error for a driver error, by SQLite's (extended) result code."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if closed:
-        return StorageError("the database connection is closed; call sluice.connect again")
-    if code in _UNIQUE:
-        return Duplicate(f"{path}: {exc}")
-    if code is not None and code & 0xFF in _BUSY:
-        return StorageError(
-            f"{path} stayed locked by another connection past busy_timeout ({exc}); "
-            "retry, or raise busy_timeout"
-        )
-    return StorageError(f"SQLite failed on {path}: {exc}")

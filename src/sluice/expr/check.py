@@ -8,7 +8,6 @@ number), so the engines never have to guess.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -20,6 +19,7 @@ from sqlglot import parser as sqlglot_parser
 from sqlglot.dialects.dialect import Dialect
 
 from sluice.errors import ExpressionError
+from sluice.expr import syntax
 from sluice.expr.nodes import (
     ArrayAgg,
     Binary,
@@ -38,11 +38,11 @@ from sluice.expr.nodes import (
     Not,
     Path,
     Prop,
-    Step,
     Type,
     Var,
     XPath,
 )
+from sluice.expr.syntax import quoted, refused
 
 __all__ = [
     "COLUMNS",
@@ -209,7 +209,7 @@ class _Checker:
         if isinstance(e, exp.Paren):
             return self.node(e.this, d)
         if isinstance(e, exp.Literal):
-            return _literal(e)
+            return syntax.literal(e)
         if isinstance(e, exp.Boolean):
             return Lit(bool(e.this), "boolean")
         if isinstance(e, exp.Null):
@@ -234,7 +234,7 @@ class _Checker:
             # a OR b OR c is one Logic of three: a long chain nests neither here nor
             # in the SQL it compiles to.
             op = "and" if isinstance(e, exp.And) else "or"
-            args = tuple(self.typed(a, "boolean", d) for a in _operands(e, type(e)))
+            args = tuple(self.typed(a, "boolean", d) for a in syntax.operands(e, type(e)))
             return Logic(op, args)  # type: ignore[arg-type]
         if isinstance(e, exp.Not):
             inner = e.this
@@ -261,18 +261,18 @@ class _Checker:
             return self.call(e.name, list(e.expressions), e, d)
         if isinstance(e, exp.Func) and not isinstance(e, exp.AggFunc | exp.Predicate):
             # Calls sqlglot parses into its own node kinds even so (floor, round, ...).
-            return self.call(e.sql_name(), _arguments(e), e, d)
-        raise ExpressionError(f"{_sql(e)!r} is not allowed in an expression ({_what(e)})")
+            return self.call(e.sql_name(), syntax.arguments(e), e, d)
+        raise ExpressionError(f"{quoted(e)!r} is not allowed in an expression ({refused(e)})")
 
     def typed(self, e: exp.Expression, want: Type, depth: int) -> Node:
-        return _as(self.node(e, depth), want, _sql(e))
+        return _as(self.node(e, depth), want, quoted(e))
 
     # --- references ------------------------------------------------------------------
     def reference(self, e: exp.Expression) -> Node:
-        parts = _parts(e)
+        parts = syntax.parts(e)
         head, steps = parts[0], tuple(parts[1:])
         if not isinstance(head, str):
-            raise ExpressionError(f"{_sql(e)!r}: a path starts with a name")
+            raise ExpressionError(f"{quoted(e)!r}: a path starts with a name")
         if head in self.vars:
             return Path(Var(head), steps)
         for step in steps:
@@ -280,14 +280,14 @@ class _Checker:
             # can be spelt neither quoted nor bare (see sluice.expr.sqlite._label).
             if isinstance(step, str) and '"' in step and ("." in step or "[" in step):
                 raise ExpressionError(
-                    f"{_sql(e)!r}: a key holding both a double quote and '.' or '[' "
+                    f"{quoted(e)!r}: a key holding both a double quote and '.' or '[' "
                     "cannot be used in a path"
                 )
         if head in ("body", "props"):
             return Path(head, steps)  # type: ignore[arg-type]
         if steps:
             raise ExpressionError(
-                f"{_sql(e)!r} reaches outside the message: paths start with body, props "
+                f"{quoted(e)!r} reaches outside the message: paths start with body, props "
                 "or an array function's variable"
             )
         if head in COLUMNS:
@@ -311,48 +311,48 @@ class _Checker:
         }
         op = ops[type(e)]
         left, right = self.node(e.this, depth), self.node(e.expression, depth)
-        operand = _common([left, right], _sql(e))
+        operand = _common([left, right], quoted(e))
         if operand == "boolean" and op not in ("=", "<>"):
-            raise ExpressionError(f"{_sql(e)!r}: booleans are compared with = and <> only")
-        left, right = _as(left, operand, _sql(e)), _as(right, operand, _sql(e))
+            raise ExpressionError(f"{quoted(e)!r}: booleans are compared with = and <> only")
+        left, right = _as(left, operand, quoted(e)), _as(right, operand, quoted(e))
         return Compare(op, left, right, operand)  # type: ignore[arg-type]
 
     def is_null(self, e: exp.Is, depth: int, *, negated: bool) -> Node:
         if not isinstance(e.expression, exp.Null):
-            raise ExpressionError(f"{_sql(e)!r}: only IS NULL and IS NOT NULL are supported")
-        return IsNull(self.node(e.this, depth), negated != _negated(e))
+            raise ExpressionError(f"{quoted(e)!r}: only IS NULL and IS NOT NULL are supported")
+        return IsNull(self.node(e.this, depth), negated != syntax.negated(e))
 
     def in_list(self, e: exp.In, depth: int, *, negated: bool) -> Node:
         if e.args.get("query") or e.args.get("unnest") or e.args.get("field"):
-            raise ExpressionError(f"{_sql(e)!r}: IN takes a list of values, not a subquery")
+            raise ExpressionError(f"{quoted(e)!r}: IN takes a list of values, not a subquery")
         arg = self.node(e.this, depth)
         items = [self.node(i, depth) for i in e.expressions]
         if not items:
-            raise ExpressionError(f"{_sql(e)!r}: IN needs at least one value")
-        operand = _common([arg, *items], _sql(e))
+            raise ExpressionError(f"{quoted(e)!r}: IN needs at least one value")
+        operand = _common([arg, *items], quoted(e))
         return In(
-            _as(arg, operand, _sql(e)),
-            tuple(_as(i, operand, _sql(e)) for i in items),
-            negated != _negated(e),
+            _as(arg, operand, quoted(e)),
+            tuple(_as(i, operand, quoted(e)) for i in items),
+            negated != syntax.negated(e),
             operand,
         )
 
     def like(self, e: exp.Like, depth: int, *, negated: bool) -> Node:
         pattern = e.expression
         if not (isinstance(pattern, exp.Literal) and pattern.is_string):
-            raise ExpressionError(f"{_sql(e)!r}: the LIKE pattern must be a quoted text literal")
+            raise ExpressionError(f"{quoted(e)!r}: the LIKE pattern must be a quoted text literal")
         # sqlglot marks ``a NOT LIKE b`` on the Like itself, not with a Not around it.
-        return Like(self.typed(e.this, "text", depth), pattern.this, negated != _negated(e))
+        return Like(self.typed(e.this, "text", depth), pattern.this, negated != syntax.negated(e))
 
     def between(self, e: exp.Between, depth: int) -> Node:
         arg = self.node(e.this, depth)
         low, high = self.node(e.args["low"], depth), self.node(e.args["high"], depth)
-        operand = _common([arg, low, high], _sql(e))
+        operand = _common([arg, low, high], quoted(e))
         if operand == "boolean":
-            raise ExpressionError(f"{_sql(e)!r}: BETWEEN needs numbers or text")
-        arg, low, high = (_as(n, operand, _sql(e)) for n in (arg, low, high))
+            raise ExpressionError(f"{quoted(e)!r}: BETWEEN needs numbers or text")
+        arg, low, high = (_as(n, operand, quoted(e)) for n in (arg, low, high))
         both = Logic("and", (Compare(">=", arg, low, operand), Compare("<=", arg, high, operand)))
-        return Not(both) if _negated(e) else both
+        return Not(both) if syntax.negated(e) else both
 
     def case(self, e: exp.Case, depth: int) -> Node:
         subject = e.this
@@ -364,10 +364,10 @@ class _Checker:
             conditions.append(self.typed(cond, "boolean", depth))
             results.append(self.node(branch.args["true"], depth))
         default = self.node(e.args["default"], depth) if e.args.get("default") else None
-        kind = _common([*results, *([default] if default else [])], _sql(e))
+        kind = _common([*results, *([default] if default else [])], quoted(e))
         return Case(
-            tuple(zip(conditions, (_as(r, kind, _sql(e)) for r in results), strict=True)),
-            _as(default, kind, _sql(e)) if default else None,
+            tuple(zip(conditions, (_as(r, kind, quoted(e)) for r in results), strict=True)),
+            _as(default, kind, quoted(e)) if default else None,
             kind,
         )
 
@@ -378,11 +378,11 @@ class _Checker:
         # the language does not do: only the bare type names are accepted.
         if name not in _CASTS or (isinstance(to, exp.DataType) and to.expressions):
             raise ExpressionError(
-                f"{_sql(e)!r}: cannot cast to {_sql(to)}; use DOUBLE, INT, TEXT or BOOLEAN"
+                f"{quoted(e)!r}: cannot cast to {quoted(to)}; use DOUBLE, INT, TEXT or BOOLEAN"
             )
         arg = self.node(e.this, depth)
         if arg.type == "json":
-            raise ExpressionError(f"{_sql(e)!r}: an object or array cannot be cast")
+            raise ExpressionError(f"{quoted(e)!r}: an object or array cannot be cast")
         target = _CASTS[name]
         node: Node
         if isinstance(arg, Lit) and arg.value is None:
@@ -415,37 +415,37 @@ class _Checker:
             return self.aggregate("count", args, e, depth)
         if name == "now":
             if args:
-                raise ExpressionError(f"{_sql(e)!r}: now takes no arguments")
+                raise ExpressionError(f"{quoted(e)!r}: now takes no arguments")
             return Func("now", (), "number")
         if name not in FUNCTIONS:
-            raise ExpressionError(f"{_sql(e)!r}: function {name!r} is not allowed")
+            raise ExpressionError(f"{quoted(e)!r}: function {name!r} is not allowed")
         types, required, result = FUNCTIONS[name]
         if not required <= len(args) <= len(types):
             count = str(required) if required == len(types) else f"{required} to {len(types)}"
-            raise ExpressionError(f"{_sql(e)!r}: {name} takes {count} argument(s)")
+            raise ExpressionError(f"{quoted(e)!r}: {name} takes {count} argument(s)")
         checked = tuple(self.typed(a, t, depth) for a, t in zip(args, types, strict=False))
         return Func(name, checked, result)
 
     def coalesce(self, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
         if not args:
-            raise ExpressionError(f"{_sql(e)!r}: coalesce needs at least one argument")
+            raise ExpressionError(f"{quoted(e)!r}: coalesce needs at least one argument")
         nodes = [self.node(a, depth) for a in args]
-        kind = _common(nodes, _sql(e))
-        return Func("coalesce", tuple(_as(n, kind, _sql(e)) for n in nodes), kind)
+        kind = _common(nodes, quoted(e))
+        return Func("coalesce", tuple(_as(n, kind, quoted(e)) for n in nodes), kind)
 
     def aggregate(self, op: str, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
         if not args or len(args) > 2:
-            raise ExpressionError(f"{_sql(e)!r}: {op} takes an array and optionally a lambda")
+            raise ExpressionError(f"{quoted(e)!r}: {op} takes an array and optionally a lambda")
         source, where = args[0], None
         if isinstance(source, exp.ArrayFilter):  # filter(array, x -> condition)
             source, where = source.this, source.expression
         elif isinstance(source, exp.Anonymous) and source.name.lower() == "filter":
             if len(source.expressions) != 2:
-                raise ExpressionError(f"{_sql(source)!r}: filter takes an array and a lambda")
+                raise ExpressionError(f"{quoted(source)!r}: filter takes an array and a lambda")
             source, where = source.expressions
         array = self.node(source, depth)
         if not isinstance(array, Path):
-            raise ExpressionError(f"{_sql(e)!r}: {op} applies to an array inside the message")
+            raise ExpressionError(f"{quoted(e)!r}: {op} applies to an array inside the message")
         lambdas = [where] if where is not None else []
         if len(args) == 2:
             lambdas.append(args[1])
@@ -459,12 +459,12 @@ class _Checker:
             self.vars.pop()
         if op in ("count", "exists"):
             if value is not None:  # count(a, x -> cond): a condition, as filter's
-                value = _as(value, "boolean", _sql(e))
+                value = _as(value, "boolean", quoted(e))
                 kept = value if kept is None else Logic("and", (kept, value))
             if op == "exists" and kept is None:
-                raise ExpressionError(f"{_sql(e)!r}: exists needs a condition, x -> ...")
+                raise ExpressionError(f"{quoted(e)!r}: exists needs a condition, x -> ...")
             return ArrayAgg(op, array, var, None, kept, "number" if op == "count" else "boolean")  # type: ignore[arg-type]  # fmt: skip
-        value = _as(value if value is not None else element, "number", _sql(e))
+        value = _as(value if value is not None else element, "number", quoted(e))
         return ArrayAgg(op, array, var, value, kept, "number")  # type: ignore[arg-type]
 
     def lambda_var(self, lambdas: list[exp.Expression], e: exp.Expression) -> Var:
@@ -473,16 +473,16 @@ class _Checker:
         names = set()
         for fn in lambdas:
             if not isinstance(fn, exp.Lambda) or len(fn.expressions) != 1:
-                raise ExpressionError(f"{_sql(e)!r}: expected a lambda of one variable, x -> ...")
+                raise ExpressionError(f"{quoted(e)!r}: expected a lambda of one variable, x -> ...")
             names.add(fn.expressions[0].name)
         if len(names) != 1:
-            raise ExpressionError(f"{_sql(e)!r}: use the same variable name in both lambdas")
+            raise ExpressionError(f"{quoted(e)!r}: use the same variable name in both lambdas")
         (name,) = names
         if name in ("body", "props") or name in COLUMNS or name in self.scope.properties:
-            raise ExpressionError(f"{_sql(e)!r}: the variable {name!r} hides a field; rename it")
+            raise ExpressionError(f"{quoted(e)!r}: the variable {name!r} hides a field; rename it")
         if name in self.vars:
             raise ExpressionError(
-                f"{_sql(e)!r}: {name!r} already names an element of an enclosing array "
+                f"{quoted(e)!r}: {name!r} already names an element of an enclosing array "
                 "function; give the inner lambda another variable"
             )
         return Var(name)
@@ -496,31 +496,15 @@ def _cast(arg: Node, target: Type) -> Node:
 
 
 def _xpath(name: str, args: list[exp.Expression], e: exp.Expression) -> Node:
-    if len(args) != 2 or _parts_or_none(args[0]) != ["body"]:
-        raise ExpressionError(f"{_sql(e)!r}: write {name}(body, '/an/xpath')")
+    if len(args) != 2 or syntax.parts_or_none(args[0]) != ["body"]:
+        raise ExpressionError(f"{quoted(e)!r}: write {name}(body, '/an/xpath')")
     path = args[1]
     if not (isinstance(path, exp.Literal) and path.is_string):
-        raise ExpressionError(f"{_sql(e)!r}: the XPath must be a quoted text literal")
+        raise ExpressionError(f"{quoted(e)!r}: the XPath must be a quoted text literal")
     from sluice.expr.xml import check_xpath  # noqa: PLC0415  (lxml is optional: only XPath needs it)
 
     check_xpath(path.this)
     return XPath(path.this, _XPATH[name])
-
-
-def _operands(e: exp.Expression, kind: type[exp.Expression]) -> list[exp.Expression]:
-    """The operands of a chain of ``kind`` (AND or OR), parentheses included, in order."""
-    out: list[exp.Expression] = []
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        inner = node
-        while isinstance(inner, exp.Paren):
-            inner = inner.this
-        if isinstance(inner, kind):
-            stack.extend((inner.expression, inner.this))
-        else:
-            out.append(node)
-    return out
 
 
 def _size(node: Node, seen: dict[int, int]) -> int:
@@ -537,70 +521,6 @@ def _size(node: Node, seen: dict[int, int]) -> int:
                     total += _size(child, seen)  # type: ignore[arg-type]
     seen[id(node)] = total
     return total
-
-
-def _negated(e: exp.Expression) -> bool:
-    return bool(e.args.get("negate"))
-
-
-def _arguments(e: exp.Func) -> list[exp.Expression]:
-    args: list[exp.Expression] = []
-    for key in e.arg_types:
-        value = e.args.get(key)
-        if isinstance(value, list):
-            args.extend(v for v in value if isinstance(v, exp.Expression))
-        elif isinstance(value, exp.Expression):
-            args.append(value)
-    return args
-
-
-def _literal(e: exp.Literal) -> Lit:
-    if e.is_string:
-        return Lit(e.this, "text")
-    text = e.this
-    try:
-        value: int | float = int(text) if re.fullmatch(r"\d+", text) else float(text)
-    except ValueError:
-        raise ExpressionError(f"{text!r} is not a number") from None
-    if (isinstance(value, int) and value >= 2**63) or (
-        isinstance(value, float) and not math.isfinite(value)
-    ):
-        raise ExpressionError(f"the number {text} is out of range")
-    return Lit(value, "number")
-
-
-def _parts(e: exp.Expression) -> list[Step]:
-    parts = _parts_or_none(e)
-    if parts is None:
-        raise ExpressionError(f"{_sql(e)!r} is not a path: use names, .name and [index]")
-    return parts
-
-
-def _parts_or_none(e: exp.Expression) -> list[Step] | None:  # noqa: PLR0911  (one per form)
-    if isinstance(e, exp.Identifier):
-        return [e.this]
-    if isinstance(e, exp.Column):
-        names = [e.args.get(k) for k in ("catalog", "db", "table", "this")]
-        if not all(isinstance(n, exp.Identifier) or n is None for n in names):
-            return None
-        return [n.this for n in names if n is not None]
-    if isinstance(e, exp.Dot):
-        head = _parts_or_none(e.this)
-        tail = e.expression
-        if head is None or not isinstance(tail, exp.Identifier):
-            return None
-        return [*head, tail.this]
-    if isinstance(e, exp.Bracket) and len(e.expressions) == 1:
-        head = _parts_or_none(e.this)
-        index = e.expressions[0]
-        if head is None or not isinstance(index, exp.Literal):
-            return None
-        if index.is_string:
-            return [*head, index.this]
-        if not re.fullmatch(r"\d{1,9}", index.this):
-            return None
-        return [*head, int(index.this)]
-    return None
 
 
 def _common(nodes: list[Node], text: str) -> Type:
@@ -634,18 +554,3 @@ def _as(node: Node, want: Type, text: str) -> Node:
 
 def _a(kind: Type) -> str:
     return {"json": "an object or array", "any": "a JSON value"}.get(kind, f"a {kind}")
-
-
-def _sql(e: exp.Expression) -> str:
-    try:
-        return e.sql()
-    except Exception:  # only used to quote the input back in messages
-        return type(e).__name__
-
-
-def _what(e: exp.Expression) -> str:
-    if isinstance(e, exp.Query | exp.Subquery):
-        return "subqueries and statements cannot be used"
-    if isinstance(e, exp.Func):
-        return f"function {e.sql_name().lower()} is not on the allow-list"
-    return f"{type(e).__name__} is not part of the expression language"
