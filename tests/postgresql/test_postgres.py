@@ -37,44 +37,6 @@ def _schema(url: str) -> str:
     return url.rsplit("schema=", 1)[1]
 
 
-def _objects(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
-    """Every table, column, index, sequence and function of a schema, comparably."""
-    columns = conn.execute(
-        "SELECT table_name, column_name, data_type, is_nullable, column_default, is_identity "
-        "FROM information_schema.columns WHERE table_schema = %s ORDER BY 1, 2",
-        (schema,),
-    ).fetchall()
-    indexes = conn.execute(
-        "SELECT indexname, replace(indexdef, %s, 'S') FROM pg_indexes WHERE schemaname = %s "
-        "ORDER BY 1",
-        (quote_schema(schema) + ".", schema),
-    ).fetchall()
-    functions = conn.execute(
-        "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-        "WHERE n.nspname = %s ORDER BY 1",
-        (schema,),
-    ).fetchall()
-    return [*columns, *indexes, *functions]
-
-
-def test_migrations_from_zero_equal_the_schema(pg_url: str, admin: psycopg.Connection[Any]) -> None:
-    with sluice.connect(pg_url):
-        pass
-    migrated = _schema(pg_url)
-    fresh = migrated + "_fresh"
-    admin.execute(f"CREATE SCHEMA {fresh}")
-    try:
-        admin.execute(sql.schema("postgresql").replace("{schema}", quote_schema(fresh)).encode())
-        assert [o for o in _objects(admin, migrated) if o[0] != "schema_version"] == [
-            tuple(str(v).replace(fresh, migrated) if isinstance(v, str) else v for v in o)
-            for o in _objects(admin, fresh)
-        ]
-    finally:
-        admin.execute(f"DROP SCHEMA {fresh} CASCADE")
-    version = admin.execute(f"SELECT version FROM {migrated}.schema_version").fetchone()
-    assert version == (sql.migrations("postgresql")[-1][0],)
-
-
 def test_a_newer_schema_is_refused(pg_url: str, admin: psycopg.Connection[Any]) -> None:
     with sluice.connect(pg_url):
         pass
