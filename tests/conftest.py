@@ -100,7 +100,7 @@ def url_for(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str
     if backend == "memory":
         return "memory://"
     if backend == "postgresql":
-        url = fresh_postgres_url(request.getfixturevalue("postgres_server"))
+        url = current_postgres_url(request.getfixturevalue("postgres_server"))
         request.addfinalizer(lambda: drop_schema(url))
         return url
     return f"sqlite:///{tmp_path / 'queues.db'}"

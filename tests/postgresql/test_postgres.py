@@ -16,12 +16,25 @@ import pytest
 import sluice
 from sluice import sql
 from sluice.backends.postgres_schema import quote_schema
-from tests.conftest import drop_schema, fresh_postgres_url, postgres_base_url
+from tests.conftest import (
+    current_postgres_url,
+    drop_schema,
+    fresh_postgres_url,
+    postgres_base_url,
+)
 from tests.postgres_server import PostgresServer
 
 
 @pytest.fixture
 def pg_url(postgres_server: PostgresServer | str) -> Iterator[str]:
+    url = current_postgres_url(postgres_server)
+    yield url
+    drop_schema(url)
+
+
+@pytest.fixture
+def empty_pg_url(postgres_server: PostgresServer | str) -> Iterator[str]:
+    """A schema sluice has not created yet."""
     url = fresh_postgres_url(postgres_server)
     yield url
     drop_schema(url)
@@ -56,9 +69,9 @@ def test_an_older_schema_is_upgraded_only_when_allowed(
         sluice.connect(pg_url + "&migrate=false")
 
 
-def test_sluice_db_upgrade_reports_versions(pg_url: str) -> None:
+def test_sluice_db_upgrade_reports_versions(empty_pg_url: str) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "sluice.cli", "db", "upgrade", "--db", pg_url],
+        [sys.executable, "-m", "sluice.cli", "db", "upgrade", "--db", empty_pg_url],
         capture_output=True,
         text=True,
         check=True,
@@ -66,7 +79,7 @@ def test_sluice_db_upgrade_reports_versions(pg_url: str) -> None:
     latest = sql.migrations("postgresql")[-1][0]
     assert f"from version 0 to {latest}" in run.stdout
     run = subprocess.run(
-        [sys.executable, "-m", "sluice.cli", "db", "version", "--db", pg_url],
+        [sys.executable, "-m", "sluice.cli", "db", "version", "--db", empty_pg_url],
         capture_output=True,
         text=True,
         check=True,
