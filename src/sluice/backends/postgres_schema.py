@@ -111,9 +111,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str, *, upgrade: bool = True)
 def create_current(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create ``schema`` at this code's version from schema.sql, in one transaction.
 
-    For whoever makes many schemas (the tests make one per test): cheaper than
-    replaying every migration, and ``migrate`` then finds nothing to do. The
-    schema must not exist yet.
+    For whoever makes many schemas (the tests make one per test): one script
+    instead of every migration in turn, and ``migrate`` then finds nothing to
+    do. The schema must not exist yet.
     """
     quoted = quote_schema(schema)
     try:
