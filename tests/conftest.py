@@ -63,26 +63,44 @@ def postgres_base_url(server: PostgresServer | str) -> str:
 
 
 def fresh_postgres_url(server: PostgresServer | str) -> str:
-    """A URL whose schema nobody has used yet in this run."""
+    """A URL whose schema nobody has used yet in this run: sluice migrates it from zero."""
     base = postgres_base_url(server)
     sep = "&" if "?" in base else "?"
     return f"{base}{sep}schema=t{os.getpid()}_{next(_schemas)}"
 
 
+def current_postgres_url(server: PostgresServer | str) -> str:
+    """A URL of a new schema already at this code's version, so connecting migrates nothing.
+
+    Made from schema.sql, which is what migrating from zero gives: the migrations
+    run from zero in tests/postgresql/test_schema.py, which proves it.
+    """
+    import psycopg
+
+    from sluice.backends.postgres_schema import create_current
+
+    url = fresh_postgres_url(server)
+    with psycopg.connect(postgres_base_url(server), autocommit=True) as conn:
+        create_current(conn, schema_of(url))
+    return url
+
+
+def schema_of(url: str) -> str:
+    return dict(p.split("=", 1) for p in url.partition("?")[2].split("&"))["schema"]
+
+
 def drop_schema(url: str) -> None:
     import psycopg
 
-    base, _, query = url.partition("?")
-    schema = dict(p.split("=", 1) for p in query.split("&"))["schema"]
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with psycopg.connect(url.partition("?")[0], autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema_of(url)}" CASCADE')
 
 
 def url_for(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if backend == "memory":
         return "memory://"
     if backend == "postgresql":
-        url = fresh_postgres_url(request.getfixturevalue("postgres_server"))
+        url = current_postgres_url(request.getfixturevalue("postgres_server"))
         request.addfinalizer(lambda: drop_schema(url))
         return url
     return f"sqlite:///{tmp_path / 'queues.db'}"

@@ -31,6 +31,20 @@ def find_binaries() -> Path | None:
     return Path(found).parent if found else None
 
 
+def _scratch_dir() -> str | None:
+    """/dev/shm when it has room, else the default temporary directory.
+
+    A throwaway cluster needs no disk. In memory, creating and dropping each test's
+    tables (the bulk of a PostgreSQL test's time) takes about half as long as on a
+    disk, and does not slow down when other work on the machine writes to it.
+    """
+    try:
+        shm = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "/dev/shm" if shm.f_bavail * shm.f_frsize >= 2 * 2**30 else None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -39,11 +53,11 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """A throwaway cluster in a temporary directory, on 127.0.0.1 and a free port."""
+    """A throwaway cluster on 127.0.0.1 and a free port, in memory if /dev/shm has room."""
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
-        self.root = Path(tempfile.mkdtemp(prefix="sluice-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="sluice-pg-", dir=_scratch_dir()))
         self.data = self.root / "data"
         self.port = _free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"

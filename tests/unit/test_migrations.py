@@ -1,10 +1,15 @@
-"""Numbered migrations from zero give exactly the packaged schema."""
+"""Numbered migrations from zero give exactly the packaged schema.
+
+PostgreSQL's comparison needs a server: tests/postgresql/test_schema.py.
+"""
 
 from __future__ import annotations
 
 import re
 import sqlite3
 from pathlib import Path
+
+import pytest
 
 import sluice
 from sluice import sql
@@ -30,6 +35,7 @@ def test_migrations_from_zero_equal_schema(tmp_path: Path) -> None:
     fresh.close()
 
 
-def test_migrations_are_numbered_without_gaps() -> None:
-    numbers = [n for n, _ in sql.migrations("sqlite")]
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_migrations_are_numbered_without_gaps(dialect: str) -> None:
+    numbers = [n for n, _ in sql.migrations(dialect)]
     assert numbers == list(range(1, len(numbers) + 1))

@@ -19,6 +19,7 @@ __all__ = [
     "LOCK_CLASS",
     "MESSAGES_TABLE",
     "SchemaState",
+    "create_current",
     "latest_version",
     "migrate",
     "quote_schema",
@@ -98,14 +99,33 @@ def migrate(conn: psycopg.Connection[Any], schema: str, *, upgrade: bool = True)
                     "run `sluice db upgrade` (or connect with migrate=true)"
                 )
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {quoted}.schema_version (version integer NOT NULL)"
-            )
             for number, script in sql.migrations("postgresql"):
                 if number > before:
                     conn.execute(script.replace("{schema}", quoted).encode())
-            conn.execute(f"DELETE FROM {quoted}.schema_version")
-            conn.execute(f"INSERT INTO {quoted}.schema_version VALUES (%s)", (latest,))
+            _record_version(conn, quoted, latest)
             return before, latest
     except psycopg.Error as exc:
         raise StorageError(f"PostgreSQL refused to set up schema {schema!r}: {exc}") from exc
+
+
+def create_current(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create ``schema`` at this code's version from schema.sql, in one transaction.
+
+    For whoever makes many schemas (the tests make one per test): one script
+    instead of every migration in turn, and ``migrate`` then finds nothing to
+    do. The schema must not exist yet.
+    """
+    quoted = quote_schema(schema)
+    try:
+        with conn.transaction():
+            script = sql.schema("postgresql").replace("{schema}", quoted)
+            conn.execute(f"CREATE SCHEMA {quoted};\n{script}".encode())
+            _record_version(conn, quoted, latest_version())
+    except psycopg.Error as exc:
+        raise StorageError(f"PostgreSQL refused to create schema {schema!r}: {exc}") from exc
+
+
+def _record_version(conn: psycopg.Connection[Any], quoted: str, number: int) -> None:
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {quoted}.schema_version (version integer NOT NULL)")
+    conn.execute(f"DELETE FROM {quoted}.schema_version")
+    conn.execute(f"INSERT INTO {quoted}.schema_version VALUES (%s)", (number,))
