@@ -60,6 +60,7 @@ def _changes(path: Path) -> tuple[SQLiteBackend, threading.Event, list[str | Non
         event.set()
 
     backend.on_change(callback)
+    backend.waiting(True)  # as a Database's wake-ups say while a consumer waits
     return backend, event, told
 
 

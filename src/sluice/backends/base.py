@@ -236,8 +236,16 @@ class ChangeFeed(Protocol):
 
         ``queue`` None: to any queue.
 
-        Backends that can push such news (PostgreSQL's LISTEN) do; the others
-        leave waiters to poll ``change_token``.
+        Backends that can push such news (PostgreSQL's LISTEN, SQLite's watcher on
+        Linux) do; the others leave waiters to poll ``change_token``.
+        """
+
+    def waiting(self, wanted: bool) -> None:
+        """Someone in this process waits for news now (True), or nobody does any more.
+
+        A backend may push news only while it is wanted (SQLite's watcher rests
+        otherwise); waiters then compare ``change_token`` once after saying so,
+        for news that came before the pushing resumed.
         """
 
 

@@ -551,6 +551,9 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
         value = first(rows)
         return None if value is None else float(value)
 
+    def waiting(self, wanted: bool) -> None:
+        """Nothing: LISTEN goes on either way (its notifications cost nothing unread)."""
+
     def change_token(self) -> int:
         # Never polled (polled_for_changes is False): news arrives through on_change.
         return 0

@@ -545,6 +545,10 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
             if self._watcher is not None:
                 self.polled_for_changes = False
 
+    def waiting(self, wanted: bool) -> None:
+        if self._watcher is not None:
+            self._watcher.want(wanted)
+
     def change_token(self) -> int:
         with self._reading() as conn:
             value: int = conn.execute("PRAGMA data_version").fetchone()[0]

@@ -88,12 +88,12 @@ class Wakeups:
         self._lock = threading.Lock()
         self._counter = 0  # bumped by every notify: a waiter checks it before sleeping
         self._waiters: dict[str, deque[_Waiter]] = {}
+        self._waiting = 0  # registered waiters: the backend pushes news only while some wait
         backend.on_change(self.notify)
 
     def token(self) -> Token:
         """Take before looking for work; ``wait`` returns early if anything changed since."""
-        remote = self._backend.change_token() if self._backend.polled_for_changes else 0
-        return self._counter, remote
+        return self._counter, self._backend.change_token()
 
     def notify(self, queue: str | None = None, count: int | None = None) -> None:
         """Messages may have become available: ``count`` (None: some) of them in ``queue``.
@@ -132,6 +132,8 @@ class Wakeups:
         if not self._register(token, waiter, names):
             return
         try:
+            if self._backend.change_token() != token[1]:
+                return  # another process committed before the backend was told to watch
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -160,6 +162,12 @@ class Wakeups:
         if not self._register(token, waiter, names):
             return
         try:
+            # (A backend without a token says 0: no executor round trip for it.)
+            if (
+                token[1]
+                and await loop.run_in_executor(None, self._backend.change_token) != token[1]
+            ):
+                return  # another process committed before the backend was told to watch
             while True:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -182,6 +190,9 @@ class Wakeups:
                 return False
             for queue in queues:
                 self._waiters.setdefault(queue, deque()).append(waiter)
+            self._waiting += 1
+            if self._waiting == 1:
+                self._backend.waiting(True)
             return True
 
     def _unregister(self, waiter: _Waiter, queues: tuple[str, ...]) -> None:
@@ -191,3 +202,6 @@ class Wakeups:
                 # Woken through one queue, it may still stand in the others.
                 if waiters is not None and waiter in waiters:
                     waiters.remove(waiter)
+            self._waiting -= 1
+            if self._waiting == 0:
+                self._backend.waiting(False)
