@@ -171,7 +171,9 @@ def used_statements() -> tuple[list[Use], list[str]]:
 
 def loaded(dialect: str) -> set[str]:
     schema = '"sluice"' if dialect == "postgresql" else None
-    given = dict.fromkeys(("message_columns", "spool_columns", "spool_names"), "x")
+    given = dict.fromkeys(
+        ("message_columns", "claimed_columns", "spool_columns", "spool_names"), "x"
+    )
     return set(sql.statements(dialect, schema=schema, fragments=given)) | set(
         sql.templates(dialect, schema=schema, fragments=given)
     )

@@ -363,11 +363,8 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
                         "run": run,
                         "fill": int(fill or not lanes),
                     }
-                # Rows come back as they were selected; the state column says what they are now.
-                taken = [
-                    MessageRow(r[0], MessageState.CLAIMED, *r[2:])
-                    for r in conn.execute(query, params | extra).fetchall()
-                ]
+                # Selected with the claimed state, which mark_claimed gives them next.
+                taken = list(map(MessageRow._make, conn.execute(query, params | extra).fetchall()))
                 if not taken:
                     break
                 params["ids"] = ids([row.id for row in taken])

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from sluice import sql
 from sluice.backends.records import MESSAGE_COLUMNS, Duplicate, Envelope
 from sluice.errors import QueueNotFound, StorageError
+from sluice.message import MessageState
 
 __all__ = [
     "delete_held",
@@ -24,11 +25,11 @@ __all__ = [
 def load_queries() -> tuple[dict[str, str], dict[str, sql.Template]]:
     """The statements ready to run, and the templates selections and properties fill."""
     # The schema stores application/json as NULL; rows read back carry it spelled out.
-    columns = ", ".join(
-        "coalesce(content_type, 'application/json') AS content_type" if c == "content_type" else c
-        for c in MESSAGE_COLUMNS
-    )
-    given = {"message_columns": columns}
+    spelled = {"content_type": "coalesce(content_type, 'application/json') AS content_type"}
+    columns = [spelled.get(c, c) for c in MESSAGE_COLUMNS]
+    # A batch claim's select: the state its rows have once mark_claimed has run.
+    claimed = [f"{int(MessageState.CLAIMED)} AS state" if c == "state" else c for c in columns]
+    given = {"message_columns": ", ".join(columns), "claimed_columns": ", ".join(claimed)}
     return sql.statements("sqlite", fragments=given), sql.templates("sqlite", fragments=given)
 
 

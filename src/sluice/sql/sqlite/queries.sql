@@ -4,7 +4,9 @@
 -- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed,
 -- 5 waiting behind the head of its lane (a group, or a writer or block of an isolated
 -- queue: see 0003_isolation.sql). A lane has at most one head, in state 1 or 2.
--- Columns read back for a message are always {message_columns} (sluice.backends.sqlite).
+-- Columns read back for a message are always {message_columns} (sluice.backends.sqlite);
+-- {claimed_columns} are the same with the claimed state (2) in the state column, for the
+-- selects a batch claim marks claimed right after.
 
 -- name: open_session
 INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease)
@@ -141,14 +143,14 @@ WHERE id IN (
 
 -- name: select_claimable
 -- Batch claims select in delivery order, then mark by id (cheaper than RETURNING many rows).
-SELECT {message_columns} FROM messages AS m
+SELECT {claimed_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
 ORDER BY {order}priority DESC, id
 LIMIT :limit;
 
 -- name: select_claimable_with_own
-SELECT {message_columns} FROM messages AS m
+SELECT {claimed_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND {ready_or_own}
   AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
@@ -160,7 +162,7 @@ LIMIT :limit;
 -- the lanes the transaction holds messages of), which only it may take: up to :run of
 -- them in lane order, stopping at the first not yet available; other heads too unless
 -- :fill is 0 (finish what it holds first). Each part seeks its own index; neither scans.
-SELECT {message_columns} FROM (
+SELECT {claimed_columns} FROM (
     SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
         WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue)
@@ -186,7 +188,7 @@ LIMIT :limit;
 
 -- name: select_claimable_with_own_lanes
 -- As select_claimable_lanes, with the transaction's own uncommitted enqueues.
-SELECT {message_columns} FROM (
+SELECT {claimed_columns} FROM (
     SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
         WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue)
