@@ -298,3 +298,36 @@ def test_an_unknown_brace_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_files(monkeypatch, {"sqlite/queries.sql": "-- name: a\nSELECT {columns} FROM t;"})
     with pytest.raises(ValueError, match=r"\{columns\} in 'a'"):
         sql.statements("sqlite")
+
+
+def _words(text: str) -> str:
+    """A statement without its comments, its whitespace reduced to single spaces."""
+    lines = (line for line in text.split("\n") if not line.strip().startswith("--"))
+    return re.sub(r"\s+", " ", " ".join(lines)).strip()
+
+
+def test_the_postgresql_claim_variants_stay_in_step_with_the_claim() -> None:
+    # The variants are written out in full so that each file shows what runs; this pins
+    # them to the claim they vary: the transaction's own enqueues in place of the first
+    # "state = 1", and (in a caller's transaction) no relaxing of the caller's commit.
+    given = dict.fromkeys(
+        ("message_columns", "claimed_columns", "spool_columns", "spool_names"), "x"
+    )
+    found = sql.statements("postgresql", schema='"s"', fragments=given)
+    own = "(state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))"
+    relax = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
+    for base in ("claim", "claim_lanes"):
+        text = _words(found[base])
+        assert relax in text
+        with_own = text.replace("AND state = 1 AND", f"AND {own} AND", 1)
+        assert _words(found[base.replace("claim", "claim_with_own")]) == with_own
+        assert _words(found[f"{base}_in_caller_tx"]) == text.replace(relax, "")
+        in_caller = with_own.replace(relax, "")
+        assert _words(found[f"{base.replace('claim', 'claim_with_own')}_in_caller_tx"]) == in_caller
+    # The stream take moves what the claim would pick: the same subquery, unrelaxed.
+    pick = re.compile(r"\( SELECT id FROM .*? FOR UPDATE SKIP LOCKED\) AS pick")
+    claim_pick = pick.search(_words(found["claim"]))
+    take_pick = pick.search(_words(found["stream_take"]))
+    assert claim_pick is not None
+    assert take_pick is not None
+    assert take_pick[0] == claim_pick[0].replace(relax, "")
