@@ -28,6 +28,7 @@ from sluice.backends.records import (
     Row,
     Selection,
     lease_lost,
+    message_row,
 )
 from sluice.clock import Clock
 from sluice.errors import Conflict, InvalidBody, SluiceError, StorageError
@@ -242,8 +243,7 @@ def _text(body: str) -> str:
 def message_rows(rows: list[Row]) -> list[MessageRow]:
     """Message rows, named: a binary body (the column after them) takes the body's place."""
     return [
-        MessageRow._make(r[:20] if r[20] is None else (*r[:6], bytes(r[20]), *r[7:20]))
-        for r in rows
+        message_row(r[:20] if r[20] is None else (*r[:6], bytes(r[20]), *r[7:20])) for r in rows
     ]
 
 

@@ -35,6 +35,7 @@ from sluice.backends.records import (
     StagedPart,
     StreamState,
     browse_params,
+    held_row,
     sink_host,
     sink_seen,
     stream_host,
@@ -106,7 +107,7 @@ class PostgresStreams:
             from sluice.backends.postgres_spool import spooled_rows  # noqa: PLC0415 (Arrow)
 
             for table in self.stream_spooled(session, after, upto, part=part, parts=parts):
-                held.extend(map(HeldRow._make, spooled_rows(table)))
+                held.extend(map(held_row, spooled_rows(table)))
             held.sort(key=lambda r: (r.round, r.id))
         return held
 

@@ -20,6 +20,8 @@ from sluice.backends.records import (
     StagedPart,
     StreamState,
     browse_params,
+    held_row,
+    message_row,
     sink_host,
     sink_seen,
     stream_host,
@@ -86,7 +88,7 @@ class SQLiteStreams:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
         with self._reading() as conn:
             rows = conn.execute(self._q["stream_held"], params | {"part": part, "parts": parts})
-            return list(map(HeldRow._make, rows.fetchall()))
+            return list(map(held_row, rows.fetchall()))
 
     def stream_spooled(
         self, session: int, after: int, upto: int, *, part: int = 0, parts: int = 1
@@ -116,7 +118,7 @@ class SQLiteStreams:
         params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
         params |= {"after": after, "upto": upto}
         with self._reading() as conn:
-            return list(map(MessageRow._make, conn.execute(query, params).fetchall()))
+            return list(map(message_row, conn.execute(query, params).fetchall()))
 
     def drop_stream(self, queue: str, name: str) -> bool:
         with self._transaction() as conn:

@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 
 from sluice.backends.base import HeldRow, MessageRow
 from sluice.backends.postgres_spool import spooled_rows
+from sluice.backends.records import held_row
 from sluice.errors import ConfigurationError
 from sluice.message import decode_json, is_json
 
@@ -121,7 +122,7 @@ def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[p
     """
     n = table.num_rows
     if isinstance(schema["body"].dataType, StructType) or table["body_bytes"].null_count < n:
-        yield from to_batches(queue, [HeldRow._make(r) for r in spooled_rows(table)], schema)
+        yield from to_batches(queue, [held_row(r) for r in spooled_rows(table)], schema)
         return
     arrow = pa.schema(
         [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
