@@ -80,6 +80,7 @@ from sluice.backends.postgres_statements import (
     lane_front_statements,
     lanes_params,
     message_rows,
+    offset_between,
     release_statements,
     server_offset,
     translate,
@@ -258,10 +259,11 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
 
     def heartbeat(self, session: int) -> bool:
         # Not durable: a heartbeat lost to a server crash matters to nobody.
-        alive = bool(self._one("heartbeat", {"session": session}, durable=False))
-        with self._conn() as conn:  # follows this host's clock drifting from the server's
-            self.server_time.offset = server_offset(conn, self._q["server_time"])
-        return alive
+        before = time.time()
+        rows = self._one("heartbeat", {"session": session}, durable=False)
+        if rows:  # follows this host's clock drifting from the server's
+            self.server_time.offset = offset_between(float(rows[0][1]), before, time.time())
+        return bool(rows)
 
     @contextmanager
     def _transaction(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:

@@ -48,6 +48,7 @@ __all__ = [
     "lanes_params",
     "lease_lost",
     "message_rows",
+    "offset_between",
     "release_statements",
     "server_offset",
     "translate",
@@ -277,7 +278,11 @@ def server_offset(conn: psycopg.Connection[Any], query: str) -> float:
     """The server's clock minus this host's; 0 when no larger than the reading's own error."""
     before = time.time()
     server = float(first(conn.execute(query).fetchall()))
-    after = time.time()
+    return offset_between(server, before, time.time())
+
+
+def offset_between(server: float, before: float, after: float) -> float:
+    """The server's clock, read between ``before`` and ``after`` here, minus this host's."""
     offset = server - (before + after) / 2
     # Half the round trip: what one reading cannot tell apart. On the server's own host
     # the clocks are one, so the offset is 0 exactly.

@@ -23,7 +23,9 @@ VALUES (%(host)s, %(pid)s, {db_now}, {db_now}, %(lease)s)
 RETURNING id;
 
 -- name: heartbeat
-UPDATE {schema}.sessions SET heartbeat_at = {db_now} WHERE id = %(session)s RETURNING id;
+-- Returns the server's clock too: the offset of this host's from it, in the same round trip.
+UPDATE {schema}.sessions SET heartbeat_at = {db_now} WHERE id = %(session)s
+RETURNING id, {db_now};
 
 -- name: server_time
 -- The server's clock, for the offset of this host's from it.
