@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Effect
 from sluice.engine.transaction import Transaction
+from sluice.engine.wakeups import Token
 from sluice.errors import Conflict, LeaseLost, SluiceError, TaskTimeout, UnknownTaskType
 from sluice.jobs.catalog import is_task, jobs_backend, processing_order, property_name
 from sluice.jobs.limits import Gate
@@ -151,18 +152,27 @@ class Worker:
 
     def _loop(self) -> None:
         wakeups = self._db.context.wakeups
+        # A wait needs a token taken before the look that found nothing, so a task
+        # committed meanwhile ends it. A busy thread takes none (on SQLite a token is a
+        # read of the file's change counter): it takes one once a look comes up empty,
+        # and looks once more before it waits.
+        token: Token | None = None
         while not self._stopping.is_set():
-            # Taken before looking: a task committed while this thread looks ends its wait.
-            token = wakeups.token()
+            failed = False
             try:
                 until = self.work_once()
             except SluiceError:
                 log.exception("sluice worker: a task could not be taken or settled")
-                until = self.poll
-            if until > 0 and not self._stopping.is_set():
+                until, failed = self.poll, True
+            if until <= 0 or self._stopping.is_set():
+                token = None
+            elif token is None and not failed:
+                token = wakeups.token()
+            else:  # after a failure, no second look first: it waits (for news, or the poll)
                 real = min(self._jobs.clock.real_seconds(until), self.poll)
                 # Any of its task types' queues: a task of any type wakes the worker.
-                wakeups.wait(token, real, [t.queue for t in self._types()])
+                wakeups.wait(token or wakeups.token(), real, [t.queue for t in self._types()])
+                token = wakeups.token()
 
     def run_until_idle(self, max_tasks: int | None = None) -> int:
         """Run tasks in this thread until none can start now; how many ran (tests, demos)."""
