@@ -13,12 +13,18 @@ from sluice.errors import ConfigurationError
 __all__ = [
     "ANY_TYPE",
     "DEFAULT_MAX_SIZE",
+    "DEFAULT_WINDOW",
+    "FOREVER",
     "ISOLATION_LEVELS",
+    "KINDS",
+    "MAX_PRIORITY_LEVELS",
     "Durability",
     "Isolation",
+    "Kind",
     "QueueSpec",
     "check_name",
     "check_queue_name",
+    "priority_level",
     "spec_from_row",
     "spec_params",
 ]
@@ -27,6 +33,18 @@ Durability = Literal["persistent", "transient"]
 
 Isolation = Literal["none", "ordered", "blockwise", "ordered_blockwise"]
 ISOLATION_LEVELS: tuple[str, ...] = ("none", "ordered", "blockwise", "ordered_blockwise")
+
+Kind = Literal["queue", "topic", "subscription"]
+KINDS: tuple[str, ...] = ("queue", "topic", "subscription")
+
+MAX_PRIORITY_LEVELS = 10
+"""AMQP 0-10 and JMS allow at most ten priority levels (0-9)."""
+
+DEFAULT_WINDOW = 1000
+"""How many ready messages a subscription takes from its topic ahead of its consumers."""
+
+FOREVER = float("inf")
+"""``retention=FOREVER`` (or ``"forever"``): settled messages are kept until purged."""
 
 DEFAULT_MAX_SIZE = 1024 * 1024
 """Largest body a queue accepts unless told otherwise: 1 MiB."""
@@ -67,6 +85,16 @@ class QueueSpec:
     giving the priority of a message enqueued without one.
     ``isolation``: how concurrent readers are isolated from each other's
     writers and blocks (docs/isolation.md).
+    ``kind``: a plain ``queue``, a ``topic`` (each of its subscriptions receives every
+    message put into it) or a ``subscription`` of ``topic`` (docs/topics.md), which
+    receives the topic's messages its ``selector`` holds for; ``durable`` False: it
+    ends with the session that made it; ``expire_after``: seconds unused before it is
+    dropped (None: never); ``window``: ready messages it takes ahead of consumers.
+    ``priority_levels``: producers' priorities map onto this many levels (1-10), as
+    Qpid maps JMS's 0-9; None keeps them as given.
+    ``max_in_flight``: the most messages its consumers may hold unsettled at once.
+    ``retention``: seconds a settled message is kept (``FOREVER``: until purged) as
+    ``done``; None deletes it when settled.
     """
 
     name: str
@@ -77,13 +105,20 @@ class QueueSpec:
     types: tuple[str, ...] = ()
     priority: tuple[tuple[str, str], ...] = ()
     isolation: Isolation = "none"
+    kind: Kind = "queue"
+    topic: str | None = None
+    selector: str | None = None
+    durable: bool = True
+    expire_after: float | None = None
+    window: int | None = None
+    priority_levels: int | None = None
+    max_in_flight: int | None = None
+    retention: float | None = None
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
-        if self.isolation not in ISOLATION_LEVELS:
-            raise ConfigurationError(
-                f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {self.isolation!r}"
-            )
+        self._check_topics()
+        self._check_limits()
         if self.error_queue is not None:
             check_queue_name(self.error_queue)
             if self.error_queue == self.name:
@@ -120,6 +155,74 @@ class QueueSpec:
 
             parse(expression, want="number")
 
+    def _check_limits(self) -> None:
+        if self.priority_levels is not None and (
+            type(self.priority_levels) is not int
+            or not 1 <= self.priority_levels <= MAX_PRIORITY_LEVELS
+        ):
+            raise ConfigurationError(
+                f"priority_levels must be an integer from 1 to {MAX_PRIORITY_LEVELS} or None, "
+                f"not {self.priority_levels!r}"
+            )
+        if self.max_in_flight is not None and (
+            type(self.max_in_flight) is not int or not 1 <= self.max_in_flight < 2**31
+        ):
+            raise ConfigurationError(
+                "max_in_flight must be a positive integer below 2**31 or None, "
+                f"not {self.max_in_flight!r}"
+            )
+        if self.retention is not None and (
+            isinstance(self.retention, bool)
+            or not isinstance(self.retention, (int, float))
+            or not self.retention >= 0
+        ):
+            raise ConfigurationError(
+                f"retention must be seconds (>= 0), 'forever' or None, not {self.retention!r}"
+            )
+        if self.isolation not in ISOLATION_LEVELS:
+            raise ConfigurationError(
+                f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {self.isolation!r}"
+            )
+
+    def _check_topics(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigurationError(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if (self.kind == "subscription") != (self.topic is not None):
+            raise ConfigurationError("a subscription, and only a subscription, names its topic")
+        if self.kind != "subscription" and (
+            self.selector is not None
+            or not self.durable
+            or self.expire_after is not None
+            or self.window is not None
+        ):
+            raise ConfigurationError(
+                "where, durable, expire_after and window are settings of subscriptions"
+            )
+        if self.kind != "queue" and self.isolation != "none":
+            raise ConfigurationError(
+                f"{self.kind} {self.name!r}: isolation levels are for plain queues only"
+            )
+        if self.kind == "topic" and (self.max_in_flight is not None or self.max_attempts):
+            raise ConfigurationError(
+                f"topic {self.name!r} is not consumed itself: max_in_flight and max_attempts "
+                "are settings of its subscriptions"
+            )
+        if self.expire_after is not None and (
+            isinstance(self.expire_after, bool)
+            or not isinstance(self.expire_after, (int, float))
+            or not self.expire_after > 0
+        ):
+            raise ConfigurationError(
+                f"expire_after must be a positive number of seconds or None, "
+                f"not {self.expire_after!r}"
+            )
+        if self.window is not None and (
+            type(self.window) is not int or not 1 <= self.window <= 1_000_000
+        ):
+            raise ConfigurationError(
+                f"window must be an integer from 1 to 1000000, not {self.window!r}"
+            )
+
     @property
     def priority_functions(self) -> dict[str, str]:
         """The priority expressions by message type."""
@@ -137,13 +240,25 @@ def spec_params(spec: QueueSpec) -> dict[str, object]:
         "types": json.dumps(list(spec.types)) if spec.types else None,
         "priority_functions": json.dumps(dict(spec.priority)) if spec.priority else None,
         "isolation": spec.isolation,
+        "kind": spec.kind,
+        "topic": spec.topic,
+        "selector": spec.selector,
+        "durable": spec.durable,
+        "expire_after": spec.expire_after,
+        "pull_window": spec.window,
+        "priority_levels": spec.priority_levels,
+        "max_in_flight": spec.max_in_flight,
+        "retention": spec.retention,
     }
 
 
 def spec_from_row(row: tuple[Any, ...]) -> QueueSpec:
-    """The inverse of spec_params, from (name, max_attempts, error_queue, durability,
-    max_size, types, priority_functions, isolation)."""
-    name, max_attempts, error_queue, durability, max_size, types, priority, isolation = row
+    """The inverse of spec_params, from the columns get_queue reads (name, max_attempts,
+    error_queue, durability, max_size, types, priority_functions, isolation, kind, the
+    topic's name, selector, durable, expire_after, pull_window, priority_levels,
+    max_in_flight, retention)."""
+    name, max_attempts, error_queue, durability, max_size, types, priority, isolation = row[:8]
+    kind, topic, selector, durable, expire_after, window, levels, in_flight, retention = row[8:]
     functions: Mapping[str, str] = json.loads(priority) if priority else {}
     return QueueSpec(
         name,
@@ -154,4 +269,23 @@ def spec_from_row(row: tuple[Any, ...]) -> QueueSpec:
         tuple(json.loads(types)) if types else (),
         tuple(functions.items()),
         isolation,
+        kind,
+        topic,
+        selector,
+        bool(durable),
+        expire_after,
+        window,
+        levels,
+        in_flight,
+        retention,
     )
+
+
+def priority_level(priority: int, levels: int) -> int:
+    """The level of ``priority`` among ``levels`` levels, as Qpid maps AMQP 0-10/JMS 0-9.
+
+    With 2 levels 0-4 and 5-9; with 3 levels 0-3, 4 and 5-9; with 10 each its own.
+    Priorities below 0 or above 9 fall in the lowest or highest level.
+    """
+    first = 5 - min(5, (levels + 1) // 2)
+    return 0 if priority <= first else min(priority - first, levels - 1)

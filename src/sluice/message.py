@@ -53,6 +53,8 @@ class MessageState(IntEnum):
     WAITING = 5
     """Committed, behind its lane's head (a group's, or an isolated queue's writer's or
     block's): ready to the lane's reader, and taken in lane order. Consumers see READY."""
+    DONE = 6
+    """Settled (acknowledged) in a queue that keeps its outcomes (``retention``)."""
 
     @classmethod
     def names(cls) -> dict[int, str]:

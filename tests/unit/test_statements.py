@@ -35,9 +35,15 @@ TAKERS = {
     "jobs_read",
     "Effect",
     "_close_sessions",
+    "_with_selector",
 }
 """Callables whose first argument is a statement's name."""
-SAMPLE = {"select": " AND priority > 0", "order": "priority, ", "value": "1"}
+SAMPLE = {
+    "select": " AND priority > 0",
+    "order": "priority, ",
+    "value": "1",
+    "selector": " AND m.priority > 0",
+}
 """What a template's holes get for the database to check it."""
 
 

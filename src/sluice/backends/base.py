@@ -41,6 +41,7 @@ from sluice.backends.records import (
     StreamState,
     lane_of,
 )
+from sluice.backends.topics import Backlog
 from sluice.catalog import QueueSpec
 from sluice.clock import Clock
 from sluice.expr.sql import SqlCompiler
@@ -53,6 +54,7 @@ __all__ = [
     "SLOTS",
     "STREAM_LEASE",
     "Backend",
+    "Backlog",
     "Catalog",
     "ChangeFeed",
     "CommitPlan",
@@ -74,6 +76,7 @@ __all__ = [
     "StagedPart",
     "StreamState",
     "Streams",
+    "Topics",
     "TxStore",
     "lane_of",
 ]
@@ -180,8 +183,15 @@ class Sessions(Protocol):
 class Catalog(Protocol):
     """Queues, message types and declared properties."""
 
-    def create_queue(self, spec: QueueSpec) -> None:
-        """Add a queue; QueueExists if the name is taken."""
+    def create_queue(
+        self, spec: QueueSpec, *, pointer: int | None = None, owner_session: int | None = None
+    ) -> None:
+        """Add a queue; QueueExists if the name is taken.
+
+        A subscription (``spec.kind``) starts after its topic's message ``pointer``
+        (None: after the last one); ``owner_session``: the session a non-durable
+        one ends with. QueueNotFound if its topic is not a topic.
+        """
 
     def alter_queue(self, spec: QueueSpec) -> None:
         """Replace a queue's settings; QueueNotFound if missing."""
@@ -369,6 +379,38 @@ class JobsStatements(Protocol):
         ...
 
 
+class Topics(Protocol):
+    """Topics and subscriptions (docs/topics.md; sluice.backends.topics explains how)."""
+
+    def pull(self, subscription: str, selector: Selection | None, *, everything: bool) -> int:
+        """Take the topic's next messages into ``subscription`` (up to its window, or all)."""
+        ...
+
+    def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
+        """What ``subscription`` has yet to settle."""
+        ...
+
+    def collect(self, topic: str) -> int:
+        """Delete a bounded range of ``topic``'s messages every subscription has passed."""
+        ...
+
+    def topics(self) -> list[str]:
+        """Every topic's name."""
+        ...
+
+    def ended_subscriptions(self) -> list[str]:
+        """Non-durable subscriptions whose session ended; durable ones unused too long."""
+        ...
+
+    def subscriptions_of(self, topic: str) -> list[str]:
+        """The names of ``topic``'s subscriptions."""
+        ...
+
+    def subscription_info(self, topic: str | None) -> list[Row]:
+        """Per subscription: name, topic, pointer, where, durable, expire_after, used_at."""
+        ...
+
+
 class Outbox(Protocol):
     """Queue transactions inside the caller's own database transaction (PostgreSQL)."""
 
@@ -389,6 +431,7 @@ class Backend(
     Streams,
     Sinks,
     JobsStatements,
+    Topics,
     Protocol,
 ):
     """Queue storage: every capability above, plus its dialect and its optional outbox."""

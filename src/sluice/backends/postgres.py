@@ -42,6 +42,7 @@ from sluice.backends.records import (
 )
 from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
+from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
 from sluice.errors import ConfigurationError, QueueNotFound, StorageError
 from sluice.expr.postgres import PostgresCompiler
@@ -94,7 +95,7 @@ _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's
 _MAX_SELECTIONS = 256
 
 
-class PostgresBackend(SqlBackend, PostgresStreams, Backend):
+class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
     """Queue storage in a PostgreSQL schema (see the module docstring)."""
 
     dialect = "postgresql"
@@ -358,6 +359,11 @@ class PostgresBackend(SqlBackend, PostgresStreams, Backend):
     def expression_compiler(self, alias: str = "m") -> PostgresCompiler:
         """A compiler of expressions for this schema's SQL."""
         return PostgresCompiler(Source(alias=alias), schema=self._schema_sql)
+
+    _NO_LIMIT = None  # LIMIT NULL: all
+
+    def _compiler(self, source: Source, prefix: str) -> PostgresCompiler:
+        return PostgresCompiler(source, schema=self._schema_sql, prefix=prefix)
 
     def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """The name of the query shaped by ``select``, and the selection's parameters.

@@ -95,7 +95,8 @@ def rotate(
 _OTHER_COLUMNS = (
     "queue_id, state, priority, p_session, p_tx, p_num, c_session, c_tx, body, body_bytes, "
     "content_type, properties, correlation_id, reply_to, enqueued_at, available_at, "
-    "expires_at, attempts, error, origin_queue, type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane"
+    "expires_at, attempts, error, origin_queue, type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane, "
+    "ref, settled_at"
 )
 
 

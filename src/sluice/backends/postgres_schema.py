@@ -38,6 +38,7 @@ MESSAGES_TABLE = (
     ("attempts", "int"), ("error", "text"), ("origin_queue", "text"), ("type", "text"),
     ("t1", "text"), ("t2", "text"), ("t3", "text"), ("t4", "text"), ("n1", "float"),
     ("n2", "float"), ("n3", "float"), ("n4", "float"), ("grp", "text"), ("lane", "text"),
+    ("ref", "int"), ("settled_at", "float"),
 )  # fmt: skip
 """Every column of ``messages`` (schema.sql) with its kind, in table order."""
 

@@ -27,7 +27,7 @@ from sluice.backends.records import (
 )
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.clock import Clock
-from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
+from sluice.errors import ConfigurationError, QueueExists, QueueInUse, QueueNotFound
 from sluice.message import MessageState
 from sluice.sql import Template
 
@@ -117,9 +117,21 @@ class SqlBackend(ABC):
             self._promote(conn, lanes)
 
     # --- catalog ----------------------------------------------------------------------
-    def create_queue(self, spec: QueueSpec) -> None:
+    def create_queue(
+        self, spec: QueueSpec, *, pointer: int | None = None, owner_session: int | None = None
+    ) -> None:
+        params = spec_params(spec) | {
+            "now": self.clock.now(),
+            "pointer": pointer,
+            "owner_session": owner_session,
+        }
         try:
-            self._write_rows("insert_queue", spec_params(spec) | {"now": self.clock.now()})
+            with self._transaction() as conn:
+                if not conn.execute(self._q["insert_queue"], params).rowcount:
+                    raise QueueNotFound(f"topic {spec.topic!r} does not exist")
+                if spec.topic is not None:
+                    link = {"subscription": spec.name, "topic": spec.topic}
+                    conn.execute(self._q["copy_queue_properties"], link)
         except Duplicate:
             raise QueueExists(f"queue {spec.name!r} exists already") from None
 
@@ -139,6 +151,12 @@ class SqlBackend(ABC):
             users = [user for (user,) in referencing]
             if users:
                 raise queue_in_use(name, error_queue_of=users)
+            subscribers = conn.execute(self._q["subscriptions_of"], params).fetchall()
+            if subscribers:
+                raise QueueInUse(
+                    f"topic {name!r} has subscriptions "
+                    f"{', '.join(repr(s) for (s,) in subscribers)}; unsubscribe them first"
+                )
             busy = conn.execute(self._q["queue_in_flight"], params).fetchone()[0]
             if busy:
                 raise queue_in_use(name, busy=busy)

@@ -46,6 +46,7 @@ from sluice.backends.sqlite_statements import (
     typed,
 )
 from sluice.backends.sqlite_streams import SQLiteStreams
+from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, SystemClock
 from sluice.errors import (
     Conflict,
@@ -53,6 +54,7 @@ from sluice.errors import (
     SluiceError,
     StorageError,
 )
+from sluice.expr.sql import Source
 from sluice.expr.sqlite import SQLiteCompiler, register_functions
 from sluice.message import MessageState
 
@@ -65,7 +67,7 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
 
 
-class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
+class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"
@@ -268,6 +270,9 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, Backend):
     def expression_compiler(self) -> SQLiteCompiler:
         """A compiler of expressions for this database's SQL."""
         return SQLiteCompiler()
+
+    def _compiler(self, source: Source, prefix: str) -> SQLiteCompiler:
+        return SQLiteCompiler(source, prefix=prefix)
 
     def _selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """A query shaped by a selection, and the selection's parameters (cached)."""

@@ -22,6 +22,7 @@ from sluice.clock import Clock
 from sluice.engine import lease as leases
 from sluice.engine.content import QueueContent
 from sluice.engine.types import TypeRegistry
+from sluice.engine.upkeep import upkeep
 from sluice.engine.wakeups import Wakeups
 from sluice.errors import ConfigurationError, QueueNotFound, SluiceError
 
@@ -147,6 +148,7 @@ class EngineContext:
         if dead:
             log.info("sluice rolled back dead sessions %s", dead)
             self.wakeups.notify()
+        upkeep(self.backend, self.forget)
         return dead
 
     def _tick(self) -> None:

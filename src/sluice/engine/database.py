@@ -22,12 +22,14 @@ from sluice.catalog import (
     check_queue_name,
 )
 from sluice.clock import Clock
+from sluice.engine import topics
 from sluice.engine.content import free_slot
 from sluice.engine.context import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, EngineContext
 from sluice.engine.queue import Queue
+from sluice.engine.topics import Start, Subscription
 from sluice.engine.transaction import Transaction
 from sluice.engine.types import definition_of
-from sluice.errors import ConfigurationError, QueueExists
+from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "Engine"]
 
@@ -121,6 +123,9 @@ class Engine:
         types: Sequence[str] = (),
         priority: Mapping[str, str] | None = None,
         isolation: Isolation = "none",
+        priority_levels: int | None = None,
+        max_in_flight: int | None = None,
+        retention: float | str | None = None,
         exist_ok: bool = False,
     ) -> Queue:
         """Create a queue (and its error queue, if that does not exist yet).
@@ -130,7 +135,11 @@ class Engine:
         gives a message enqueued without a priority its priority;
         ``isolation``: ``none``, ``ordered``, ``blockwise`` or
         ``ordered_blockwise``, how concurrent readers are kept apart
-        (docs/isolation.md).
+        (docs/isolation.md); ``priority_levels``: map producers' priorities onto
+        this many levels (1-10, as Qpid maps JMS 0-9), FIFO within a level;
+        ``max_in_flight``: the most messages its consumers hold unsettled at once;
+        ``retention``: seconds (or ``"forever"``) settled messages are kept as
+        ``done`` instead of deleted (docs/topics.md).
         """
         spec = QueueSpec(
             name,
@@ -141,16 +150,181 @@ class Engine:
             types=_names(types),
             priority=_priority_functions(priority or {}),
             isolation=isolation,
+            priority_levels=priority_levels,
+            max_in_flight=max_in_flight,
+            retention=_retention(retention),
         )
+        return self._create(spec, exist_ok=exist_ok)
+
+    def _create(
+        self,
+        spec: QueueSpec,
+        *,
+        exist_ok: bool,
+        pointer: int | None = None,
+        owner: int | None = None,
+    ) -> Queue:
         self._check_types(spec)
-        if error_queue is not None and self.backend.get_queue(error_queue) is None:
-            self.create_queue(error_queue, durability=durability, exist_ok=True)
+        self._check_error_queue(spec)
+        if spec.error_queue is not None and self.backend.get_queue(spec.error_queue) is None:
+            self.create_queue(spec.error_queue, durability=spec.durability, exist_ok=True)
         try:
-            self.backend.create_queue(spec)
+            self.backend.create_queue(spec, pointer=pointer, owner_session=owner)
         except QueueExists:
-            if not exist_ok:
+            existing = self.backend.get_queue(spec.name)
+            if (
+                not exist_ok
+                or existing is None
+                or (existing.kind, existing.topic)
+                != (
+                    spec.kind,
+                    spec.topic,
+                )
+            ):
+                if existing is not None and existing.kind != spec.kind:
+                    raise QueueExists(
+                        f"{spec.name!r} exists already as a {existing.kind}"
+                    ) from None
                 raise
-        return Queue(self.context, name)
+        return Queue(self.context, spec.name)
+
+    def _check_error_queue(self, spec: QueueSpec) -> None:
+        if spec.error_queue is None:
+            return
+        target = self.backend.get_queue(spec.error_queue)
+        if target is not None and target.kind != "queue":
+            raise ConfigurationError(
+                f"error queue {spec.error_queue!r} is a {target.kind}: "
+                "an error queue must be a plain queue"
+            )
+
+    # --- topics and subscriptions (docs/topics.md) ------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        *,
+        durability: Durability = "persistent",
+        max_size: int | None = None,
+        types: Sequence[str] = (),
+        priority: Mapping[str, str] | None = None,
+        priority_levels: int | None = None,
+        retention: float | str | None = None,
+        exist_ok: bool = False,
+    ) -> Queue:
+        """Create a topic: each message put into it goes to every one of its subscriptions.
+
+        Stored once, it stays until every subscription has taken or passed it, and,
+        with ``retention`` (seconds or ``"forever"``), until it is that old, so a
+        subscription made later may start from it. Other settings as for queues.
+        """
+        spec = QueueSpec(
+            name,
+            durability=durability,
+            max_size=self.max_message_size if max_size is None else max_size,
+            types=_names(types),
+            priority=_priority_functions(priority or {}),
+            kind="topic",
+            priority_levels=priority_levels,
+            retention=_retention(retention),
+        )
+        return self._create(spec, exist_ok=exist_ok)
+
+    def subscribe(
+        self,
+        topic: str,
+        name: str,
+        *,
+        where: str | None = None,
+        durable: bool = True,
+        start: Start = "new",
+        expire_after: float | None = None,
+        window: int | None = None,
+        max_attempts: int | None = None,
+        error_queue: str | None = None,
+        max_in_flight: int | None = None,
+        retention: float | str | None = None,
+        exist_ok: bool = False,
+    ) -> Queue:
+        """Subscribe ``name`` to ``topic``; consume it as the queue ``name``.
+
+        ``where``: the messages it receives (an expression over the message, run in
+        the database); ``start``: ``"new"`` (messages published from now on),
+        ``"first"`` (every message the topic still stores) or a message's
+        ``position``; ``durable`` False: it ends with this connection's session;
+        ``expire_after``: seconds without a consumer before it is dropped;
+        ``window``: ready messages it takes from the topic ahead of its consumers
+        (default 1000). The rest as for queues.
+        """
+        found = self.context.spec(topic, fresh=True)
+        if found.kind != "topic":
+            raise ConfigurationError(
+                f"{topic!r} is a {found.kind}, not a topic: create it with db.create_topic"
+            )
+        if not isinstance(durable, bool):
+            raise ConfigurationError(f"durable must be True or False, not {durable!r}")
+        if where is not None and not isinstance(where, str):
+            raise ConfigurationError(f"where must be an expression string, not {where!r}")
+        where = where.strip() or None if where is not None else None  # "" receives everything
+        spec = QueueSpec(
+            name,
+            max_attempts=max_attempts,
+            error_queue=error_queue,
+            durability=found.durability,
+            max_size=found.max_size,
+            types=found.types,
+            kind="subscription",
+            topic=topic,
+            selector=where,
+            durable=durable,
+            expire_after=expire_after,
+            window=window,
+            priority_levels=found.priority_levels,
+            max_in_flight=max_in_flight,
+            retention=_retention(retention),
+        )
+        topics.selector(self.context, spec)  # ExpressionError, and nothing made
+        owner = None if durable else self.session
+        return self._create(
+            spec, exist_ok=exist_ok, pointer=topics.start_pointer(start), owner=owner
+        )
+
+    def unsubscribe(self, name: str) -> None:
+        """End a subscription: it and the messages it has not settled are gone."""
+        spec = self.context.spec(name, fresh=True)
+        if spec.kind != "subscription":
+            raise ConfigurationError(f"{name!r} is a {spec.kind}, not a subscription")
+        self.drop_queue(name)
+
+    def subscriptions(self, topic: str | None = None) -> list[Subscription]:
+        """Every subscription (of ``topic``), with how far behind it is."""
+        if topic is not None and self.context.spec(topic).kind != "topic":
+            raise ConfigurationError(f"{topic!r} is not a topic")
+        found = []
+        for (
+            name,
+            of,
+            position,
+            where,
+            durable,
+            expire_after,
+            used_at,
+        ) in self.backend.subscription_info(topic):
+            try:
+                spec = self.context.spec(name)
+                backlog = self.backend.backlog(name, topics.selector(self.context, spec))
+            except QueueNotFound:
+                continue  # unsubscribed meanwhile
+            oldest = min(
+                (t for t in (backlog.held_since, backlog.unpulled_since) if t is not None),
+                default=None,
+            )
+            found.append(
+                Subscription(
+                    name, of, where, bool(durable), expire_after, position, backlog.held,
+                    backlog.unpulled, oldest, used_at,
+                )
+            )  # fmt: skip
+        return found
 
     def queue(self, name: str) -> Queue:
         """A handle on an existing queue; QueueNotFound if there is none."""
@@ -172,8 +346,13 @@ class Engine:
         types: Sequence[str] = _UNSET,
         priority: Mapping[str, str] = _UNSET,
         isolation: Isolation = _UNSET,
+        priority_levels: int | None = _UNSET,
+        max_in_flight: int | None = _UNSET,
+        retention: float | str | None = _UNSET,
+        expire_after: float | None = _UNSET,
+        window: int | None = _UNSET,
     ) -> QueueSpec:
-        """Change a queue's settings; arguments left out keep their value.
+        """Change a queue's (topic's, subscription's) settings; those left out stay.
 
         The isolation level changes only while the queue holds no live
         messages (QueueInUse otherwise); other processes see the change within
@@ -190,11 +369,17 @@ class Engine:
                 ("types", _UNSET if types is _UNSET else _names(types)),
                 ("priority", _UNSET if priority is _UNSET else _priority_functions(priority)),
                 ("isolation", isolation),
+                ("priority_levels", priority_levels),
+                ("max_in_flight", max_in_flight),
+                ("retention", _UNSET if retention is _UNSET else _retention(retention)),
+                ("expire_after", expire_after),
+                ("window", window),
             )
             if value is not _UNSET
         }
         spec = replace(current, **changes)
         self._check_types(spec)
+        self._check_error_queue(spec)
         if spec.error_queue is not None and self.backend.get_queue(spec.error_queue) is None:
             self.create_queue(spec.error_queue, durability=spec.durability, exist_ok=True)
         self.backend.alter_queue(spec)
@@ -335,6 +520,15 @@ class Engine:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _retention(retention: float | str | None) -> float | None:
+    """``retention`` in seconds: a number, ``"forever"`` (infinity) or None (not kept)."""
+    if retention == "forever":
+        return float("inf")
+    if isinstance(retention, str):
+        raise ConfigurationError(f"retention must be seconds, 'forever' or None, not {retention!r}")
+    return retention
 
 
 def _names(types: Sequence[str]) -> tuple[str, ...]:

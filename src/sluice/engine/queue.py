@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, Unpack
 
 from sluice.catalog import QueueSpec
+from sluice.engine import topics
 from sluice.engine.reading import BrowseState, browse
 from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import ConfigurationError
@@ -110,8 +111,13 @@ class Queue:
 
     def stats(self) -> dict[str, int]:
         """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed."""
-        self._context.spec(self.name)
-        return self._context.backend.stats(self.name)
+        spec = self._context.spec(self.name)
+        counts = self._context.backend.stats(self.name)
+        if spec.kind == "subscription":  # its topic's messages it has yet to take are ready
+            counts["ready"] += self._context.backend.backlog(
+                self.name, topics.selector(self._context, spec)
+            ).unpulled
+        return counts
 
     def __len__(self) -> int:
         """Messages ready now."""

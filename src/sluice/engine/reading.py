@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from sluice.backends.base import MessageRow, TxStore
+from sluice.engine import topics
 from sluice.errors import ConfigurationError
 from sluice.message import JSON, Holder, Message, MessageState, decode_body, decode_json
 
@@ -81,7 +82,10 @@ def browse(
     if not isinstance(limit, int) or limit < 1:
         raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
     session, number = tx or (0, 0)
-    select = context.content(queue).selection(where, order_by)
+    content = context.content(queue)
+    if content.spec.kind == "subscription":  # what its topic holds for it is its too
+        topics.before_take(context, content.spec, everything=True)
+    select = content.selection(where, order_by)
     rows = (backend or context.backend).browse(queue, state, limit, session, number, select=select)
     models = context.types.models
     return [to_message(queue, row, None, models) for row in rows]

@@ -26,6 +26,7 @@ from sluice.backends.base import (
     TxStore,
     lane_of,
 )
+from sluice.engine import topics
 from sluice.engine.enqueue import (
     check_group,
     check_priority,
@@ -193,6 +194,8 @@ class Transaction:
         self._check_active()
         content = self._context.content(queue)
         spec = content.spec
+        if spec.kind == "subscription":
+            topics.check_target(spec)
         lane = lane_of(spec.isolation, check_group(group), self.session, self.number)
         now = self._context.clock.now()
         options = (
@@ -282,9 +285,13 @@ class Transaction:
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
         backend, wakeups = self._backend, self._context.wakeups
+        # A subscription is woken by its topic's news, and takes its messages first.
+        news = (queue,) if spec.topic is None else (queue, spec.topic)
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
+            if spec.kind != "queue":
+                topics.before_take(self._context, spec, everything=select is not None)
             rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes)
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
@@ -293,7 +300,7 @@ class Transaction:
             if due is not None:
                 clock = self._context.clock  # due by its time; a ManualClock's is polled for
                 remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
-            wakeups.wait(token, remaining, (queue,), limit)
+            wakeups.wait(token, remaining, news, limit)
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"

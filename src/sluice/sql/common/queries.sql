@@ -18,20 +18,36 @@
 DELETE FROM {schema}.sessions WHERE id = :session;
 
 -- name: insert_queue
+-- A subscription starts at :pointer, or (NULL) after the topic's last message: it
+-- receives what is published from now on.
 INSERT INTO {schema}.queues (name, max_attempts, error_queue, durability, max_size, types,
-                             priority_functions, isolation, created_at)
-VALUES (:name, :max_attempts, :error_queue, :durability, :max_size, :types,
-        :priority_functions, :isolation, :now);
+                             priority_functions, isolation, created_at, kind, topic_id,
+                             selector, durable, expire_after, pull_window, priority_levels,
+                             max_in_flight, retention, owner_session, used_at, pointer)
+SELECT :name, :max_attempts, :error_queue, :durability, :max_size, :types,
+       :priority_functions, :isolation, :now, :kind, t.id, :selector, :durable,
+       :expire_after, :pull_window, :priority_levels, :max_in_flight, :retention,
+       :owner_session, :now,
+       coalesce(:pointer, (SELECT max(m.id) FROM {schema}.messages AS m
+                           WHERE m.queue_id = t.id), 0)
+FROM (SELECT (SELECT id FROM {schema}.queues WHERE name = :topic AND kind = 'topic') AS id) AS t
+WHERE :topic IS NULL OR t.id IS NOT NULL;
+
+-- fragment: spec_columns
+-- What spec_from_row reads, over the queue q and its topic t.
+q.name, q.max_attempts, q.error_queue, q.durability, q.max_size, q.types,
+q.priority_functions, q.isolation, q.kind, t.name, q.selector, q.durable, q.expire_after,
+q.pull_window, q.priority_levels, q.max_in_flight, q.retention
 
 -- name: get_queue
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
-       isolation
-FROM {schema}.queues WHERE name = :name;
+SELECT {spec_columns}
+FROM {schema}.queues AS q LEFT JOIN {schema}.queues AS t ON t.id = q.topic_id
+WHERE q.name = :name;
 
 -- name: list_queues
-SELECT name, max_attempts, error_queue, durability, max_size, types, priority_functions,
-       isolation
-FROM {schema}.queues ORDER BY name;
+SELECT {spec_columns}
+FROM {schema}.queues AS q LEFT JOIN {schema}.queues AS t ON t.id = q.topic_id
+ORDER BY q.name;
 
 -- name: queues_referencing
 SELECT name FROM {schema}.queues WHERE error_queue = :name AND name <> :name ORDER BY name;

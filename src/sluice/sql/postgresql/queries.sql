@@ -44,7 +44,9 @@ SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
 UPDATE {schema}.queues
 SET max_attempts = %(max_attempts)s, error_queue = %(error_queue)s,
     durability = %(durability)s, max_size = %(max_size)s, types = %(types)s,
-    priority_functions = %(priority_functions)s, isolation = %(isolation)s
+    priority_functions = %(priority_functions)s, isolation = %(isolation)s,
+    expire_after = %(expire_after)s, pull_window = %(pull_window)s, priority_levels = %(priority_levels)s,
+    max_in_flight = %(max_in_flight)s, retention = %(retention)s
 WHERE name = %(name)s
   -- Lanes are drawn at enqueue: the level changes only while no message lives.
   AND (isolation = %(isolation)s OR NOT EXISTS (

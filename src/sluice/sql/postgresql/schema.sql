@@ -13,8 +13,23 @@ CREATE TABLE {schema}.queues (
     types        text,            -- JSON array of the message types accepted; NULL: any
     priority_functions text,      -- JSON object: message type -> priority expression
     isolation    text    NOT NULL DEFAULT 'none'  -- how readers are isolated (docs/isolation.md)
-        CHECK (isolation IN ('none', 'ordered', 'blockwise', 'ordered_blockwise'))
+        CHECK (isolation IN ('none', 'ordered', 'blockwise', 'ordered_blockwise')),
+    -- Topics, subscriptions, levels, credit and kept outcomes (0008_topics.sql).
+    kind         text    NOT NULL DEFAULT 'queue'
+        CHECK (kind IN ('queue', 'topic', 'subscription')),
+    topic_id     integer,
+    selector     text,
+    pointer      bigint  NOT NULL DEFAULT 0,
+    durable      boolean NOT NULL DEFAULT true,
+    owner_session bigint,
+    expire_after double precision,
+    used_at      double precision,
+    pull_window  integer,
+    priority_levels integer,
+    max_in_flight integer,
+    retention    double precision
 );
+CREATE INDEX queues_topic ON {schema}.queues (topic_id) WHERE topic_id IS NOT NULL;
 
 CREATE TABLE {schema}.sessions (
     id           bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -69,6 +84,8 @@ CREATE TABLE {schema}.messages (
     n1 double precision, n2 double precision, n3 double precision, n4 double precision,
     grp            text,            -- the producer's group
     lane           text COLLATE "C",  -- the ordering unit: group, writer or block (state 5: waiting)
+    ref            bigint,          -- a subscription's row: the topic message it came from
+    settled_at     double precision,  -- a kept outcome (state 6): when it was settled
     PRIMARY KEY (id, slot)
 ) PARTITION BY LIST (slot);
 ALTER SEQUENCE {schema}.message_ids OWNED BY {schema}.messages.id;
@@ -79,6 +96,7 @@ CREATE TABLE {schema}.messages_3 PARTITION OF {schema}.messages FOR VALUES IN (3
 
 -- Claims read ready messages of a queue in delivery order.
 CREATE INDEX messages_queue ON {schema}.messages (queue_id, state, priority DESC, id);
+CREATE INDEX messages_settled ON {schema}.messages (queue_id, settled_at) WHERE state = 6;
 
 -- A transaction's uncommitted enqueues, and what each transaction holds.
 CREATE INDEX messages_pending ON {schema}.messages (p_session, p_tx) WHERE state = 0;

@@ -22,7 +22,9 @@ SELECT id, host, pid, heartbeat_at, lease FROM sessions;
 UPDATE queues
 SET max_attempts = :max_attempts, error_queue = :error_queue,
     durability = :durability, max_size = :max_size, types = :types,
-    priority_functions = :priority_functions, isolation = :isolation
+    priority_functions = :priority_functions, isolation = :isolation,
+    expire_after = :expire_after, pull_window = :pull_window, priority_levels = :priority_levels,
+    max_in_flight = :max_in_flight, retention = :retention
 WHERE name = :name
   -- Lanes are drawn at enqueue: the level changes only while no message lives.
   AND (isolation = :isolation OR NOT EXISTS (

@@ -8,6 +8,9 @@
 -- or block) a message waits in; state 5: waiting behind the lane's head.
 -- messages.type: the message's type; t1-t4, n1-n4: declared properties' values
 -- (text and numbers), in the slots queue_properties assigns.
+-- queues.kind, topic_id, selector, pointer, durable, owner_session, expire_after, used_at,
+-- pull_window, priority_levels, max_in_flight, retention and messages.ref, settled_at:
+-- topics, subscriptions, priority levels, credit and kept outcomes (0006_topics.sql).
 CREATE TABLE queues (
     id           INTEGER PRIMARY KEY,
     name         TEXT    NOT NULL UNIQUE,
@@ -19,8 +22,22 @@ CREATE TABLE queues (
     types        TEXT,
     priority_functions TEXT,
     isolation    TEXT    NOT NULL DEFAULT 'none'
-    CHECK (isolation IN ('none', 'ordered', 'blockwise', 'ordered_blockwise'))
+    CHECK (isolation IN ('none', 'ordered', 'blockwise', 'ordered_blockwise')),
+    kind         TEXT    NOT NULL DEFAULT 'queue'
+    CHECK (kind IN ('queue', 'topic', 'subscription')),
+    topic_id     INTEGER,
+    selector     TEXT,
+    pointer      INTEGER NOT NULL DEFAULT 0,
+    durable      INTEGER NOT NULL DEFAULT 1,
+    owner_session INTEGER,
+    expire_after REAL,
+    used_at      REAL,
+    pull_window  INTEGER,
+    priority_levels INTEGER,
+    max_in_flight INTEGER,
+    retention    REAL
 );
+CREATE INDEX queues_topic ON queues (topic_id) WHERE topic_id IS NOT NULL;
 
 CREATE TABLE sessions (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,7 +73,9 @@ CREATE TABLE messages (
     t1 TEXT, t2 TEXT, t3 TEXT, t4 TEXT,
     n1 REAL, n2 REAL, n3 REAL, n4 REAL,
     grp            TEXT,
-    lane           TEXT
+    lane           TEXT,
+    ref            INTEGER,
+    settled_at     REAL
 );
 
 -- One index serves claims (state 1 in delivery order), counts by state and
@@ -64,6 +83,8 @@ CREATE TABLE messages (
 CREATE INDEX messages_queue ON messages (queue_id, state, priority DESC, id, available_at);
 
 CREATE INDEX messages_pending ON messages (p_session, p_tx) WHERE state = 0;
+
+CREATE INDEX messages_settled ON messages (queue_id, settled_at) WHERE state = 6;
 
 CREATE INDEX messages_expiring ON messages (expires_at)
     WHERE state IN (1, 5) AND expires_at IS NOT NULL;

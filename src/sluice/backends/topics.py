@@ -1,0 +1,192 @@
+"""Topics and subscriptions in the SQL backends (docs/topics.md; the SQL in topics.sql).
+
+A topic stores each message once. A subscription is a queue of its own with a
+pointer into its topic: before its consumers claim, ``pull`` moves the topic's next
+messages that the subscription's selector holds for into it, up to its window of
+ready ones, and advances the pointer past every message it took or passed. From
+there a subscription is an ordinary queue: claims, releases, rejects, error queue,
+attempts, stats and wake-ups are the queue engine's own. ``collect`` deletes a
+topic's messages once every subscription's pointer has passed them (and its
+retention, if any, has run out), a bounded range at a time.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.backends.records import Lane, Row, Selection
+from sluice.clock import Clock
+from sluice.errors import QueueNotFound
+from sluice.expr.sql import Source, SqlCompiler
+from sluice.sql import Template
+
+__all__ = ["COLLECT_SPAN", "TOUCH_EVERY", "Backlog", "SqlTopics"]
+
+COLLECT_SPAN = 10_000
+"""The most message ids one collection of a topic covers: a bounded delete."""
+
+TOUCH_EVERY = 30.0
+"""Seconds between a polling consumer's marks of its subscription as used, when it
+finds nothing new (a pull that takes messages marks it anyway)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What a subscription has yet to settle: taken (ready or held) and still in its topic."""
+
+    held: int
+    """Messages it has taken from its topic and not settled (ready, waiting or claimed)."""
+    held_since: float | None
+    """When the oldest of them was enqueued."""
+    unpulled: int
+    """Messages of its topic past its pointer that its selector holds for."""
+    unpulled_since: float | None
+
+
+class SqlTopics:
+    """Topics for a SQL backend with the statements of topics.sql (a mixin)."""
+
+    _q: dict[str, str]
+    _templates: dict[str, Template]
+    clock: Clock
+
+    _NO_LIMIT: Any = -1
+    """What LIMIT takes for "no limit" in this dialect."""
+
+    @abstractmethod
+    def _transaction(self, *, durable: bool = True) -> AbstractContextManager[Any]: ...
+
+    @abstractmethod
+    def _read_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]: ...
+
+    @abstractmethod
+    def _write_rows(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int: ...
+
+    @abstractmethod
+    def _promote(self, conn: Any, lanes: Sequence[Lane]) -> None: ...
+
+    @abstractmethod
+    def _compiler(self, source: Source, prefix: str) -> SqlCompiler:
+        """A compiler of expressions into this dialect, over ``source``."""
+
+    def _with_selector(self, name: str, selector: Selection | None) -> tuple[str, dict[str, Any]]:
+        """The statement ``name`` with the subscription's selector over the topic's row m."""
+        if selector is None or selector.where is None:
+            return self._templates[name].fill(selector=""), {}
+        sql = self._compiler(Source(alias="m", properties=selector.slots), "s")
+        where = f" AND {sql.compile(selector.where)}"
+        text = self._templates[name].fill(selector=where)
+        self._q.setdefault(text, text)  # PostgreSQL runs statements by their text
+        return text, sql.params
+
+    # --- pulling ----------------------------------------------------------------------
+    def pull(self, subscription: str, selector: Selection | None, *, everything: bool) -> int:
+        """Take the topic's next messages into ``subscription``; how many it took.
+
+        Up to its window of ready messages, or ``everything`` past its pointer (a
+        selective or ordering dequeue must see them all). ``selector``: the
+        subscription's where, checked against its topic. QueueNotFound if it is gone.
+        """
+        rows = self._read_rows("subscription_state", {"name": subscription})
+        if not rows:
+            raise QueueNotFound(f"subscription {subscription!r} does not exist")
+        sub_id, topic_id, _, window, ready, pending, used_at, _ = rows[0]
+        now = self.clock.now()
+        room = None if everything else window - ready
+        if not pending or (room is not None and room <= 0):
+            if used_at is None or now - used_at >= TOUCH_EVERY:
+                self._write_rows("touch_subscription", {"subscription": sub_id, "now": now},
+                                 durable=False)  # fmt: skip
+            return 0
+        query, extra = self._with_selector("pull", selector)
+        with self._transaction(durable=False) as conn:
+            (pointer,) = conn.execute(
+                self._q["lock_subscription"], {"subscription": sub_id}
+            ).fetchone()
+            params = {
+                "subscription": sub_id,
+                "topic": topic_id,
+                "pointer": pointer,
+                "room": self._NO_LIMIT if room is None else room,
+            }
+            taken = conn.execute(query, params | extra).fetchall()
+            if room is not None and len(taken) >= room:
+                # Full: the pointer stops at the last message taken, so what lies
+                # beyond it is looked at again next time.
+                new = max(ref for ref, _ in taken)
+            else:
+                (last,) = conn.execute(
+                    self._q["topic_last"], {"pointer": pointer, "topic": topic_id}
+                ).fetchone()
+                new = pointer if last is None else last
+            conn.execute(
+                self._q["set_pointer"], {"subscription": sub_id, "pointer": new, "now": now}
+            )
+            lanes = sorted({(subscription, lane) for _, lane in taken if lane is not None})
+            if lanes:
+                self._promote(conn, lanes)
+        return len(taken)
+
+    def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
+        """What ``subscription`` has yet to settle (``stats``, lag)."""
+        rows = self._read_rows("subscription_state", {"name": subscription})
+        if not rows:
+            raise QueueNotFound(f"subscription {subscription!r} does not exist")
+        sub_id, topic_id, pointer, *_ = rows[0]
+        query, extra = self._with_selector("topic_backlog", selector)
+        with self._transaction(durable=False) as conn:
+            unpulled, unpulled_since = conn.execute(
+                query, {"pointer": pointer, "topic": topic_id} | extra
+            ).fetchone()
+            held, held_since = conn.execute(
+                self._q["subscription_held"], {"subscription": sub_id}
+            ).fetchone()
+        return Backlog(held, held_since, unpulled, unpulled_since)
+
+    # --- collecting -----------------------------------------------------------------
+    def collect(self, topic: str) -> int:
+        """Delete a bounded range of ``topic``'s messages every subscription has passed."""
+        with self._transaction(durable=False) as conn:
+            return self._collect(conn, topic)
+
+    def _collect(self, conn: Any, topic: str) -> int:
+        row = conn.execute(self._q["topic_floor"], {"topic": topic}).fetchone()
+        if row is None:
+            return 0
+        topic_id, collected, floor, last, retention = row
+        upto = last if floor is None else floor
+        if upto is None or upto <= collected:
+            return 0
+        upto = min(upto, collected + COLLECT_SPAN)
+        kept_before = float("inf") if retention is None else self.clock.now() - retention
+        span = {"topic": topic_id, "after": collected, "upto": upto}
+        deleted: int = conn.execute(
+            self._q["collect"], span | {"kept_before": kept_before}
+        ).rowcount
+        (remaining,) = conn.execute(self._q["topic_remaining"], span).fetchone()
+        done = upto if remaining is None else remaining - 1
+        if done > collected:
+            conn.execute(self._q["set_collected"], {"topic": topic_id, "upto": done})
+        return deleted
+
+    def topics(self) -> list[str]:
+        """Every topic's name."""
+        return [name for (name,) in self._read_rows("topics", {})]
+
+    def ended_subscriptions(self) -> list[str]:
+        """Non-durable subscriptions whose session ended; durable ones unused too long."""
+        rows = self._read_rows("ended_subscriptions", {"now": self.clock.now()})
+        return [name for (name,) in rows]
+
+    def subscriptions_of(self, topic: str) -> list[str]:
+        """The names of ``topic``'s subscriptions."""
+        return [name for (name,) in self._read_rows("subscriptions_of", {"name": topic})]
+
+    def subscription_info(self, topic: str | None) -> list[Row]:
+        """Per subscription (of ``topic``, or all): name, topic, pointer, where, durable,
+        expire_after, used_at."""
+        return self._read_rows("subscription_info", {"topic": topic})

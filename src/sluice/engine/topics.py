@@ -1,0 +1,112 @@
+"""Topics and subscriptions at the engine (docs/topics.md).
+
+A topic is a destination: what is put into it goes to each of its subscriptions.
+A subscription is consumed exactly as a queue of its name is; before a consumer
+takes from it, ``before_take`` has the backend pull the topic's next messages into
+it (sluice.backends.topics). sluice.engine.upkeep drops the subscriptions that
+ended and collects what every subscription has passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from sluice.backends.base import Selection
+from sluice.catalog import QueueSpec
+from sluice.errors import ConfigurationError, QueueNotFound
+
+if TYPE_CHECKING:
+    from sluice.engine.context import EngineContext
+
+__all__ = [
+    "Start",
+    "Subscription",
+    "before_take",
+    "check_target",
+    "selector",
+    "start_pointer",
+]
+
+Start = Literal["new", "first"] | int
+"""Where a new subscription starts: after the topic's last message (``new``), at its
+first stored one (``first``), or after the position of one of its messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A subscription and how far behind it is (``db.subscriptions()``)."""
+
+    name: str
+    topic: str
+    where: str | None
+    durable: bool
+    expire_after: float | None
+    position: int
+    """The topic's last message it has taken or passed."""
+    held: int
+    """Messages taken from the topic and not yet settled (ready, delayed or held)."""
+    backlog: int
+    """Messages of the topic past its position that it will receive."""
+    oldest: float | None
+    """When the oldest message it has yet to settle was enqueued (None: it has none)."""
+    last_used: float | None
+
+    @property
+    def lag(self) -> int:
+        """Messages it has yet to settle: taken and unsettled, or still in the topic."""
+        return self.held + self.backlog
+
+    def lag_seconds(self, now: float) -> float:
+        """How long its oldest unsettled message has waited, at ``now``."""
+        return 0.0 if self.oldest is None else max(now - self.oldest, 0.0)
+
+
+def selector(context: EngineContext, spec: QueueSpec) -> Selection | None:
+    """A subscription's where, checked against its topic (None: every message)."""
+    if spec.topic is None or not spec.selector:
+        return None
+    return context.content(spec.topic).selection(spec.selector, None)
+
+
+def before_take(context: EngineContext, spec: QueueSpec, *, everything: bool = False) -> None:
+    """What comes before taking from ``spec``'s queue: a topic refuses, a subscription pulls.
+
+    ``everything``: pull the whole backlog, for a dequeue that selects or orders.
+    """
+    if spec.kind == "topic":
+        raise ConfigurationError(
+            f"{spec.name!r} is a topic: take its messages from a subscription "
+            f"(db.subscribe({spec.name!r}, 'NAME'), then get from 'NAME')"
+        )
+    if spec.kind == "subscription":
+        try:
+            context.backend.pull(spec.name, selector(context, spec), everything=everything)
+        except QueueNotFound:
+            context.forget(spec.name)
+            raise QueueNotFound(
+                f"subscription {spec.name!r} does not exist (it was unsubscribed, "
+                "or dropped when it ended or expired)"
+            ) from None
+
+
+def check_target(spec: QueueSpec) -> None:
+    """Refuse enqueues into a subscription: it receives what its topic is given."""
+    if spec.kind == "subscription":
+        raise ConfigurationError(
+            f"{spec.name!r} is a subscription of topic {spec.topic!r}: put messages into "
+            "the topic, and every subscription gets them"
+        )
+
+
+def start_pointer(start: Start) -> int | None:
+    """The pointer a new subscription starts at (None: after the topic's last message)."""
+    if start == "new":
+        return None
+    if start == "first":
+        return 0
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ConfigurationError(
+            f"start must be 'new', 'first' or a message position (an integer >= 0), not {start!r}"
+        )
+    return start

@@ -1,0 +1,90 @@
+-- Topics and subscriptions (docs/topics.md), written alike for SQLite and PostgreSQL.
+-- A topic stores each message once. A subscription is a queue of its own whose
+-- pointer is the topic's last message id it has taken or passed: before its
+-- consumers claim, it takes (pulls) the topic's next messages its selector holds
+-- for, up to its window of ready ones, as rows of its own (ref: the topic's id);
+-- its consumers then claim, release and settle them as in any queue. Ids in a topic
+-- follow commit order (SQLite has one writer; PostgreSQL's enqueues take the queue's
+-- commit lock), so a pointer never passes a message that commits later.
+-- {selector}: the subscription's compiled where over the topic's row m (or empty).
+-- The topic's scans seek by id, not by queue (+queue_id keeps the queue index out):
+-- they start at a pointer, where the queue index would read the whole topic.
+
+-- name: subscription_state
+-- A subscription's id, topic, pointer, window, its ready messages, whether its topic
+-- has any message past the pointer, and when a consumer last used it.
+SELECT s.id, s.topic_id, s.pointer, coalesce(s.pull_window, 1000),
+       (SELECT count(*) FROM {schema}.messages AS r WHERE r.queue_id = s.id AND r.state IN (1, 5)),
+       EXISTS (SELECT 1 FROM {schema}.messages AS m
+               WHERE m.id > s.pointer AND +m.queue_id = s.topic_id AND m.state IN (1, 5)),
+       s.used_at, s.selector
+FROM {schema}.queues AS s WHERE s.name = :name AND s.kind = 'subscription';
+
+-- name: topic_last
+-- The topic's last message past :pointer (a pull that took less than it could has
+-- passed every message up to it).
+SELECT max(m.id) FROM {schema}.messages AS m WHERE m.id > :pointer AND +m.queue_id = :topic;
+
+-- name: touch_subscription
+UPDATE {schema}.queues SET used_at = :now WHERE id = :subscription;
+
+-- name: subscriptions_of
+SELECT name FROM {schema}.queues WHERE topic_id = (SELECT id FROM {schema}.queues WHERE name = :name)
+ORDER BY name;
+
+-- name: copy_queue_properties
+-- A subscription reads its topic's declared properties from the same slots.
+INSERT INTO {schema}.queue_properties (queue_id, property_id, slot)
+SELECT (SELECT id FROM {schema}.queues WHERE name = :subscription), property_id, slot
+FROM {schema}.queue_properties
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :topic);
+
+-- name: topic_floor
+-- What may go from a topic: messages up to the lowest pointer of its subscriptions
+-- (all, where it has none), past the last collection (the topic's own pointer).
+SELECT t.id, t.pointer, (SELECT min(s.pointer) FROM {schema}.queues AS s WHERE s.topic_id = t.id),
+       (SELECT max(m.id) FROM {schema}.messages AS m WHERE m.id > t.pointer AND +m.queue_id = t.id),
+       t.retention
+FROM {schema}.queues AS t WHERE t.name = :topic AND t.kind = 'topic';
+
+-- name: collect
+-- A bounded range of a topic every subscription has passed (and, with retention,
+-- enqueued before :kept_before).
+DELETE FROM {schema}.messages
+WHERE id > :after AND id <= :upto AND +queue_id = :topic AND state IN (1, 3, 5)
+  AND enqueued_at <= :kept_before;
+
+-- name: topic_remaining
+SELECT min(m.id) FROM {schema}.messages AS m
+WHERE m.id > :after AND m.id <= :upto AND +m.queue_id = :topic AND m.state <> 0;
+
+-- name: set_collected
+UPDATE {schema}.queues SET pointer = :upto WHERE id = :topic;
+
+-- name: topics
+SELECT name FROM {schema}.queues WHERE kind = 'topic' ORDER BY name;
+
+-- name: ended_subscriptions
+-- Non-durable subscriptions whose session has ended, and durable ones no consumer has
+-- used for their expire_after.
+SELECT name FROM {schema}.queues
+WHERE kind = 'subscription'
+  AND ((owner_session IS NOT NULL AND owner_session NOT IN (SELECT id FROM {schema}.sessions))
+       OR (expire_after IS NOT NULL AND used_at + expire_after <= :now))
+ORDER BY name;
+
+-- name: subscription_info
+SELECT s.name, t.name, s.pointer, s.selector, s.durable, s.expire_after, s.used_at
+FROM {schema}.queues AS s JOIN {schema}.queues AS t ON t.id = s.topic_id
+WHERE s.kind = 'subscription' AND (CAST(:topic AS text) IS NULL OR t.name = :topic)
+ORDER BY s.name;
+
+-- name: subscription_held
+-- What a subscription has taken and not settled: how many, and the oldest.
+SELECT count(*), min(enqueued_at) FROM {schema}.messages
+WHERE queue_id = :subscription AND state IN (1, 2, 5);
+
+-- name: topic_backlog
+-- A subscription's messages still in its topic past its pointer: how many and the oldest.
+SELECT count(*), min(m.enqueued_at) FROM {schema}.messages AS m
+WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state IN (1, 5){selector};
