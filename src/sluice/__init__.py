@@ -41,7 +41,7 @@ from sluice.errors import (
     TypeViolation,
     UnknownTaskType,
 )
-from sluice.message import Message, MessageState
+from sluice.message import Message, MessageState, Position
 
 __version__ = "0.1.0"
 
@@ -65,6 +65,7 @@ __all__ = [
     "MessageStateError",
     "NotASluiceDatabase",
     "PayloadTooLarge",
+    "Position",
     "Queue",
     "QueueError",
     "QueueExists",

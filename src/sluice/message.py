@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from sluice.errors import InvalidBody, MessageStateError, PayloadTooLarge
+from sluice.errors import ConfigurationError, InvalidBody, MessageStateError, PayloadTooLarge
 
 __all__ = [
     "JSON",
@@ -21,6 +21,7 @@ __all__ = [
     "Holder",
     "Message",
     "MessageState",
+    "Position",
     "decode_body",
     "decode_json",
     "encode_body",
@@ -206,6 +207,38 @@ class Holder(Protocol):
     def reject(self, message: Message, reason: str) -> None: ...
 
 
+class Position(NamedTuple):
+    """Where a message stands in its queue's delivery order: its priority, then its place.
+
+    ``browse(after=position)`` pages on from it; ``str(position)`` ("priority:seq")
+    round-trips through ``Position.parse``, for keeping it in a file or a URL.
+    """
+
+    priority: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.priority}:{self.seq}"
+
+    @classmethod
+    def parse(cls, value: Position | str | tuple[int, int]) -> Position:
+        """A Position from itself, its text ("priority:seq") or a (priority, seq) pair."""
+        if isinstance(value, Position):
+            return value
+        try:
+            if isinstance(value, str):
+                text_priority, text_seq = value.split(":")
+                return cls(int(text_priority), int(text_seq))
+            priority, seq = value
+            if isinstance(priority, bool) or isinstance(seq, bool):
+                raise TypeError("a bool is not a position")
+            return cls(int(priority), int(seq))
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"{value!r} is not a position: use a message's .position or its text 'priority:seq'"
+            ) from None
+
+
 class Message(NamedTuple):
     """A message as read from a queue: an immutable value.
 
@@ -266,6 +299,11 @@ class Message(NamedTuple):
     def expires_at(self) -> datetime | None:
         """When it expires (UTC), or None."""
         return None if self.expires is None else datetime.fromtimestamp(self.expires, tz=UTC)
+
+    @property
+    def position(self) -> Position:
+        """Its place in the queue's delivery order: ``browse(after=...)`` pages on from it."""
+        return Position(self.priority, self.ref)
 
     @property
     def producer(self) -> tuple[int, int]:

@@ -143,8 +143,12 @@ class TxStore(Protocol):
         tx: int,
         *,
         select: Selection | None = None,
+        after: tuple[int, int] | None = None,
     ) -> list[MessageRow]:
-        """Messages of a queue in delivery order (or ``select``'s), without claiming them."""
+        """Messages of a queue in delivery order (or ``select``'s), without claiming them.
+
+        ``after``: the (priority, id) position the page starts after.
+        """
 
     def next_due(self, queue: str) -> float | None:
         """When the earliest delayed message of the queue becomes available."""

@@ -531,9 +531,13 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         tx: int,
         *,
         select: Selection | None = None,
+        after: tuple[int, int] | None = None,
     ) -> list[MessageRow]:
         name, extra = self.selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
+        params = (
+            browse_params(queue, state, limit, session, tx, now=self.clock.now(), after=after)
+            | extra
+        )
         return message_rows(self._one(name, params))
 
     def purge(self, queue: str, state: str, before: float) -> int:

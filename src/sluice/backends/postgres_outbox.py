@@ -197,10 +197,11 @@ class ConnectionBackend:
         tx: int,
         *,
         select: Selection | None = None,
+        after: tuple[int, int] | None = None,
     ) -> list[MessageRow]:
         name, extra = self._backend.selected("browse", select)
         now = self._backend.clock.now()
-        params = browse_params(queue, state, limit, session, tx, now=now) | extra
+        params = browse_params(queue, state, limit, session, tx, now=now, after=after) | extra
         return message_rows(self._run([(name, params)])[0])
 
     def next_due(self, queue: str) -> float | None:

@@ -144,9 +144,18 @@ held_row = _row_maker(HeldRow)
 
 
 def browse_params(
-    queue: str, state: str, limit: int, session: int, tx: int, *, now: float
+    queue: str,
+    state: str,
+    limit: int,
+    session: int,
+    tx: int,
+    *,
+    now: float,
+    after: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The parameters of every backend's browse query (``now``: by the backend's clock)."""
+    """The parameters of every backend's browse query (``now``: by the backend's clock;
+    ``after``: the (priority, id) a page starts after)."""
+    after_priority, after_id = after if after is not None else (None, None)
     return {
         "queue": queue,
         "state": state,
@@ -154,6 +163,8 @@ def browse_params(
         "session": session,
         "tx": tx,
         "now": now,
+        "after_priority": after_priority,
+        "after_id": after_id,
     }
 
 

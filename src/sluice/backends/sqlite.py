@@ -508,9 +508,13 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
         tx: int,
         *,
         select: Selection | None = None,
+        after: tuple[int, int] | None = None,
     ) -> list[MessageRow]:
         query, extra = self._selected("browse", select)
-        params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
+        params = (
+            browse_params(queue, state, limit, session, tx, now=self.clock.now(), after=after)
+            | extra
+        )
         with self._reading() as conn:
             return list(map(message_row, conn.execute(query, params).fetchall()))
 

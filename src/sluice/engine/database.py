@@ -456,7 +456,7 @@ class Engine:
             raise ConfigurationError(f"type must be text, number or boolean, not {kind!r}")
         node = parse(expression, want=kind)  # type: ignore[arg-type]
         fills = {}
-        for queue in queues:
+        for queue in _with_subscriptions(self.context, queues):
             self.context.spec(queue, fresh=True)
             taken = [p.slot for p in self.backend.queue_properties(queue)]
             slot = free_slot(kind, taken, queue)  # type: ignore[arg-type]
@@ -520,6 +520,24 @@ class Engine:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _with_subscriptions(context: EngineContext, queues: Sequence[str]) -> list[str]:
+    """``queues`` with each topic's subscriptions, which read its properties' slots.
+
+    A property is declared on a topic, never on one of its subscriptions alone.
+    """
+    found = []
+    for queue in queues:
+        spec = context.spec(queue, fresh=True)
+        if spec.kind == "subscription":
+            raise ConfigurationError(
+                f"{queue!r} is a subscription: declare properties on its topic {spec.topic!r}"
+            )
+        found.append(queue)
+        if spec.kind == "topic":
+            found += context.backend.subscriptions_of(queue)
+    return found
 
 
 def _retention(retention: float | str | None) -> float | None:

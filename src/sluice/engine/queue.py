@@ -10,7 +10,7 @@ from sluice.engine import topics
 from sluice.engine.reading import BrowseState, browse
 from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import ConfigurationError
-from sluice.message import Body, Message
+from sluice.message import Body, Message, Position
 
 if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
@@ -77,10 +77,12 @@ class Queue:
         state: BrowseState = "ready",
         where: str | None = None,
         order_by: Sequence[str] | None = None,
+        after: Position | str | tuple[int, int] | None = None,
     ) -> list[Message]:
         """Messages in delivery order without taking them (``state`` picks which).
 
-        ``where`` and ``order_by`` select and order by content.
+        ``where`` and ``order_by`` select and order by content; ``after``: a message's
+        ``position``, to page on from it (the next page starts after the last message).
         """
         self._context.spec(self.name)
         return browse(
@@ -91,6 +93,7 @@ class Queue:
             tx=None,
             where=where,
             order_by=order_by,
+            after=after,
         )
 
     def purge(self, state: Literal["expired", "failed"], *, older_than: float = 0.0) -> int:

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from sluice.backends.base import MessageRow, TxStore
 from sluice.engine import topics
 from sluice.errors import ConfigurationError
-from sluice.message import JSON, Holder, Message, MessageState, decode_body, decode_json
+from sluice.message import (
+    JSON,
+    Holder,
+    Message,
+    MessageState,
+    Position,
+    decode_body,
+    decode_json,
+)
 
 if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
@@ -72,11 +80,18 @@ def browse(
     backend: TxStore | None = None,
     where: str | None = None,
     order_by: Sequence[str] | None = None,
+    after: Position | str | tuple[int, int] | None = None,
 ) -> list[Message]:
     """Messages of a queue in delivery order (or ``order_by``), without taking them.
 
     As transaction ``tx`` (session, number) sees them; None: as anyone does.
+    ``after``: a message's position; the page starts after it, in delivery order.
     """
+    start = None if after is None else Position.parse(after)
+    if start is not None and order_by:
+        raise ConfigurationError(
+            "after= pages through delivery order; it cannot be combined with order_by"
+        )
     if state not in _BROWSE_STATES:
         raise ConfigurationError(f"state must be one of {', '.join(_BROWSE_STATES)}, not {state!r}")
     if not isinstance(limit, int) or limit < 1:
@@ -86,6 +101,8 @@ def browse(
     if content.spec.kind == "subscription":  # what its topic holds for it is its too
         topics.before_take(context, content.spec, everything=True)
     select = content.selection(where, order_by)
-    rows = (backend or context.backend).browse(queue, state, limit, session, number, select=select)
+    rows = (backend or context.backend).browse(
+        queue, state, limit, session, number, select=select, after=start
+    )
     models = context.types.models
     return [to_message(queue, row, None, models) for row in rows]

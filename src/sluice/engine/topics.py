@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from sluice.backends.base import Selection
 from sluice.catalog import QueueSpec
 from sluice.errors import ConfigurationError, QueueNotFound
+from sluice.message import Position
 
 if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
@@ -28,9 +29,10 @@ __all__ = [
     "start_pointer",
 ]
 
-Start = Literal["new", "first"] | int
+Start = Literal["new", "first"] | int | Position
 """Where a new subscription starts: after the topic's last message (``new``), at its
-first stored one (``first``), or after the position of one of its messages."""
+first stored one (``first``), or after one of its messages (its ``position`` as
+browsing the topic shows it, or that position's ``seq``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +101,10 @@ def check_target(spec: QueueSpec) -> None:
         )
 
 
-def start_pointer(start: Start) -> int | None:
+def start_pointer(start: Start | Position) -> int | None:
     """The pointer a new subscription starts at (None: after the topic's last message)."""
+    if isinstance(start, Position):  # a topic message's, as browsing the topic shows it
+        return start.seq
     if start == "new":
         return None
     if start == "first":

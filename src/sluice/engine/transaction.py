@@ -51,6 +51,7 @@ from sluice.errors import (
 from sluice.message import (
     Body,
     Message,
+    Position,
 )
 
 if TYPE_CHECKING:
@@ -394,8 +395,12 @@ class Transaction:
         state: BrowseState = "ready",
         where: str | None = None,
         order_by: Sequence[str] | None = None,
+        after: Position | str | tuple[int, int] | None = None,
     ) -> list[Message]:
-        """Look at a queue as this transaction sees it, without taking anything."""
+        """Look at a queue as this transaction sees it, without taking anything.
+
+        ``after``: a message's ``position``, to page on from it.
+        """
         self._check_active()
         self._context.spec(queue)
         if queue in self._buffered_queues:
@@ -403,7 +408,7 @@ class Transaction:
         return browse(
             self._context, queue, limit=limit, state=state, tx=(self.session, self.number),
             backend=self._backend,
-            where=where, order_by=order_by,
+            where=where, order_by=order_by, after=after,
         )  # fmt: skip
 
     # --- ending ----------------------------------------------------------------------

@@ -167,6 +167,9 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
      OR (:state = 'claimed' AND state = 2)
      OR (:state = 'expired' AND state = 3)
      OR (:state = 'failed' AND state = 4)){select}
+  -- Paging: after the position (priority, id) of the last message of the page before.
+  AND (CAST(:after_id AS bigint) IS NULL OR priority < :after_priority
+       OR (priority = :after_priority AND id > :after_id))
 ORDER BY {order}priority DESC, id
 LIMIT :limit;
 
