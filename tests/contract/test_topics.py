@@ -80,13 +80,15 @@ def test_release_and_abort_return_a_message_to_its_place_in_that_subscription_on
     db.subscribe("events", "b")
     topic.put_many([1, 2, 3])
     first = db.queue("a").get()
-    assert first is not None and first.body == 1
+    assert first is not None
+    assert first.body == 1
     first.release()
     with pytest.raises(RuntimeError), db.transaction() as tx:
         assert [m.body for m in tx.dequeue("a", limit=2)] == [1, 2]
         raise RuntimeError("abort")
     again = db.queue("a").get()
-    assert again is not None and (again.body, again.attempts) == (1, 2)
+    assert again is not None
+    assert (again.body, again.attempts) == (1, 2)
     again.ack()
     assert drain(db, "a") == [2, 3]
     assert drain(db, "b") == [1, 2, 3]
@@ -103,7 +105,8 @@ def test_a_stopped_subscription_holds_back_no_other(
     stats = db.queue("stopped").stats()
     assert stats["ready"] == 30
     (stopped,) = [s for s in db.subscriptions("events") if s.name == "stopped"]
-    assert stopped.lag == 30 and stopped.oldest is not None
+    assert stopped.lag == 30
+    assert stopped.oldest is not None
     assert drain(db, "stopped") == list(range(30))
 
 
@@ -165,7 +168,8 @@ def test_a_subscription_has_its_own_attempts_and_error_queue(
     (dead,) = db.queue("fragile.errors").browse()
     assert (dead.body, dead.origin_queue) == ("poison", "fragile")
     m = db.queue("sturdy").get()
-    assert m is not None and m.attempts == 0
+    assert m is not None
+    assert m.attempts == 0
     m.reject("no")
     assert db.queue("sturdy").stats()["failed"] == 1
 
