@@ -16,8 +16,9 @@ from typing import Any
 
 import sluice
 from sluice import admin, cli_jobs, demo
-from sluice.catalog import ISOLATION_LEVELS
-from sluice.message import Message
+from sluice.catalog import ISOLATION_LEVELS, Durability
+from sluice.engine.topics import Start
+from sluice.message import Message, Position
 
 __all__ = ["main"]
 
@@ -65,7 +66,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_queues(args: argparse.Namespace, db: sluice.Database) -> int:
     specs = db.queues()
     text = "\n".join(
-        f"{s.name}\tmax_attempts={s.max_attempts}\terror_queue={s.error_queue}\t{s.durability}"
+        f"{s.name}\t{s.kind}{'' if s.topic is None else ' of ' + s.topic}"
+        f"\tmax_attempts={s.max_attempts}\terror_queue={s.error_queue}\t{s.durability}"
         for s in specs
     )
     _out(args, [asdict(s) for s in specs], text or "(no queues)")
@@ -73,16 +75,71 @@ def cmd_queues(args: argparse.Namespace, db: sluice.Database) -> int:
 
 
 def cmd_create(args: argparse.Namespace, db: sluice.Database) -> int:
-    db.create_queue(
-        args.queue,
+    durability: Durability = "transient" if args.transient else "persistent"
+    if args.topic:
+        if args.max_attempts is not None or args.error_queue or args.max_in_flight:
+            raise sluice.ConfigurationError(
+                "a topic is not consumed itself: give --max-attempts, --error-queue and "
+                "--max-in-flight to its subscriptions (sluice subscribe)"
+            )
+        if args.isolation != "none":
+            raise sluice.ConfigurationError("--isolation is for plain queues only")
+        db.create_topic(
+            args.queue,
+            durability=durability,
+            max_size=args.max_size,
+            priority_levels=args.priority_levels,
+            retention=args.retention,
+            exist_ok=args.exist_ok,
+        )
+    else:
+        db.create_queue(
+            args.queue,
+            max_attempts=args.max_attempts,
+            error_queue=args.error_queue,
+            durability=durability,
+            max_size=args.max_size,
+            isolation=args.isolation,
+            priority_levels=args.priority_levels,
+            max_in_flight=args.max_in_flight,
+            retention=args.retention,
+            exist_ok=args.exist_ok,
+        )
+    kind = "topic" if args.topic else "queue"
+    _out(args, {"created": args.queue, "kind": kind}, f"created {kind} {args.queue}")
+    return 0
+
+
+def cmd_subscribe(args: argparse.Namespace, db: sluice.Database) -> int:
+    db.subscribe(
+        args.topic,
+        args.name,
+        where=args.where,
+        start=_start(args.start),
+        expire_after=args.expire_after,
+        window=args.window,
         max_attempts=args.max_attempts,
         error_queue=args.error_queue,
-        durability="transient" if args.transient else "persistent",
-        max_size=args.max_size,
-        isolation=args.isolation,
+        max_in_flight=args.max_in_flight,
+        retention=args.retention,
         exist_ok=args.exist_ok,
     )
-    _out(args, {"created": args.queue}, f"created {args.queue}")
+    _out(args, {"subscribed": args.name, "topic": args.topic},
+         f"subscribed {args.name} to {args.topic}")  # fmt: skip
+    return 0
+
+
+def _start(text: str) -> Start:
+    if text in ("new", "first"):
+        return text  # type: ignore[return-value]
+    if text.isdigit():
+        return int(text)
+    return Position.parse(text)
+
+
+def cmd_unsubscribe(args: argparse.Namespace, db: sluice.Database) -> int:
+    db.unsubscribe(args.name)
+    _out(args, {"unsubscribed": args.name}, f"unsubscribed {args.name}")
     return 0
 
 
@@ -121,17 +178,46 @@ def cmd_get(args: argparse.Namespace, db: sluice.Database) -> int:
 
 def cmd_browse(args: argparse.Namespace, db: sluice.Database) -> int:
     msgs = db.queue(args.queue).browse(
-        args.limit, state=args.state, where=args.where, order_by=args.order_by
+        args.limit, state=args.state, where=args.where, order_by=args.order_by, after=args.after
     )
-    rows = [_message_dict(m) for m in msgs]
-    text = "\n".join(f"{r['id']}\tp={r['priority']}\t{json.dumps(r['body'])}" for r in rows)
+    rows = [_message_dict(m) | {"position": str(m.position)} for m in msgs]
+    text = "\n".join(
+        f"{r['position']}\t{r['id']}\tp={r['priority']}\t{json.dumps(r['body'])}" for r in rows
+    )
     _out(args, rows, text or "(empty)")
     return 0
 
 
 def cmd_stats(args: argparse.Namespace, db: sluice.Database) -> int:
-    stats = db.queue(args.queue).stats()
-    _out(args, stats, "  ".join(f"{k}={v}" for k, v in stats.items()))
+    lines: list[str] = []
+    data: Any = {}
+    if args.queue is not None:
+        spec = db.queue(args.queue).spec
+        data = stats = db.queue(args.queue).stats()
+        lines.append("  ".join(f"{k}={v}" for k, v in stats.items()))
+        subs = []
+        if spec.kind != "queue":
+            topic = spec.topic if spec.kind == "subscription" else args.queue
+            subs = [
+                s for s in db.subscriptions(topic) if spec.kind == "topic" or s.name == spec.name
+            ]
+    else:
+        subs = db.subscriptions()
+    now = db.clock.now()
+    if subs or args.queue is None:
+        rows = [
+            {"subscription": s.name, "topic": s.topic, "where": s.where, "lag": s.lag,
+             "lag_seconds": round(s.lag_seconds(now), 3), "held": s.held,
+             "backlog": s.backlog, "position": s.position}
+            for s in subs
+        ]  # fmt: skip
+        data = {"stats": data, "subscriptions": rows} if args.queue is not None else rows
+        lines += [
+            f"{r['subscription']}\ttopic={r['topic']}\tlag={r['lag']}"
+            f"\tlag_seconds={r['lag_seconds']}\twhere={r['where'] or '-'}"
+            for r in rows
+        ]
+    _out(args, data, "\n".join(lines) or "(no subscriptions)")
     return 0
 
 
@@ -229,7 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["version", "upgrade"], help="what to do")
     p.set_defaults(needs_db=False)
     add("queues", cmd_queues, "list queues and their settings")
-    _create_parser(add("create", cmd_create, "create a queue"))
+    _create_parser(add("create", cmd_create, "create a queue (or, with --topic, a topic)"))
+    _subscribe_parser(add("subscribe", cmd_subscribe, "subscribe to a topic (docs/topics.md)"))
+    p = add("unsubscribe", cmd_unsubscribe, "end a subscription and drop what it holds")
+    p.add_argument("name", help="subscription name")
     p = add("drop", cmd_drop, "drop a queue and its messages")
     p.add_argument("queue", help="queue name")
     p = add("put", cmd_put, "enqueue one message")
@@ -254,9 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["ready", "delayed", "claimed", "expired", "failed"],
         help="which messages",
     )
+    p.add_argument("--after", help="a position (as browse prints it): the page after it")
     _selection_options(p)
-    p = add("stats", cmd_stats, "count a queue's messages by state")
-    p.add_argument("queue", help="queue name")
+    p = add("stats", cmd_stats, "count a queue's messages by state; subscriptions' lag")
+    p.add_argument(
+        "queue", nargs="?", help="queue, topic or subscription (none: every subscription's lag)"
+    )
     p = add("purge", cmd_purge, "delete kept expired or failed messages")
     p.add_argument("queue", help="queue name")
     p.add_argument("state", choices=["expired", "failed"], help="which kept messages")
@@ -282,6 +374,45 @@ def _create_parser(p: argparse.ArgumentParser) -> None:
         help="how concurrent readers are isolated (docs/isolation.md)",
     )
     p.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
+    p.add_argument("--topic", action="store_true", help="a topic: every subscription gets each")
+    _delivery_options(p)
+
+
+def _delivery_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--priority-levels", type=int, help="map priorities onto 1-10 levels (docs/delivery.md)"
+    )
+    p.add_argument("--max-in-flight", type=int, help="most messages held unsettled at once")
+    p.add_argument(
+        "--retention", type=_retention, help="keep settled messages: seconds or 'forever'"
+    )
+
+
+def _retention(text: str) -> float | str:
+    if text == "forever":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither seconds nor 'forever'") from None
+
+
+def _subscribe_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic", help="topic name")
+    p.add_argument("name", help="the subscription's name: consume it as a queue of that name")
+    p.add_argument("--where", help="only messages this expression holds for")
+    p.add_argument(
+        "--start", default="new", help="'new' (default), 'first', or a position from browse"
+    )
+    p.add_argument("--expire-after", type=float, help="seconds unused before it is dropped")
+    p.add_argument("--window", type=int, help="messages taken ahead of consumers (default 1000)")
+    p.add_argument("--max-attempts", type=int, help="deliveries before the error queue")
+    p.add_argument("--error-queue", help="where failed messages go (created if missing)")
+    p.add_argument("--max-in-flight", type=int, help="most messages held unsettled at once")
+    p.add_argument(
+        "--retention", type=_retention, help="keep settled messages: seconds or 'forever'"
+    )
+    p.add_argument("--exist-ok", action="store_true", help="succeed if it exists already")
 
 
 def _pipeline_parser(p: argparse.ArgumentParser) -> None:

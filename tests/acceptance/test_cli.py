@@ -171,3 +171,34 @@ def test_worker_and_jobs_commands(tmp_path: Path) -> None:
     )  # fmt: skip
     assert bad.returncode == 2
     assert "cannot import 'nosuchmodule'" in bad.stderr
+
+
+def test_topics_from_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    assert sluice("create", "events", "--topic", db=db).returncode == 0
+    assert sluice("subscribe", "events", "all", db=db).returncode == 0
+    big = sluice("subscribe", "events", "big", "--where", "body.n > 1", db=db)
+    assert big.returncode == 0, big.stderr
+    for n in (1, 2, 3):
+        assert sluice("put", "events", f'{{"n": {n}}}', "--json-body", db=db).returncode == 0
+    lag = json.loads(sluice("stats", "--json", db=db).stdout)
+    assert {(r["subscription"], r["lag"]) for r in lag} == {("all", 3), ("big", 2)}
+    first = json.loads(sluice("browse", "all", "--limit", "1", "--json", db=db).stdout)
+    rest = sluice("browse", "all", "--after", first[0]["position"], "--json", db=db)
+    assert [m["body"]["n"] for m in first + json.loads(rest.stdout)] == [1, 2, 3]
+    got = sluice("get", "big", "--json", db=db)
+    assert json.loads(got.stdout)["body"] == {"n": 2}
+    assert sluice("unsubscribe", "big", db=db).returncode == 0
+    for bad in (
+        ("subscribe", "nothere", "x"),  # no such topic
+        ("subscribe", "events", "all"),  # taken
+        ("subscribe", "events", "x", "--where", "body.n >"),  # does not parse
+        ("put", "all", "x"),  # a subscription is not published to
+        ("get", "events"),  # a topic is read through subscriptions
+        ("create", "t2", "--topic", "--max-attempts", "3"),
+    ):
+        result = sluice(*bad, db=db)
+        assert result.returncode == 2, bad
+        assert "error" in result.stderr
+    names = json.loads(sluice("queues", "--json", db=db).stdout)
+    assert sorted(q["name"] for q in names) == ["all", "events"]
