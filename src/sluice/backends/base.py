@@ -398,6 +398,14 @@ class Topics(Protocol):
         """Delete a bounded range of ``topic``'s messages every subscription has passed."""
         ...
 
+    def pass_unselected(self, subscription: str, selector: Selection | None) -> None:
+        """Move a selective subscription's pointer past messages it will never receive."""
+        ...
+
+    def laggards(self) -> list[str]:
+        """Selective subscriptions at their topic's lowest pointer."""
+        ...
+
     def topics(self) -> list[str]:
         """Every topic's name."""
         ...

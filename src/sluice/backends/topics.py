@@ -147,6 +147,31 @@ class SqlTopics:
             ).fetchone()
         return Backlog(held, held_since, unpulled, unpulled_since)
 
+    def pass_unselected(self, subscription: str, selector: Selection | None) -> None:
+        """Move a selective subscription's pointer past topic messages it will never receive.
+
+        Up to the first one it will (within COLLECT_SPAN ids), so a stopped subscription
+        with a narrow selector does not keep the topic's other messages from collection.
+        """
+        rows = self._read_rows("subscription_state", {"name": subscription})
+        if not rows or selector is None:
+            return
+        sub_id, topic_id, *_ = rows[0]
+        query, extra = self._with_selector("next_selected", selector)
+        with self._transaction(durable=False) as conn:
+            (pointer,) = conn.execute(
+                self._q["lock_subscription"], {"subscription": sub_id}
+            ).fetchone()
+            span = {"pointer": pointer, "upto": pointer + COLLECT_SPAN, "topic": topic_id}
+            first, last = conn.execute(query, span | extra).fetchone()
+            new = first - 1 if first is not None else last
+            if new is not None and new > pointer:
+                conn.execute(self._q["pass_pointer"], {"subscription": sub_id, "pointer": new})
+
+    def laggards(self) -> list[str]:
+        """Selective subscriptions at their topic's lowest pointer."""
+        return [name for (name,) in self._read_rows("laggards", {})]
+
     # --- collecting -----------------------------------------------------------------
     def collect(self, topic: str) -> int:
         """Delete a bounded range of ``topic``'s messages every subscription has passed."""

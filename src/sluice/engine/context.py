@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 
-from sluice.backends.base import Backend
+from sluice.backends.base import Backend, Selection
 from sluice.catalog import QueueSpec, check_queue_name
 from sluice.clock import Clock
 from sluice.engine import lease as leases
@@ -136,6 +136,12 @@ class EngineContext:
             self._contents[name] = content
         return content
 
+    def subscription_selector(self, spec: QueueSpec) -> Selection | None:
+        """A subscription's where, checked against its topic (None: every message)."""
+        if spec.topic is None or not spec.selector:
+            return None
+        return self.content(spec.topic).selection(spec.selector, None)
+
     def forget(self, name: str) -> None:
         """Drop what is cached of a queue (its settings or properties changed)."""
         self._specs.pop(name, None)
@@ -148,7 +154,7 @@ class EngineContext:
         if dead:
             log.info("sluice rolled back dead sessions %s", dead)
             self.wakeups.notify()
-        upkeep(self.backend, self.forget)
+        upkeep(self.backend, self.forget, lambda name: self.subscription_selector(self.spec(name)))
         return dead
 
     def _tick(self) -> None:

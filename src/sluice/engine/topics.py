@@ -66,9 +66,7 @@ class Subscription:
 
 def selector(context: EngineContext, spec: QueueSpec) -> Selection | None:
     """A subscription's where, checked against its topic (None: every message)."""
-    if spec.topic is None or not spec.selector:
-        return None
-    return context.content(spec.topic).selection(spec.selector, None)
+    return context.subscription_selector(spec)
 
 
 def before_take(context: EngineContext, spec: QueueSpec, *, everything: bool = False) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sluice.backends.base import Backend
+from sluice.backends.base import Backend, Selection
 from sluice.errors import QueueInUse, SluiceError
 
 __all__ = ["upkeep"]
@@ -18,10 +18,16 @@ __all__ = ["upkeep"]
 log = logging.getLogger("sluice")
 
 
-def upkeep(backend: Backend, forget: Callable[[str], None]) -> None:
+def upkeep(
+    backend: Backend,
+    forget: Callable[[str], None],
+    selector: Callable[[str], Selection | None],
+) -> None:
     """Drop subscriptions that ended, and collect what topics' subscriptions have passed.
 
-    ``forget``: drops what the engine caches of a queue.
+    ``forget``: drops what the engine caches of a queue; ``selector``: a subscription's
+    checked where. Selective subscriptions that hold back their topic's collection first
+    pass the messages they will never receive.
     """
     for name in backend.ended_subscriptions():
         try:
@@ -33,5 +39,10 @@ def upkeep(backend: Backend, forget: Callable[[str], None]) -> None:
             continue
         forget(name)
         log.info("sluice dropped subscription %s: it ended or was unused too long", name)
+    for name in backend.laggards():
+        try:
+            backend.pass_unselected(name, selector(name))
+        except SluiceError as exc:  # dropped meanwhile, or its where no longer checks
+            log.debug("sluice could not pass messages for subscription %s: %s", name, exc)
     for topic in backend.topics():
         backend.collect(topic)

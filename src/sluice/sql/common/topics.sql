@@ -88,3 +88,24 @@ WHERE queue_id = :subscription AND state IN (1, 2, 5);
 -- A subscription's messages still in its topic past its pointer: how many and the oldest.
 SELECT count(*), min(m.enqueued_at) FROM {schema}.messages AS m
 WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state IN (1, 5){selector};
+
+-- name: laggards
+-- Selective subscriptions at their topic's lowest pointer: those that hold back its
+-- collection, and may pass the messages they will never receive without taking any.
+SELECT s.name FROM {schema}.queues AS s
+WHERE s.kind = 'subscription' AND s.selector IS NOT NULL
+  AND s.pointer = (SELECT min(o.pointer) FROM {schema}.queues AS o WHERE o.topic_id = s.topic_id)
+ORDER BY s.name;
+
+-- name: next_selected
+-- Within a bounded span past the pointer: the first topic message the selector holds
+-- for, and the last message of the topic.
+SELECT (SELECT min(m.id) FROM {schema}.messages AS m
+        WHERE m.id > :pointer AND m.id <= :upto AND +m.queue_id = :topic
+          AND m.state IN (1, 5){selector}),
+       (SELECT max(m.id) FROM {schema}.messages AS m
+        WHERE m.id > :pointer AND m.id <= :upto AND +m.queue_id = :topic);
+
+-- name: pass_pointer
+-- Passing messages is not using the subscription: used_at stays.
+UPDATE {schema}.queues SET pointer = :pointer WHERE id = :subscription AND pointer < :pointer;
