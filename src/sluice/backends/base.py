@@ -386,7 +386,9 @@ class JobsStatements(Protocol):
 class Topics(Protocol):
     """Topics and subscriptions (docs/topics.md; sluice.backends.topics explains how)."""
 
-    def pull(self, subscription: str, selector: Selection | None, *, everything: bool) -> int:
+    def pull(
+        self, subscription: str, selector: Selection | None, *, window: int, everything: bool
+    ) -> int:
         """Take the topic's next messages into ``subscription`` (up to its window, or all)."""
         ...
 

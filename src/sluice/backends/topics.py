@@ -84,24 +84,31 @@ class SqlTopics:
         return text, sql.params
 
     # --- pulling ----------------------------------------------------------------------
-    def pull(self, subscription: str, selector: Selection | None, *, everything: bool) -> int:
-        """Take the topic's next messages into ``subscription``; how many it took.
+    def pull(
+        self, subscription: str, selector: Selection | None, *, window: int, everything: bool
+    ) -> int:
+        """Take the topic's next messages into ``subscription``; about how many it has ready.
 
-        Up to its window of ready messages, or ``everything`` past its pointer (a
-        selective or ordering dequeue must see them all). ``selector``: the
-        subscription's where, checked against its topic. QueueNotFound if it is gone.
+        (The ready messages it had, counted up to half its window, plus those taken.)
+        Refills its ``window`` of ready messages once fewer than half are left, or
+        takes ``everything`` past its pointer (a selective or ordering dequeue must see
+        them all). ``selector``: the subscription's where, checked against its topic.
+        QueueNotFound if it is gone.
         """
-        rows = self._read_rows("subscription_state", {"name": subscription})
+        half = (window + 1) // 2
+        rows = self._read_rows("subscription_state", {"name": subscription, "half": half})
         if not rows:
             raise QueueNotFound(f"subscription {subscription!r} does not exist")
-        sub_id, topic_id, _, window, ready, pending, used_at, _ = rows[0]
+        sub_id, topic_id, _, _, ready, pending, used_at, _ = rows[0]
         now = self.clock.now()
+        # Refilled once half the window is taken, not after every message: a pull
+        # is a write transaction, worth its cost only for many rows.
         room = None if everything else window - ready
-        if not pending or (room is not None and room <= 0):
+        if not pending or (room is not None and ready >= half):
             if used_at is None or now - used_at >= TOUCH_EVERY:
                 self._write_rows("touch_subscription", {"subscription": sub_id, "now": now},
                                  durable=False)  # fmt: skip
-            return 0
+            return int(ready)
         query, extra = self._with_selector("pull", selector)
         with self._transaction(durable=False) as conn:
             (pointer,) = conn.execute(
@@ -129,11 +136,11 @@ class SqlTopics:
             lanes = sorted({(subscription, lane) for _, lane in taken if lane is not None})
             if lanes:
                 self._promote(conn, lanes)
-        return len(taken)
+        return int(ready) + len(taken)
 
     def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
         """What ``subscription`` has yet to settle (``stats``, lag)."""
-        rows = self._read_rows("subscription_state", {"name": subscription})
+        rows = self._read_rows("subscription_state", {"name": subscription, "half": 1})
         if not rows:
             raise QueueNotFound(f"subscription {subscription!r} does not exist")
         sub_id, topic_id, pointer, *_ = rows[0]
@@ -153,7 +160,7 @@ class SqlTopics:
         Up to the first one it will (within COLLECT_SPAN ids), so a stopped subscription
         with a narrow selector does not keep the topic's other messages from collection.
         """
-        rows = self._read_rows("subscription_state", {"name": subscription})
+        rows = self._read_rows("subscription_state", {"name": subscription, "half": 1})
         if not rows or selector is None:
             return
         sub_id, topic_id, *_ = rows[0]

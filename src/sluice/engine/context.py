@@ -71,6 +71,8 @@ class EngineContext:
         self.forked = False
         self._specs: dict[str, tuple[QueueSpec, float]] = {}
         self._contents: dict[str, QueueContent] = {}
+        self.ready_hints: dict[str, int] = {}
+        """Per subscription, about how many ready messages it has (engine.topics)."""
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
@@ -146,6 +148,7 @@ class EngineContext:
         """Drop what is cached of a queue (its settings or properties changed)."""
         self._specs.pop(name, None)
         self._contents.pop(name, None)
+        self.ready_hints.pop(name, None)
 
     # --- the session's life ---------------------------------------------------------
     def recover(self) -> list[int]:

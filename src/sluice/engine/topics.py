@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from sluice.backends.base import Selection
-from sluice.catalog import QueueSpec
+from sluice.catalog import DEFAULT_WINDOW, QueueSpec
 from sluice.errors import ConfigurationError, QueueNotFound
 from sluice.message import Position
 
@@ -27,6 +27,7 @@ __all__ = [
     "check_target",
     "selector",
     "start_pointer",
+    "taken",
 ]
 
 Start = Literal["new", "first"] | int | Position
@@ -69,25 +70,47 @@ def selector(context: EngineContext, spec: QueueSpec) -> Selection | None:
     return context.subscription_selector(spec)
 
 
-def before_take(context: EngineContext, spec: QueueSpec, *, everything: bool = False) -> None:
+def before_take(
+    context: EngineContext, spec: QueueSpec, *, everything: bool = False, force: bool = False
+) -> bool:
     """What comes before taking from ``spec``'s queue: a topic refuses, a subscription pulls.
 
+    A subscription asks the database only when this process reckons fewer than half
+    its window ready (``context.ready_hints``, lowered by ``taken``), or when
+    ``force``d (a claim came back short: others may have taken what it reckoned).
     ``everything``: pull the whole backlog, for a dequeue that selects or orders.
+    True if it asked the database.
     """
     if spec.kind == "topic":
         raise ConfigurationError(
             f"{spec.name!r} is a topic: take its messages from a subscription "
             f"(db.subscribe({spec.name!r}, 'NAME'), then get from 'NAME')"
         )
-    if spec.kind == "subscription":
-        try:
-            context.backend.pull(spec.name, selector(context, spec), everything=everything)
-        except QueueNotFound:
-            context.forget(spec.name)
-            raise QueueNotFound(
-                f"subscription {spec.name!r} does not exist (it was unsubscribed, "
-                "or dropped when it ended or expired)"
-            ) from None
+    if spec.kind != "subscription":
+        return False
+    window = spec.window or DEFAULT_WINDOW
+    hint = context.ready_hints.get(spec.name)
+    if not (everything or force) and hint is not None and hint >= (window + 1) // 2:
+        return False
+    try:
+        ready = context.backend.pull(
+            spec.name, selector(context, spec), window=window, everything=everything
+        )
+    except QueueNotFound:
+        context.forget(spec.name)
+        raise QueueNotFound(
+            f"subscription {spec.name!r} does not exist (it was unsubscribed, "
+            "or dropped when it ended or expired)"
+        ) from None
+    context.ready_hints[spec.name] = ready
+    return True
+
+
+def taken(context: EngineContext, spec: QueueSpec, count: int) -> None:
+    """This process took ``count`` of a subscription's ready messages."""
+    hint = context.ready_hints.get(spec.name)
+    if hint is not None:
+        context.ready_hints[spec.name] = max(hint - count, 0)
 
 
 def check_target(spec: QueueSpec) -> None:

@@ -26,6 +26,7 @@ from sluice.backends.base import (
     TxStore,
     lane_of,
 )
+from sluice.catalog import QueueSpec
 from sluice.engine import topics
 from sluice.engine.enqueue import (
     check_group,
@@ -291,9 +292,11 @@ class Transaction:
         deadline = time.monotonic() + wait
         while True:
             token = wakeups.token() if wait else (0, 0)
-            if spec.kind != "queue":
-                topics.before_take(self._context, spec, everything=select is not None)
-            rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes)
+            if spec.kind == "queue":
+                rows = self._claim(queue, spec.isolation, limit, own=own, select=select,
+                                   lanes=lanes)  # fmt: skip
+            else:
+                rows = self._take_subscribed(spec, limit, own=own, select=select, lanes=lanes)
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break
@@ -316,6 +319,21 @@ class Transaction:
             elif row.lane is not None:
                 self._held_lanes[m.ref] = (queue, row.lane)
         return messages
+
+    def _take_subscribed(
+        self, spec: QueueSpec, limit: int, *, own: bool, select: Selection | None,
+        lanes: list[str],
+    ) -> list[MessageRow]:  # fmt: skip
+        """Claim from a subscription, pulling its topic's messages first where it may need
+        them, and once more if the claim comes back short (sluice.engine.topics)."""
+        context, queue = self._context, spec.name
+        asked = topics.before_take(context, spec, everything=select is not None)
+        rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes)
+        if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
+            rows += self._claim(queue, spec.isolation, limit - len(rows), own=own,
+                                select=select, lanes=lanes)  # fmt: skip
+        topics.taken(context, spec, len(rows))
+        return rows
 
     def _claim(
         self,

@@ -11,10 +11,13 @@
 -- they start at a pointer, where the queue index would read the whole topic.
 
 -- name: subscription_state
--- A subscription's id, topic, pointer, window, its ready messages, whether its topic
--- has any message past the pointer, and when a consumer last used it.
+-- A subscription's id, topic, pointer, window, its ready messages (counted up to
+-- :half, half its window: below that it refills), whether its topic has any message
+-- past the pointer, and when a consumer last used it.
 SELECT s.id, s.topic_id, s.pointer, coalesce(s.pull_window, 1000),
-       (SELECT count(*) FROM {schema}.messages AS r WHERE r.queue_id = s.id AND r.state IN (1, 5)),
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages AS r
+                              WHERE r.queue_id = s.id AND r.state IN (1, 5)
+                              LIMIT :half) AS ready),
        EXISTS (SELECT 1 FROM {schema}.messages AS m
                WHERE m.id > s.pointer AND +m.queue_id = s.topic_id AND m.state IN (1, 5)),
        s.used_at, s.selector
