@@ -415,3 +415,17 @@ def test_a_stopped_selective_subscription_does_not_pin_what_it_never_receives(
     assert drain(db, "rare") == [{"kind": "rare", "n": 20}]
     db.recover()
     assert topic.browse() == []
+
+
+def test_a_non_durable_subscription_ends_with_its_connection(tmp_path: object) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    with sluice.connect(url) as first:
+        first.create_topic("events")
+        first.subscribe("events", "durable")
+        first.subscribe("events", "for-now", durable=False)
+        first.queue("events").put("x")
+        with sluice.connect(url) as second:
+            assert {s.name for s in second.subscriptions()} == {"durable", "for-now"}
+    with sluice.connect(url) as later:
+        assert [s.name for s in later.subscriptions()] == ["durable"]
+        assert [m.body for m in later.queue("durable").browse()] == ["x"]

@@ -157,8 +157,11 @@ class EngineContext:
         if dead:
             log.info("sluice rolled back dead sessions %s", dead)
             self.wakeups.notify()
-        upkeep(self.backend, self.forget, lambda name: self.subscription_selector(self.spec(name)))
+        self._upkeep()
         return dead
+
+    def _upkeep(self) -> None:
+        upkeep(self.backend, self.forget, lambda name: self.subscription_selector(self.spec(name)))
 
     def _tick(self) -> None:
         if not self.backend.heartbeat(self._session):
@@ -184,5 +187,9 @@ class EngineContext:
         self._keeper.stop()
         try:
             self.backend.close_session(self._session)
+            try:
+                self._upkeep()  # its non-durable subscriptions end with it
+            except SluiceError as exc:  # or with the next process's upkeep
+                log.debug("sluice upkeep at close failed: %s", exc)
         finally:
             self.backend.close()
