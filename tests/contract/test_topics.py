@@ -196,9 +196,7 @@ def test_selective_and_ordering_dequeue_on_a_subscription_see_its_whole_backlog(
         (m,) = tx.dequeue("s", where="body.n = 8")
         assert m.body == {"n": 8}
         top = tx.dequeue("s", order_by=["body.n DESC"], limit=2)
-        # The two it takes are the first two in that order (PostgreSQL returns a batch
-        # in delivery order, not in order_by's: see the closing note of issue 19).
-        assert sorted(x.body["n"] for x in top) == [7, 9]
+        assert [x.body["n"] for x in top] == [9, 7]
 
 
 def test_a_waiting_consumer_is_woken_by_a_publish(db: sluice.Database, topic: sluice.Queue) -> None:
@@ -429,3 +427,11 @@ def test_a_non_durable_subscription_ends_with_its_connection(tmp_path: object) -
     with sluice.connect(url) as later:
         assert [s.name for s in later.subscriptions()] == ["durable"]
         assert [m.body for m in later.queue("durable").browse()] == ["x"]
+
+
+def test_an_ordering_dequeue_returns_its_batch_in_its_order(db: sluice.Database) -> None:
+    q = db.create_queue("q")
+    q.put_many([{"n": n} for n in range(10)])
+    with db.transaction() as tx:
+        taken = tx.dequeue("q", order_by=["body.n DESC"], limit=3)
+        assert [m.body["n"] for m in taken] == [9, 8, 7]

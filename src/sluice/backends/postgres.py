@@ -379,7 +379,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         if cached is None:
             if len(self._selections) >= _MAX_SELECTIONS:
                 self._selections = {}  # selections written with inline values are each new
-            alias = "m" if name in ("browse", "scan") else "s"
+            alias = "m" if name in ("browse", "scan", "claimed_in_order") else "s"
             where, order, params = compile_selection(
                 select,
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),

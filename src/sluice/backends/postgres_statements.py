@@ -185,6 +185,11 @@ def claim_rounds(
         if not more:
             break  # no lane took part: this round took all there was
         owned |= more
+    if select is not None and select.order and len(rows) > 1:
+        # A claim returns its rows in delivery order (its UPDATE ... RETURNING keeps
+        # none); an ordering dequeue's caller gets them in order_by's, re-read in one go.
+        name, extra = selected("claimed_in_order", select)
+        rows = run(name, {"ids": [r.id for r in rows], "queue": queue} | extra)
     return rows
 
 

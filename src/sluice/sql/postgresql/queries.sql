@@ -380,6 +380,13 @@ WITH free AS (
     RETURNING {message_columns})
 SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
 
+-- name: claimed_in_order
+-- What an ordering dequeue just claimed, in its order_by's order (a claim's RETURNING
+-- keeps no order).
+SELECT {message_columns} FROM {schema}.messages AS m
+WHERE m.id = ANY(%(ids)s) AND m.state = 2
+ORDER BY {order}m.priority DESC, m.id;
+
 -- name: stream_take
 -- A Spark stream's take (postgres_spool.py) moves what claim would pick: the same
 -- conditions, order and locks; the rows are deleted and sent out as CSV, every column
