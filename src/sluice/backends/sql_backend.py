@@ -252,7 +252,9 @@ class SqlBackend(ABC):
 
 def state_counts(rows: Sequence[Row]) -> dict[str, int]:
     """``stats()`` from the stats statement's (state, delayed, count) rows."""
-    counts = dict.fromkeys(("ready", "delayed", "pending", "claimed", "expired", "failed"), 0)
+    counts = dict.fromkeys(
+        ("ready", "delayed", "pending", "claimed", "expired", "failed", "done"), 0
+    )
     for state, delayed, n in rows:
         name = _STATE_NAMES[state]
         counts["delayed" if name == "ready" and delayed else name] += n

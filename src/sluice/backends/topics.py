@@ -114,22 +114,26 @@ class SqlTopics:
             (pointer,) = conn.execute(
                 self._q["lock_subscription"], {"subscription": sub_id}
             ).fetchone()
+            # The topic's last message first, and nothing past it: on PostgreSQL each
+            # statement sees what committed before it, and a message committed after
+            # this read has a higher id (commit order), so it is left for next time.
+            (last,) = conn.execute(
+                self._q["topic_last"], {"pointer": pointer, "topic": topic_id}
+            ).fetchone()
+            if last is None:
+                return int(ready)
             params = {
                 "subscription": sub_id,
                 "topic": topic_id,
                 "pointer": pointer,
+                "upto": last,
                 "room": self._NO_LIMIT if room is None else room,
             }
             taken = conn.execute(query, params | extra).fetchall()
-            if room is not None and len(taken) >= room:
-                # Full: the pointer stops at the last message taken, so what lies
-                # beyond it is looked at again next time.
-                new = max(ref for ref, _ in taken)
-            else:
-                (last,) = conn.execute(
-                    self._q["topic_last"], {"pointer": pointer, "topic": topic_id}
-                ).fetchone()
-                new = pointer if last is None else last
+            # Full: the pointer stops at the last message taken, so what lies beyond it
+            # is looked at again next time; otherwise it passed everything up to last.
+            full = room is not None and len(taken) >= room
+            new = max(ref for ref, _ in taken) if full else last
             conn.execute(
                 self._q["set_pointer"], {"subscription": sub_id, "pointer": new, "now": now}
             )
@@ -195,12 +199,21 @@ class SqlTopics:
             return 0
         upto = min(upto, collected + COLLECT_SPAN)
         kept_before = float("inf") if retention is None else self.clock.now() - retention
-        span = {"topic": topic_id, "after": collected, "upto": upto}
+        # The topic's newest message is never deleted but kept as done (a tombstone,
+        # deleted once a newer one is passed): SQLite gives a new row the highest id
+        # plus one, so without it a later message could get an id the subscriptions'
+        # pointers have passed already.
+        newest = last is not None and upto >= last
+        through = last - 1 if newest else upto
+        span = {"topic": topic_id, "after": collected, "upto": through}
         deleted: int = conn.execute(
             self._q["collect"], span | {"kept_before": kept_before}
         ).rowcount
+        if newest:
+            tomb = {"id": last, "now": self.clock.now(), "kept_before": kept_before}
+            deleted += conn.execute(self._q["topic_tombstone"], tomb).rowcount
         (remaining,) = conn.execute(self._q["topic_remaining"], span).fetchone()
-        done = upto if remaining is None else remaining - 1
+        done = through if remaining is None else remaining - 1
         if done > collected:
             conn.execute(self._q["set_collected"], {"topic": topic_id, "upto": done})
         return deleted

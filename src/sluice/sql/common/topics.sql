@@ -52,10 +52,16 @@ FROM {schema}.queues AS t WHERE t.name = :topic AND t.kind = 'topic';
 
 -- name: collect
 -- A bounded range of a topic every subscription has passed (and, with retention,
--- enqueued before :kept_before).
+-- enqueued before :kept_before), with the tombstone of its newest message before.
 DELETE FROM {schema}.messages
-WHERE id > :after AND id <= :upto AND +queue_id = :topic AND state IN (1, 3, 5)
+WHERE id > :after AND id <= :upto AND +queue_id = :topic AND state IN (1, 3, 5, 6)
   AND enqueued_at <= :kept_before;
+
+-- name: topic_tombstone
+-- The topic's newest message, passed by every subscription: kept as done, not deleted
+-- (see SqlTopics._collect).
+UPDATE {schema}.messages SET state = 6, settled_at = :now
+WHERE id = :id AND state IN (1, 3, 5) AND enqueued_at <= :kept_before;
 
 -- name: topic_remaining
 SELECT min(m.id) FROM {schema}.messages AS m

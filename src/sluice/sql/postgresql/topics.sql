@@ -1,7 +1,7 @@
 -- Topics and subscriptions: PostgreSQL's own statements (see common/topics.sql).
 
 -- name: pull
--- As SQLite's: the topic's next messages past the pointer that the selector holds for,
+-- As SQLite's: the topic's next messages in (pointer, upto] that the selector holds for,
 -- up to %(room)s (NULL: all), become the subscription's, in the topic's order.
 INSERT INTO {schema}.messages (
     slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
@@ -13,7 +13,8 @@ SELECT (SELECT slot FROM {schema}.rotation), %(subscription)s,
        m.enqueued_at, m.available_at, m.expires_at, m.type, m.t1, m.t2, m.t3, m.t4, m.n1,
        m.n2, m.n3, m.n4, m.grp, m.lane, m.id
 FROM {schema}.messages AS m
-WHERE m.id > %(pointer)s AND +m.queue_id = %(topic)s AND m.state IN (1, 5){selector}
+WHERE m.id > %(pointer)s AND m.id <= %(upto)s AND +m.queue_id = %(topic)s
+  AND m.state IN (1, 5){selector}
 ORDER BY m.id
 LIMIT %(room)s
 RETURNING ref, lane;

@@ -1,7 +1,7 @@
 -- Topics and subscriptions: SQLite's own statements (see common/topics.sql).
 
 -- name: pull
--- The topic's next messages past the pointer that the selector holds for, up to :room
+-- The topic's next messages in (pointer, upto] that the selector holds for, up to :room
 -- (-1: all), become the subscription's, in the topic's order; a message of a lane waits
 -- behind the lane's head (promote follows).
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
@@ -12,7 +12,7 @@ SELECT :subscription, CASE WHEN m.lane IS NULL THEN 1 ELSE 5 END, m.priority, m.
        m.enqueued_at, m.available_at, m.expires_at, m.type, m.t1, m.t2, m.t3, m.t4, m.n1,
        m.n2, m.n3, m.n4, m.grp, m.lane, m.id
 FROM messages AS m
-WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state IN (1, 5){selector}
+WHERE m.id > :pointer AND m.id <= :upto AND +m.queue_id = :topic AND m.state IN (1, 5){selector}
 ORDER BY m.id
 LIMIT :room
 RETURNING ref, lane;
