@@ -73,7 +73,7 @@ def _url(kind: str, tmp: Path, synchronous: str) -> str:
     return f"{PG_CONNINFO}?schema={SCHEMA}"
 
 
-def one_round(kind: str, target: str, subs: int, batch: int, n: int, sync: str) -> _Timers:
+def one_round(kind: str, target: str, subs: int, *, batch: int, n: int, sync: str) -> _Timers:
     import sluice
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-topics-profile-"))
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for target in ("topic", "queue"):
             timers = one_round(
-                args.url, target, args.subscriptions, args.batch, n, args.synchronous
+                args.url, target, args.subscriptions, batch=args.batch, n=n, sync=args.synchronous
             )
             if target not in best or timers.seconds["wall"] < best[target].seconds["wall"]:
                 best[target] = timers
