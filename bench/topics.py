@@ -458,9 +458,13 @@ def workload(settings: Settings) -> list[str]:
         " message once it is written and fsynced, fsyncing many messages at once, so its"
         " durability is comparable to sluice's commit (fsync) per transaction.",
         "",
-        "Messages per phase, per case: about the same number of deliveries in every case of one"
-        " system and batch (fewer messages for more subscriptions), at least 200 and at most"
-        " 4,000; see the N column.",
+        "Messages per phase (N, published alone and again live), per case: about the same"
+        " number of deliveries in every case of one system and batch, so fewer messages for"
+        " more subscriptions: "
+        + ", ".join(f"{s} batch {b}: {d:,} deliveries" for (s, b), d in DELIVERIES.items())
+        + "; N between "
+        + ", ".join(f"{lo} and {hi:,} at batch {b}" for b, (lo, hi) in MESSAGES.items())
+        + ".",
     ]
 
 
