@@ -428,16 +428,20 @@ def workload(settings: Settings) -> list[str]:
         " the clients' processes). A parent process only sets up, starts the phases and"
         " samples shared counters.",
         "",
-        "Phases: (1) *publish alone*: N messages while no consumer runs; µs per message ="
-        " the publisher's wall time for its puts and commits / N; p50 / p99 of one transaction"
-        " (put + commit, or a batch and all its confirms); (2) *drain*: the consumers start"
-        " and take that backlog; deliveries/s = deliveries / time to the last one; (3) *live*:"
-        " N more messages while every consumer runs; delivered/s = deliveries (all"
-        " subscriptions together) / time from the first publish to the last delivery;"
-        " catch-up = how long the consumers needed after the last publish; lag = published"
-        " (committed, or confirmed) minus delivered (committed, or acked) per subscription,"
-        f" sampled every {settings.sample_every:g} s. After the run, each subscription must have"
-        " received exactly what its selector holds for, no more and no less.",
+        "Phases: (1) *publish alone*: N messages while no consumer runs; µs per message = the"
+        " publisher's wall time for its puts and commits / N; p50 / p99 of one transaction "
+        "(put + commit, or a batch and all its confirms); into a topic, each transaction "
+        "alternates with the same transaction into a plain queue of the same database (never "
+        "consumed; who goes first alternates too), whose figures are the next column: the "
+        "publish cost ratio is taken over the same seconds of the same disk; (2) *drain*: the"
+        " consumers start and take that backlog; deliveries/s = deliveries / time to the last"
+        " one; (3) *live*: N more messages while every consumer runs; delivered/s = "
+        "deliveries (all subscriptions together) / time from the first publish to the last "
+        "delivery; catch-up = how long the consumers needed after the last publish; lag = "
+        "published (committed, or confirmed) minus delivered (committed, or acked) per "
+        f"subscription, sampled every {settings.sample_every:g} s. After the run, each "
+        "subscription must have received exactly what its selector holds for, no more and no "
+        "less.",
         "",
         f"Bodies: the ~{body_size()}-byte JSON orders of the cycle benchmark, `n` = the message's"
         f" index. Selector of the selective subscriptions: `{SELECTOR}` (10% of the"
@@ -455,8 +459,13 @@ def workload(settings: Settings) -> list[str]:
         " persistent messages (`delivery_mode=2`) and waits for all its confirms before the"
         " next; each consumer on its own `BlockingConnection`, `basic_qos(prefetch_count="
         "batch)`, one `basic_ack(multiple=True)` per batch. RabbitMQ confirms a persistent"
-        " message once it is written and fsynced, fsyncing many messages at once, so its"
-        " durability is comparable to sluice's commit (fsync) per transaction.",
+        " message once it is written and fsynced, fsyncing many messages at once: a confirmed"
+        " message survives a crash, as a committed sluice message does. Its acks are not"
+        " fsynced before they take effect (after a crash an acked message may come again),"
+        " while a sluice consumer's commit waits for its fsync on SQLite (FULL; the commits"
+        " of the consumer threads share fsyncs) and for the WAL flush on PostgreSQL (pulls"
+        " and claims commit without one): on the consumer side sluice does more durable work"
+        " per message.",
         "",
         "Messages per phase (N, published alone and again live), per case: about the same"
         " number of deliveries in every case of one system and batch, so fewer messages for"
