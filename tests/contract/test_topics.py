@@ -349,6 +349,7 @@ def test_a_selector_that_does_not_parse_creates_nothing(
         {"start": "middle"},
         {"durable": "yes"},
         {"retention": "soon"},
+        {"durability": "sometimes"},
     ],
 )
 def test_subscription_settings_out_of_range_are_refused(
@@ -448,3 +449,14 @@ def test_messages_published_after_a_collection_are_delivered(
         assert drain(db, "s") == [n]
         db.recover()
     assert topic.stats()["ready"] == 0
+
+
+def test_a_subscription_may_settle_without_waiting_for_the_disk(
+    db: sluice.Database, topic: sluice.Queue
+) -> None:
+    db.subscribe("events", "fast", durability="transient")
+    db.subscribe("events", "safe")
+    assert db.queue("fast").spec.durability == "transient"
+    assert db.queue("safe").spec.durability == "persistent"
+    topic.put("x")
+    assert drain(db, "fast") == ["x"]

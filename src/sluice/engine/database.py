@@ -243,6 +243,7 @@ class Engine:
         error_queue: str | None = None,
         max_in_flight: int | None = None,
         retention: float | str | None = None,
+        durability: Durability | None = None,
         exist_ok: bool = False,
     ) -> Queue:
         """Subscribe ``name`` to ``topic``; consume it as the queue ``name``.
@@ -253,7 +254,10 @@ class Engine:
         ``position``; ``durable`` False: it ends with this connection's session;
         ``expire_after``: seconds without a consumer before it is dropped;
         ``window``: ready messages it takes from the topic ahead of its consumers
-        (default 1000). The rest as for queues.
+        (default 1000); ``durability``: of its settles (default: the topic's);
+        ``"transient"`` acknowledges without waiting for the disk, so a power cut may
+        deliver a message again, never lose one (as a broker's unsynced acks). The
+        rest as for queues.
         """
         found = self.context.spec(topic, fresh=True)
         if found.kind != "topic":
@@ -269,7 +273,7 @@ class Engine:
             name,
             max_attempts=max_attempts,
             error_queue=error_queue,
-            durability=found.durability,
+            durability=found.durability if durability is None else durability,
             max_size=found.max_size,
             types=found.types,
             kind="subscription",
