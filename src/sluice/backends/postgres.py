@@ -41,7 +41,12 @@ from sluice.backends.records import (
     browse_params,
 )
 from sluice.backends.selection import compile_selection
-from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
+from sluice.backends.sql_backend import (
+    PURGEABLE,
+    SqlBackend,
+    SqlConnection,
+    state_counts,
+)
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
 from sluice.errors import ConfigurationError, QueueNotFound, StorageError
@@ -541,7 +546,9 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         with self._transaction() as conn:
             conn.execute(self._q["expire"], {"now": self.clock.now()})
             params = {"queue": queue, "state": code, "before": before}
-            return conn.execute(self._q["purge"], params).rowcount
+            # Done messages go by when they were settled, the others by when enqueued.
+            name = "purge_done" if state == "done" else "purge"
+            return conn.execute(self._q[name], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
         now = self.clock.now()
@@ -549,6 +556,10 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
             [("expire", {"now": now}), ("stats", {"queue": queue, "now": now})], durable=False
         )
         return state_counts(rows)
+
+    def remove_kept(self, limit: int) -> int:
+        params = {"now": self.clock.now(), "limit": limit}
+        return int(first(self._one("remove_kept", params, durable=False)))
 
     def next_due(self, queue: str) -> float | None:
         # Asked right after an empty claim, whose statement answered it already.

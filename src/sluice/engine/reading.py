@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BrowseState", "browse", "to_message"]
 
-BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed"]
+BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed", "done"]
 _BROWSE_STATES: tuple[str, ...] = get_args(BrowseState)
 
 

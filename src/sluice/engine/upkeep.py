@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from sluice.backends.base import Backend
+from sluice.engine.retention import remove_kept
 from sluice.errors import QueueInUse, SluiceError
 
 __all__ = ["upkeep"]
@@ -35,3 +36,4 @@ def upkeep(backend: Backend, forget: Callable[[str], None]) -> None:
         log.info("sluice dropped subscription %s: it ended or was unused too long", name)
     for topic in backend.topics():
         backend.collect(topic)
+    remove_kept(backend)  # done messages past their queue's retention (engine/retention.py)
