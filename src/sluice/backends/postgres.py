@@ -384,7 +384,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         if cached is None:
             if len(self._selections) >= _MAX_SELECTIONS:
                 self._selections = {}  # selections written with inline values are each new
-            alias = "m" if name in ("browse", "scan") else "s"
+            alias = "m" if name in ("browse", "browse_done", "scan") else "s"
             where, order, params = compile_selection(
                 select,
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),
@@ -537,7 +537,8 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         *,
         select: Selection | None = None,
     ) -> list[MessageRow]:
-        name, extra = self.selected("browse", select)
+        # Done messages have a statement of their own: they browse in settle order.
+        name, extra = self.selected("browse_done" if state == "done" else "browse", select)
         params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
         return message_rows(self._one(name, params))
 

