@@ -41,12 +41,7 @@ from sluice.backends.records import (
     browse_params,
 )
 from sluice.backends.selection import compile_selection
-from sluice.backends.sql_backend import (
-    PURGEABLE,
-    SqlBackend,
-    SqlConnection,
-    state_counts,
-)
+from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
 from sluice.errors import ConfigurationError, QueueNotFound, StorageError

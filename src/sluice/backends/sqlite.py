@@ -32,12 +32,7 @@ from sluice.backends.records import (
     run_steps,
 )
 from sluice.backends.selection import compile_selection
-from sluice.backends.sql_backend import (
-    PURGEABLE,
-    SqlBackend,
-    SqlConnection,
-    state_counts,
-)
+from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_notify import Watcher, watch
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous

@@ -81,8 +81,8 @@ class Queue:
         """Messages in delivery order without taking them (``state`` picks which).
 
         ``where`` and ``order_by`` select and order by content. ``state="done"``:
-        what a queue with ``retention`` kept of the messages settled (docs/retention.md),
-        in delivery order too.
+        what a queue with ``retention`` kept of the messages settled, in the order
+        they were settled (docs/retention.md).
         """
         self._context.spec(self.name)
         return browse(
