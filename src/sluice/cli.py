@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--state",
         default="ready",
-        choices=["ready", "delayed", "claimed", "expired", "failed"],
+        choices=["ready", "delayed", "claimed", "expired", "failed", "done"],
         help="which messages",
     )
     p.add_argument("--after", help="a position (as browse prints it): the page after it")
@@ -349,9 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "queue", nargs="?", help="queue, topic or subscription (none: every subscription's lag)"
     )
-    p = add("purge", cmd_purge, "delete kept expired or failed messages")
+    p = add("purge", cmd_purge, "delete kept expired, failed or done messages")
     p.add_argument("queue", help="queue name")
-    p.add_argument("state", choices=["expired", "failed"], help="which kept messages")
+    p.add_argument("state", choices=["expired", "failed", "done"], help="which kept messages")
     p.add_argument("--older-than", type=float, default=0.0, help="only those older (seconds)")
     add("recover", cmd_recover, "roll back sessions whose owners died")
     _pipeline_parser(

@@ -84,7 +84,8 @@ def test_delay_and_ttl_follow_the_clock(db: sluice.Database, clock: ManualClock)
     clock.advance(31)  # the ttl is over, the delay not yet
     assert q.get() is None
     assert q.stats() == {
-        "ready": 0, "delayed": 1, "pending": 0, "claimed": 0, "expired": 1, "failed": 0
+        "ready": 0, "delayed": 1, "pending": 0, "claimed": 0, "expired": 1, "failed": 0,
+        "done": 0,
     }  # fmt: skip
     clock.advance(29)
     message = q.get()

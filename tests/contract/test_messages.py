@@ -280,6 +280,7 @@ def test_stats_count_by_state(db: sluice.Database, q: sluice.Queue) -> None:
         "claimed": 2,
         "expired": 0,
         "failed": 0,
+        "done": 0,
     }
     tx.abort()
     assert held is not None
@@ -319,5 +320,5 @@ def test_purge_removes_only_kept_outcomes(db: sluice.Database) -> None:
     assert q.purge("expired") == 1
     assert [m.body for m in q.browse()] == ["live"]
     assert q.stats()["failed"] == q.stats()["expired"] == 0
-    with pytest.raises(sluice.ConfigurationError, match="only expired or failed"):
+    with pytest.raises(sluice.ConfigurationError, match="only expired, failed or done"):
         q.purge("ready")  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ def test_four_processes_two_threads_each_drain_exactly_once(shared_url: str) -> 
         assert w.wait(300) == 0
     with sluice.connect(url) as db:
         assert db.queue("in").stats() == dict.fromkeys(
-            ("ready", "delayed", "pending", "claimed", "expired", "failed"), 0
+            ("ready", "delayed", "pending", "claimed", "expired", "failed", "done"), 0
         )
         receipts: list[dict[str, int]] = []
         while batch := db.queue("done").browse(limit=5000, state="ready"):

@@ -95,7 +95,7 @@ def test_random_concurrent_runs_keep_the_levels_promises(
     with sluice.connect(url) as db:
         db.recover()
         assert db.queue("in").stats() == dict.fromkeys(
-            ("ready", "delayed", "pending", "claimed", "expired", "failed"), 0
+            ("ready", "delayed", "pending", "claimed", "expired", "failed", "done"), 0
         )
         receipts: list[dict[str, Any]] = []
         while True:

@@ -70,7 +70,7 @@ def _assert_exactly_once(db: sluice.Database) -> None:
     assert sorted(b["n"] for b in bodies) == list(range(MESSAGES))
     assert all(b["doubled"] == 2 * b["n"] for b in bodies)
     assert db.queue("orders").stats() == dict.fromkeys(
-        ("ready", "delayed", "pending", "claimed", "expired", "failed"), 0
+        ("ready", "delayed", "pending", "claimed", "expired", "failed", "done"), 0
     )
     assert db.queue("out").stats()["pending"] == 0  # no staged rows of killed tasks remain
 

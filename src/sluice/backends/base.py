@@ -3,8 +3,9 @@
 A backend is a ``MessageStore`` (the queue-level operations a transaction and a
 queue handle use) plus the capabilities every backend has: ``Sessions``,
 ``Catalog``, ``ChangeFeed``, ``Streams`` and ``Sinks`` (Spark),
-``JobsStatements`` and ``Expressions``. ``Backend`` joins them; each backend
-class names the protocols it implements, so mypy checks it against each.
+``JobsStatements``, ``Expressions``, ``Topics`` and ``Retention``. ``Backend``
+joins them; each backend class names the protocols it implements, so mypy
+checks it against each.
 The one optional capability, ``Outbox`` (a queue transaction inside the caller's
 own database transaction), is an attribute that is None where a backend has none.
 
@@ -68,6 +69,7 @@ __all__ = [
     "MessageStore",
     "Outbox",
     "PropertyDef",
+    "Retention",
     "Row",
     "Selection",
     "SessionInfo",
@@ -158,10 +160,25 @@ class MessageStore(TxStore, Protocol):
     """The core message store: a transaction's operations plus a queue's housekeeping."""
 
     def purge(self, queue: str, state: str, before: float) -> int:
-        """Delete the queue's ``expired`` or ``failed`` messages enqueued before ``before``."""
+        """Delete the queue's ``expired`` or ``failed`` messages enqueued before ``before``,
+        or its ``done`` ones settled before it."""
 
     def stats(self, queue: str) -> dict[str, int]:
         """Message counts by state name, with ``delayed`` apart from ``ready``."""
+
+
+class Retention(Protocol):
+    """Kept outcomes (docs/retention.md): a queue with ``retention`` keeps what its
+    transactions settle as done (``CommitPlan.kept``) until it is that old."""
+
+    def remove_kept(self, limit: int) -> int:
+        """Delete at most ``limit`` done messages past their queue's retention; how many.
+
+        One statement through the settled-time index (never a scan of a queue), so
+        the caller bounds each unit; not durable (a power cut that undoes it only
+        leaves the work for the next call). Concurrent callers never remove a
+        message twice.
+        """
 
 
 class Sessions(Protocol):
@@ -326,8 +343,8 @@ class Streams(Protocol):
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
         """Spark committed rounds (after, upto]: settle them, in one transaction.
 
-        What the stream holds of them is deleted, their lanes get heads, and ``upto``
-        is recorded as acknowledged.
+        What the stream holds of them is deleted (kept as done where the queue has
+        ``retention``), their lanes get heads, and ``upto`` is recorded as acknowledged.
         """
 
     def scan(
@@ -446,6 +463,7 @@ class Backend(
     Sinks,
     JobsStatements,
     Topics,
+    Retention,
     Protocol,
 ):
     """Queue storage: every capability above, plus its dialect and its optional outbox."""

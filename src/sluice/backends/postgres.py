@@ -379,7 +379,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         if cached is None:
             if len(self._selections) >= _MAX_SELECTIONS:
                 self._selections = {}  # selections written with inline values are each new
-            alias = "m" if name in ("browse", "scan", "claimed_in_order") else "s"
+            alias = "m" if name in ("browse", "browse_done", "scan", "claimed_in_order") else "s"
             where, order, params = compile_selection(
                 select,
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),
@@ -533,7 +533,8 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         select: Selection | None = None,
         after: tuple[int, int] | None = None,
     ) -> list[MessageRow]:
-        name, extra = self.selected("browse", select)
+        # Done messages have a statement of their own: they browse in settle order.
+        name, extra = self.selected("browse_done" if state == "done" else "browse", select)
         params = (
             browse_params(queue, state, limit, session, tx, now=self.clock.now(), after=after)
             | extra
@@ -545,7 +546,9 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         with self._transaction() as conn:
             conn.execute(self._q["expire"], {"now": self.clock.now()})
             params = {"queue": queue, "state": code, "before": before}
-            return conn.execute(self._q["purge"], params).rowcount
+            # Done messages go by when they were settled, the others by when enqueued.
+            name = "purge_done" if state == "done" else "purge"
+            return conn.execute(self._q[name], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
         now = self.clock.now()
@@ -553,6 +556,10 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
             [("expire", {"now": now}), ("stats", {"queue": queue, "now": now})], durable=False
         )
         return state_counts(rows)
+
+    def remove_kept(self, limit: int) -> int:
+        params = {"now": self.clock.now(), "limit": limit}
+        return int(first(self._one("remove_kept", params, durable=False)))
 
     def next_due(self, queue: str) -> float | None:
         # Asked right after an empty claim, whose statement answered it already.

@@ -199,7 +199,7 @@ class ConnectionBackend:
         select: Selection | None = None,
         after: tuple[int, int] | None = None,
     ) -> list[MessageRow]:
-        name, extra = self._backend.selected("browse", select)
+        name, extra = self._backend.selected("browse_done" if state == "done" else "browse", select)
         now = self._backend.clock.now()
         params = browse_params(queue, state, limit, session, tx, now=now, after=after) | extra
         return message_rows(self._run([(name, params)])[0])

@@ -30,6 +30,7 @@ from sluice.message import MessageState
 __all__ = [
     "SPOOL_COLUMNS",
     "first_id",
+    "kept_rows",
     "pack",
     "parse_csv",
     "readable",
@@ -114,13 +115,25 @@ def restore_rows(table: pa.Table, session: int, round_: int) -> Iterator[tuple[o
     Back as claimed messages of the stream's session, they are given back the way any
     closed session's claims are (attempts counted, lanes' heads kept).
     """
+    yield from _rows(table, state=int(MessageState.CLAIMED), c_session=session, c_tx=round_)
+
+
+def kept_rows(table: pa.Table, settled_at: float) -> Iterator[tuple[object, ...]]:
+    """The spooled rows for ``COPY messages FROM STDIN``, as done messages (a queue with
+    retention keeps what a stream settles)."""
+    yield from _rows(
+        table, state=int(MessageState.DONE), c_session=None, c_tx=None, settled_at=settled_at
+    )
+
+
+def _rows(table: pa.Table, **fixed: object) -> Iterator[tuple[object, ...]]:
+    """The table's rows in SPOOL_COLUMNS order, bodies unhexed, with ``fixed`` columns set."""
     columns: dict[str, list[object]] = {name: table[name].to_pylist() for name in SPOOL_COLUMNS}
     columns["body_bytes"] = [
         None if raw is None else _unhex(str(raw)) for raw in columns["body_bytes"]
     ]
-    columns["state"] = [int(MessageState.CLAIMED)] * table.num_rows
-    columns["c_session"] = [session] * table.num_rows
-    columns["c_tx"] = [round_] * table.num_rows
+    for name, value in fixed.items():
+        columns[name] = [value] * table.num_rows
     yield from zip(*columns.values(), strict=True)
 
 

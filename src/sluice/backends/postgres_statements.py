@@ -200,7 +200,11 @@ def commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[t
         plain = commit_statements(replace(plan, effects=()), in_caller_tx=in_caller_tx)
         # The effects' own expect() checks their row counts (jobs.sql).
         return plain + [(e.name, e.params) for e in plan.effects]
-    if plan.lanes and plan.held and not (plan.rejects or plan.pending or plan.enqueues):
+    if (
+        plan.lanes
+        and plan.held
+        and not (plan.rejects or plan.pending or plan.enqueues or plan.kept)
+    ):
         # The common commit of a lane's reader: one statement settles and promotes.
         settle = key | {"ids": list(plan.held)} | lanes_params(plan.lanes)
         return [("settle", settle)]
@@ -213,6 +217,11 @@ def commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[t
         for ref, reason in plan.rejects.items():
             statements.append(("reject", key | {"id": ref, "reason": reason}))
         remaining = [ref for ref in plan.held if ref not in plan.rejects]
+        if plan.kept:  # a queue with retention: done, not deleted
+            kept = {"ids": list(plan.kept), "expected": len(plan.kept)}
+            statements.append(("keep_claimed", key | kept | {"settled_at": plan.settled_at}))
+            done = set(plan.kept)
+            remaining = [ref for ref in remaining if ref not in done]
         if remaining:
             params = key | {"ids": remaining, "expected": len(remaining)}
             statements.append(("delete_claimed", params))

@@ -148,13 +148,34 @@ class PostgresStreams:
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
         with self._transaction() as conn:
-            lanes = sorted(lane for (lane,) in conn.execute(self._q["stream_settle"], params))
+            found: set[str | None] = set()
+            if first(conn.execute(self._q["queue_retention"], params).fetchall()) is not None:
+                # Kept as done (docs/retention.md): in place, and what the spool holds.
+                now = self.clock.now()
+                kept = conn.execute(self._q["stream_keep"], params | {"now": now}).fetchall()
+                found.update(lane for (lane,) in kept)
+                self._keep_spool(conn, params, now)
+            found.update(lane for (lane,) in conn.execute(self._q["stream_settle"], params))
+            lanes = sorted(lane for lane in found if lane is not None)
             if lanes:
                 conn.execute(self._q["promote"], lanes_params([(queue, k) for k in lanes]))
             conn.execute(self._q["stream_spool_settle"], params)
             conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
         if lanes:
             self._notifier.signal([queue])  # lanes got new heads
+
+    def _keep_spool(
+        self, conn: psycopg.Connection[Any], params: Mapping[str, Any], settled_at: float
+    ) -> None:
+        """Put the spooled rounds being settled back into the queue, as done messages."""
+        blobs = conn.execute(self._q["stream_spool_read"], params).fetchall()
+        if blobs:
+            from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+
+            with conn.cursor().copy(self._q["stream_restore"]) as copy:
+                for _, data in blobs:
+                    for row in spool.kept_rows(spool.unpack(bytes(data)), settled_at):
+                        copy.write_row(row)
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None

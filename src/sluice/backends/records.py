@@ -304,6 +304,11 @@ class CommitPlan:
     """Lanes whose head may change: those of held messages and of enqueues."""
     effects: Sequence[Effect] = ()
     """Further statements of the same database transaction, after the queue's."""
+    kept: Sequence[int] = ()
+    """Of ``held``, those whose queue keeps settled messages (``retention``): they become
+    done (state 6) with ``settled_at`` instead of being deleted. Never a rejected one."""
+    settled_at: float = 0.0
+    """When the kept messages were settled, by the Database's clock."""
 
 
 STREAM_LEASE = 1e12

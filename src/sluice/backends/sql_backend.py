@@ -35,7 +35,11 @@ __all__ = ["PURGEABLE", "SqlBackend", "SqlConnection", "SqlCursor", "state_count
 
 _STATE_NAMES = MessageState.names()
 
-PURGEABLE = {"expired": MessageState.EXPIRED, "failed": MessageState.FAILED}
+PURGEABLE = {
+    "expired": MessageState.EXPIRED,
+    "failed": MessageState.FAILED,
+    "done": MessageState.DONE,
+}
 """The states ``purge`` deletes from, by the name the caller gives."""
 
 
@@ -250,11 +254,12 @@ class SqlBackend(ABC):
         return True
 
 
+_COUNTED = ("ready", "delayed", "pending", "claimed", "expired", "failed", "done")
+
+
 def state_counts(rows: Sequence[Row]) -> dict[str, int]:
     """``stats()`` from the stats statement's (state, delayed, count) rows."""
-    counts = dict.fromkeys(
-        ("ready", "delayed", "pending", "claimed", "expired", "failed", "done"), 0
-    )
+    counts = dict.fromkeys(_COUNTED, 0)
     for state, delayed, n in rows:
         name = _STATE_NAMES[state]
         counts["delayed" if name == "ready" and delayed else name] += n

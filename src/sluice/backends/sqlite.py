@@ -40,6 +40,7 @@ from sluice.backends.sqlite_statements import (
     delete_held,
     ids,
     is_busy,
+    keep_held,
     load_queries,
     queue_not_found,
     translate,
@@ -420,7 +421,14 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
         if plan.held and not (plan.rejects or plan.pending or plan.enqueues or plan.lanes):
             # The common acknowledgement: one statement. Recovery releases all of a
             # session's claims at once, so it matches all held rows or none.
-            name, params = delete_held(key, plan.held)
+            if not plan.kept:
+                name, params = delete_held(key, plan.held)
+            elif len(plan.kept) == len(plan.held):  # all of a queue with retention
+                name, params = keep_held(key, plan.kept, plan.settled_at)
+            else:
+                with self._transaction(durable=plan.durable) as conn:
+                    self._apply(conn, plan)
+                return
             _, settled = self._single(self._q[name], params, durable=plan.durable)
             if settled != len(plan.held):
                 raise lease_lost(plan)
@@ -470,8 +478,12 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
             for ref, reason in plan.rejects.items():
                 reject = key | {"id": ref, "reason": reason}
                 settled += conn.execute(self._q["reject"], reject).rowcount
-            name, held = delete_held(key, plan.held)
-            settled += conn.execute(self._q[name], held).rowcount
+            if plan.kept:
+                name, kept = keep_held(key, plan.kept, plan.settled_at)
+                settled += conn.execute(self._q[name], kept).rowcount
+            if len(plan.held) > len(plan.rejects) + len(plan.kept):  # some are deleted
+                name, held = delete_held(key, plan.held)
+                settled += conn.execute(self._q[name], held).rowcount
             if settled != len(plan.held):
                 raise lease_lost(plan)
         if plan.pending:
@@ -510,7 +522,8 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
         select: Selection | None = None,
         after: tuple[int, int] | None = None,
     ) -> list[MessageRow]:
-        query, extra = self._selected("browse", select)
+        # Done messages have a statement of their own: they browse in settle order.
+        query, extra = self._selected("browse_done" if state == "done" else "browse", select)
         params = (
             browse_params(queue, state, limit, session, tx, now=self.clock.now(), after=after)
             | extra
@@ -523,7 +536,9 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
         with self._transaction() as conn:
             self._expire(conn)
             params = {"queue": queue, "state": code, "before": before}
-            return conn.execute(self._q["purge"], params).rowcount
+            # Done messages go by when they were settled, the others by when enqueued.
+            name = "purge_done" if state == "done" else "purge"
+            return conn.execute(self._q[name], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
         with self._transaction(
@@ -532,6 +547,11 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
             self._expire(conn)
             params = {"queue": queue, "now": self.clock.now()}
             return state_counts(conn.execute(self._q["stats"], params).fetchall())
+
+    def remove_kept(self, limit: int) -> int:
+        # Not durable: undone by a power cut, it is simply done again after it.
+        params = {"now": self.clock.now(), "limit": limit}
+        return self._write_rows("remove_kept", params, durable=False)
 
     def next_due(self, queue: str) -> float | None:
         with self._reading() as conn:

@@ -15,6 +15,7 @@ __all__ = [
     "delete_held",
     "ids",
     "is_busy",
+    "keep_held",
     "load_queries",
     "queue_not_found",
     "translate",
@@ -48,6 +49,15 @@ def delete_held(key: dict[str, object], held: Sequence[int]) -> tuple[str, dict[
     if len(held) == 1:  # by id: json_each costs a tenth of a cycle for one message
         return "delete_claimed_one", key | {"id": held[0]}
     return "delete_claimed", key | {"ids": ids(held)}
+
+
+def keep_held(
+    key: dict[str, object], kept: Sequence[int], settled_at: float
+) -> tuple[str, dict[str, object]]:
+    """The query that keeps a transaction's settled messages as done, and its parameters."""
+    if len(kept) == 1:
+        return "keep_claimed_one", key | {"id": kept[0], "settled_at": settled_at}
+    return "keep_claimed", key | {"ids": ids(kept), "settled_at": settled_at}
 
 
 def ids(refs: Sequence[int]) -> str:

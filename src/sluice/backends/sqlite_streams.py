@@ -107,7 +107,12 @@ class SQLiteStreams:
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
         with self._transaction() as conn:
-            settled = conn.execute(self._q["stream_settle"], params).fetchall()
+            settled = []
+            kept = conn.execute(self._q["queue_retention"], params).fetchone()
+            if kept is not None and kept[0] is not None:  # kept as done (docs/retention.md)
+                now = self.clock.now()
+                settled += conn.execute(self._q["stream_keep"], params | {"now": now}).fetchall()
+            settled += conn.execute(self._q["stream_settle"], params).fetchall()
             self._promote(conn, {(queue, lane) for (lane,) in settled if lane is not None})
             conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
 

@@ -139,7 +139,7 @@ class Engine:
         this many levels (1-10, as Qpid maps JMS 0-9), FIFO within a level;
         ``max_in_flight``: the most messages its consumers hold unsettled at once;
         ``retention``: seconds (or ``"forever"``) settled messages are kept as
-        ``done`` instead of deleted (docs/topics.md).
+        ``done`` instead of deleted (docs/retention.md).
         """
         spec = QueueSpec(
             name,

@@ -83,6 +83,8 @@ class Queue:
 
         ``where`` and ``order_by`` select and order by content; ``after``: a message's
         ``position``, to page on from it (the next page starts after the last message).
+        ``state="done"``: what a queue with ``retention`` kept of the messages settled,
+        in the order they were settled (docs/retention.md).
         """
         self._context.spec(self.name)
         return browse(
@@ -96,13 +98,16 @@ class Queue:
             after=after,
         )
 
-    def purge(self, state: Literal["expired", "failed"], *, older_than: float = 0.0) -> int:
-        """Delete kept ``expired`` or ``failed`` messages enqueued over ``older_than`` seconds ago.
+    def purge(self, state: Literal["expired", "failed", "done"], *, older_than: float = 0.0) -> int:
+        """Delete kept ``expired`` or ``failed`` messages enqueued over ``older_than`` seconds
+        ago, or ``done`` ones settled over ``older_than`` seconds ago.
 
         Returns how many went. Ready, delayed and claimed messages are never purged.
         """
-        if state not in ("expired", "failed"):
-            raise ConfigurationError(f"only expired or failed messages are purged, not {state!r}")
+        if state not in ("expired", "failed", "done"):
+            raise ConfigurationError(
+                f"only expired, failed or done messages are purged, not {state!r}"
+            )
         if (
             isinstance(older_than, bool)
             or not isinstance(older_than, int | float)
@@ -113,7 +118,7 @@ class Queue:
         return self._context.backend.purge(self.name, state, self._context.clock.now() - older_than)
 
     def stats(self) -> dict[str, int]:
-        """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed."""
+        """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed, done."""
         spec = self._context.spec(self.name)
         counts = self._context.backend.stats(self.name)
         if spec.kind == "subscription":  # its topic's messages it has yet to take are ready

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BrowseState", "browse", "to_message"]
 
-BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed"]
+BrowseState = Literal["ready", "delayed", "claimed", "expired", "failed", "done"]
 _BROWSE_STATES: tuple[str, ...] = get_args(BrowseState)
 
 
@@ -88,9 +88,10 @@ def browse(
     ``after``: a message's position; the page starts after it, in delivery order.
     """
     start = None if after is None else Position.parse(after)
-    if start is not None and order_by:
+    if start is not None and (order_by or state == "done"):
         raise ConfigurationError(
-            "after= pages through delivery order; it cannot be combined with order_by"
+            "after= pages through delivery order; it cannot be combined with order_by "
+            "or with state='done' (which browses in settle order)"
         )
     if state not in _BROWSE_STATES:
         raise ConfigurationError(f"state must be one of {', '.join(_BROWSE_STATES)}, not {state!r}")

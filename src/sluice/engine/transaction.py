@@ -101,6 +101,7 @@ class Transaction:
         "_effects",
         "_held",
         "_held_lanes",
+        "_kept",
         "_lanes_out",
         "_pending",
         "_pending_queues",
@@ -133,6 +134,8 @@ class Transaction:
         self._pending_queues: set[str] = set()
         self._held: dict[int, Message] = {}
         self._held_lanes: dict[int, Lane] = {}  # held messages that belong to a lane
+        # Held messages whose queue keeps them when settled; made by the first of them.
+        self._kept: set[int] | None = None
         self._lanes_out: set[Lane] = set()  # lanes this transaction enqueued to
         self._rejects: dict[int, str] = {}
         self._touched = False
@@ -305,6 +308,11 @@ class Transaction:
                 clock = self._context.clock  # due by its time; a ManualClock's is polled for
                 remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
             wakeups.wait(token, remaining, news, limit)
+        return self._hold(spec, rows)
+
+    def _hold(self, spec: QueueSpec, rows: list[MessageRow]) -> list[Message]:
+        """The claimed rows as messages this transaction holds."""
+        queue = spec.name
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
@@ -318,6 +326,11 @@ class Transaction:
                 self._pending -= 1  # (and it holds no lane: it never entered one)
             elif row.lane is not None:
                 self._held_lanes[m.ref] = (queue, row.lane)
+        if spec.retention is not None:
+            # Judged when taken, by the settings this process sees (at most a second old).
+            if self._kept is None:
+                self._kept = set()
+            self._kept.update(m.ref for m in messages)
         return messages
 
     def _take_subscribed(
@@ -393,6 +406,8 @@ class Transaction:
         del self._held[message.ref]
         self._held_lanes.pop(message.ref, None)
         self._rejects.pop(message.ref, None)
+        if self._kept:
+            self._kept.discard(message.ref)
         if message.producer == (self.session, self.number):
             self._pending += 1
         # Everyone: out of attempts, it went to an error queue instead.
@@ -447,6 +462,10 @@ class Transaction:
                 lanes=sorted(self._lanes_out | set(self._held_lanes.values())),
                 effects=self._effects,
             )
+            if self._kept:  # only queues with retention pay for it
+                kept = self._kept
+                plan.kept = [r for r in self._held if r in kept and r not in self._rejects]
+                plan.settled_at = self._context.clock.now()
             try:
                 self._backend.commit(plan)
             except LeaseLost:

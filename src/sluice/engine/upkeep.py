@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from sluice.backends.base import Backend, Selection
+from sluice.engine.retention import remove_kept
 from sluice.errors import QueueInUse, SluiceError
 
 __all__ = ["upkeep"]
@@ -46,3 +47,4 @@ def upkeep(
             log.debug("sluice could not pass messages for subscription %s: %s", name, exc)
     for topic in backend.topics():
         backend.collect(topic)
+    remove_kept(backend)  # done messages past their queue's retention (engine/retention.py)

@@ -50,7 +50,7 @@ _KNOWN: Final = frozenset(
         "checkpointlocation",  # Spark's own, handed to the sink too
     }
 )
-_STATES: Final = ("ready", "delayed", "claimed", "expired", "failed")
+_STATES: Final = ("ready", "delayed", "claimed", "expired", "failed", "done")
 
 
 @dataclass(frozen=True, slots=True)

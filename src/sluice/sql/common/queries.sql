@@ -7,7 +7,7 @@
 -- {select} and {order}: holes for a selective or ordering dequeue's condition and keys
 -- (compiled expressions over the row m), filled at run time; empty without a selection.
 -- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed,
--- 5 waiting behind the head of its lane.
+-- 5 waiting behind the head of its lane, 6 done (settled, kept by a queue with retention).
 
 -- fragment: ready_or_own
 -- What a transaction may claim: ready messages, and its own uncommitted enqueues (they
@@ -157,8 +157,9 @@ ORDER BY qp.slot;
 DELETE FROM {schema}.messages WHERE state = 0 AND p_session = :session AND p_tx = :tx;
 
 -- name: browse
+-- (state < 6: the index range leaves out what a queue with retention kept.)
 SELECT {message_columns} FROM {schema}.messages AS m
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state < 6
   AND (
         (:state = 'ready'
             AND (state IN (1, 5) OR (state = 0 AND p_session = :session AND p_tx = :tx))
@@ -173,11 +174,24 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
 ORDER BY {order}priority DESC, id
 LIMIT :limit;
 
+-- name: browse_done
+-- What a queue with retention kept, in settle order (messages_settled: no sort).
+SELECT {message_columns} FROM {schema}.messages AS m
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state = 6{select}
+ORDER BY {order}settled_at, id
+LIMIT :limit;
+
 -- name: purge
 -- Only kept outcomes (expired, failed) are purged; live messages never are.
 DELETE FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
   AND state = :state AND enqueued_at <= :before;
+
+-- name: purge_done
+-- Done messages go by when they were settled (through messages_settled).
+DELETE FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+  AND state = 6 AND settled_at <= :before;
 
 -- name: next_due
 SELECT min(available_at) FROM {schema}.messages
@@ -189,6 +203,17 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
 SELECT s.session, s.round, s.acked
 FROM {schema}.streams AS s JOIN {schema}.queues AS q ON q.id = s.queue_id
 WHERE q.name = :queue AND s.name = :name;
+
+-- name: queue_retention
+SELECT retention FROM {schema}.queues WHERE name = :queue;
+
+-- name: stream_keep
+-- Spark committed a stream's rounds (:after, :upto] of a queue with retention: what it
+-- holds of them in place becomes done, as a transaction's settled messages do.
+UPDATE {schema}.messages SET state = 6, settled_at = :now, c_session = NULL, c_tx = NULL
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state = 2
+  AND c_session = :session AND c_tx > :after AND c_tx <= :upto
+RETURNING lane;
 
 -- name: stream_delete
 DELETE FROM {schema}.streams WHERE session = :session;
@@ -218,7 +243,8 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
      OR (:state = 'delayed' AND state IN (1, 5) AND available_at > :now)
      OR (:state = 'claimed' AND state = 2)
      OR (:state = 'expired' AND state = 3)
-     OR (:state = 'failed' AND state = 4)){select}
+     OR (:state = 'failed' AND state = 4)
+     OR (:state = 'done' AND state = 6)){select}
 ORDER BY id
 LIMIT :limit;
 

@@ -5,7 +5,8 @@
 -- (sluice.backends.base.MESSAGE_COLUMNS, then body_bytes); {spool_columns} and
 -- {spool_names}: every column of the messages table (postgres_schema.MESSAGES_TABLE),
 -- over m and bare. In claims, {select} and {order} are over the claim's row s.
--- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed.
+-- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed,
+-- 5 waiting behind the head of its lane, 6 done (kept by a queue with retention).
 -- Times: sessions use the database's clock ({db_now}); messages the Database's clock
 -- (%(now)s), by default the database's clock read through server_time's offset.
 
@@ -412,6 +413,18 @@ WITH d AS (
     RETURNING 1)
 SELECT {schema}.expect((SELECT count(*) FROM d), %(expected)s, 'lease lost');
 
+-- name: keep_claimed
+-- A queue with retention keeps what its transactions settle, as done (state 6), until
+-- its retention runs out (remove_kept) or it is purged. The lane stays as history: only
+-- states 1, 2 and 5 count in a lane.
+WITH k AS (
+    UPDATE {schema}.messages SET state = 6, settled_at = %(settled_at)s,
+                                 c_session = NULL, c_tx = NULL
+    WHERE id IN (SELECT unnest(%(ids)s::bigint[]))
+      AND state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
+    RETURNING 1)
+SELECT {schema}.expect((SELECT count(*) FROM k), %(expected)s, 'lease lost');
+
 -- name: reject
 -- Rejected messages leave for the error queue, or stay as failed where the queue has none.
 WITH r AS (
@@ -501,9 +514,14 @@ SELECT {schema}.expire(%(now)s);
 
 -- name: stats
 -- What streams took into their spools (and Spark has not committed) counts as claimed.
+-- Done messages are counted apart: a plain count of their index range (a queue with
+-- retention may keep millions).
 SELECT state, available_at > %(now)s AS delayed, count(*) FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state < 6
 GROUP BY 1, 2
+UNION ALL
+SELECT 6, false, count(*) FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND state = 6
 UNION ALL
 SELECT 2, false, sum(p.n) FROM {schema}.stream_spool AS p
 JOIN {schema}.streams AS s ON s.session = p.session
@@ -607,3 +625,24 @@ ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.u
 -- of one micro-batch of a streaming sink (pid the batch id).
 DELETE FROM {schema}.sessions WHERE host = %(host)s AND (%(pid)s::bigint IS NULL OR pid = %(pid)s);
 
+
+-- name: remove_kept
+-- At most %(limit)s done messages past their queue's retention (a queue whose
+-- retention was turned off keeps none): per queue one range of messages_settled up to
+-- now - retention, never a scan. Nodes sweeping at once skip each other's rows.
+WITH pick AS (
+    SELECT k.id, k.slot FROM {schema}.queues AS q
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.slot FROM {schema}.messages AS m
+        WHERE m.queue_id = q.id AND m.state = 6
+          AND m.settled_at <= %(now)s - coalesce(q.retention, 0)
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) AS k
+    -- A topic's done message is its newest's tombstone: collection removes it.
+    WHERE q.kind <> 'topic'
+    LIMIT %(limit)s
+), gone AS (
+    DELETE FROM {schema}.messages AS d USING pick
+    WHERE d.id = pick.id AND d.slot = pick.slot
+    RETURNING 1)
+SELECT count(*) FROM gone;

@@ -3,7 +3,8 @@
 -- {order} and fragments such as {ready_or_own}. A section starts with "-- name: <statement>".
 -- Message states: 0 pending (uncommitted enqueue), 1 ready, 2 claimed, 3 expired, 4 failed,
 -- 5 waiting behind the head of its lane (a group, or a writer or block of an isolated
--- queue: see 0003_isolation.sql). A lane has at most one head, in state 1 or 2.
+-- queue: see 0003_isolation.sql), 6 done (settled, kept by a queue with retention).
+-- A lane has at most one head, in state 1 or 2.
 -- Columns read back for a message are always {message_columns} (sluice.backends.sqlite);
 -- {claimed_columns} are the same with the claimed state (2) in the state column, for the
 -- selects a batch claim marks claimed right after.
@@ -228,6 +229,17 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 2 AND c_session = :s
 DELETE FROM messages
 WHERE id = :id AND state = 2 AND c_session = :session AND c_tx = :tx;
 
+-- name: keep_claimed
+-- A queue with retention keeps what its transactions settle, as done (state 6), until
+-- its retention runs out (remove_kept) or it is purged. The lane stays as history: only
+-- states 1, 2 and 5 count in a lane.
+UPDATE messages SET state = 6, settled_at = :settled_at, c_session = NULL, c_tx = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 2 AND c_session = :session AND c_tx = :tx;
+
+-- name: keep_claimed_one
+UPDATE messages SET state = 6, settled_at = :settled_at, c_session = NULL, c_tx = NULL
+WHERE id = :id AND state = 2 AND c_session = :session AND c_tx = :tx;
+
 -- name: reject
 -- Rejected messages leave for the error queue, or stay as failed where the queue has none.
 UPDATE messages
@@ -315,9 +327,14 @@ UPDATE messages SET state = 3
 WHERE state IN (1, 5) AND expires_at IS NOT NULL AND expires_at <= :now;
 
 -- name: stats
+-- Done messages are counted apart: a plain count of their index range, a tenth of the
+-- grouped count's cost per row (a queue with retention may keep millions).
 SELECT state, available_at > :now AS delayed, count(*) FROM messages
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
-GROUP BY 1, 2;
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state < 6
+GROUP BY 1, 2
+UNION ALL
+SELECT 6, 0, count(*) FROM messages
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 6;
 
 -- name: stream_insert
 INSERT INTO streams (queue_id, name, session, created_at)
@@ -358,3 +375,15 @@ ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.u
 -- of one micro-batch of a streaming sink (pid the batch id).
 DELETE FROM sessions WHERE host = :host AND (:pid IS NULL OR pid = :pid);
 
+
+-- name: remove_kept
+-- At most :limit done messages past their queue's retention (a queue whose retention
+-- was turned off keeps none): per queue one seek of messages_settled up to
+-- :now - retention, never a scan (CROSS JOIN keeps the queues outside).
+DELETE FROM messages WHERE id IN (
+    SELECT m.id FROM queues AS q
+    CROSS JOIN messages AS m INDEXED BY messages_settled
+        ON m.queue_id = q.id AND m.state = 6 AND m.settled_at <= :now - coalesce(q.retention, 0)
+    -- A topic's done message is its newest's tombstone: collection removes it.
+    WHERE q.kind <> 'topic'
+    LIMIT :limit);
