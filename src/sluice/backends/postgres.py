@@ -451,9 +451,10 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
+        capped: bool = False,
     ) -> list[MessageRow]:
         return claim_rounds(
-            lambda name, params: self._claim(session, tx, name, params),
+            lambda steps: self._claim(session, tx, queue, steps),
             self.selected,
             clock=self.clock,
             session=session,
@@ -465,19 +466,23 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
             lanes=lanes,
             fill=fill,
             suffix="",
+            capped=capped,
         )
 
-    def _claim(self, session: int, tx: int, name: str, params: dict[str, Any]) -> list[MessageRow]:
+    def _claim(
+        self, session: int, tx: int, queue: str, steps: list[tuple[str, Any]]
+    ) -> list[MessageRow]:
         try:
-            # One statement that relaxes its own commit: one round trip.
-            rows = self._one(name, params)
+            # One statement that relaxes its own commit: one round trip; a capped queue's
+            # lock and then the claim: one pipelined round trip too.
+            rows = self._one(*steps[0]) if len(steps) == 1 else self._unit(steps, durable=False)[-1]
         except StorageError as exc:
             if isinstance(exc, ConnectionLost):
                 # The claim may have committed before the connection broke: the
                 # transaction's end must then settle rows it never heard of.
                 self._uncertain.add((session, tx))
             raise
-        return self.keep_due(params["queue"], rows)
+        return self.keep_due(queue, rows)
 
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
         return fronts(lanes, self._unit(lane_front_statements(queue, lanes), durable=False))
@@ -511,6 +516,8 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
             self._notifier.signal(None)  # which queues gained is not known here
         elif plan.enqueues and not notified:
             self._notifier.signal(e.queue for e in plan.enqueues)
+        if plan.freed:  # credit freed: waiters of capped queues elsewhere may take more
+            self._notifier.signal(plan.freed)
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": None}  # all it holds, known or not

@@ -148,9 +148,12 @@ class ConnectionBackend:
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
+        capped: bool = False,
     ) -> list[MessageRow]:
+        # A capped queue's credit lock is held until the caller's transaction ends: its
+        # claims are not visible to other claimers before.
         return claim_rounds(
-            lambda name, params: self._backend.keep_due(queue, self._run([(name, params)])[0]),
+            lambda steps: self._backend.keep_due(queue, self._run(steps)[-1]),
             self._backend.selected,
             clock=self._backend.clock,
             session=session,
@@ -162,6 +165,7 @@ class ConnectionBackend:
             lanes=lanes,
             fill=fill,
             suffix="_in_caller_tx",
+            capped=capped,
         )
 
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -181,7 +185,7 @@ class ConnectionBackend:
             raise commit_failure(plan, exc) from exc
         except QueueNotFound:
             raise
-        if plan.enqueues or plan.pending or plan.rejects or plan.lanes:
+        if plan.enqueues or plan.pending or plan.rejects or plan.lanes or plan.freed:
             self._notify()
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:

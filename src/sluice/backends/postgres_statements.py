@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from sluice.backends.postgres_schema import LOCK_CLASS
+from sluice.backends.postgres_schema import CREDIT_LOCK_CLASS, LOCK_CLASS
 from sluice.backends.records import (
     SLOTS,
     CommitPlan,
@@ -41,6 +41,7 @@ __all__ = [
     "claim_rounds",
     "commit_failure",
     "commit_statements",
+    "credit_lock_statement",
     "enqueue_statement",
     "first",
     "fronts",
@@ -143,7 +144,7 @@ def abort_statements(
 
 
 def claim_rounds(
-    run: Callable[[str, dict[str, Any]], list[MessageRow]],
+    run: Callable[[list[tuple[str, Any]]], list[MessageRow]],
     selected: Callable[[str, Selection | None], tuple[str, dict[str, Any]]],
     *,
     clock: Clock,
@@ -156,11 +157,14 @@ def claim_rounds(
     lanes: Sequence[str],
     fill: bool,
     suffix: str,
+    capped: bool = False,
 ) -> list[MessageRow]:
     """Claim in rounds: of a lane only the head is claimable, or the next message for the
     lane's holder, so lanes taken in one round offer their next message to the next.
 
-    Without lanes involved this is one statement, as always.
+    ``run`` runs a round's statements as one transaction and returns the claim's rows
+    (the last statement's). Without lanes involved this is one statement, as always;
+    on a ``capped`` queue (max_in_flight) the queue's credit lock comes first.
     """
     base = "claim_with_own" if own else "claim"
     owned = set(lanes)
@@ -168,14 +172,17 @@ def claim_rounds(
     while len(rows) < limit:
         name, extra = selected(f"{base}_lanes{suffix}" if owned else f"{base}{suffix}", select)
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit - len(rows),
-                  "now": clock.now()} | extra  # fmt: skip
+                  "now": clock.now(), "capped": capped} | extra  # fmt: skip
         if owned:
             # A lane's run is taken whole; with a selection only its next message,
             # which is the one the selection may judge without skipping any.
             params["lanes"] = sorted(owned)
             params["run"] = 1 if select is not None else limit - len(rows)
             params["fill"] = fill or not lanes  # lanes found in this call: fill as asked
-        taken = run(name, params)
+        steps: list[tuple[str, Any]] = [(name, params)]
+        if capped:
+            steps.insert(0, credit_lock_statement(queue))
+        taken = run(steps)
         if not taken:
             break
         rows += taken
@@ -186,6 +193,11 @@ def claim_rounds(
             break  # no lane took part: this round took all there was
         owned |= more
     return rows
+
+
+def credit_lock_statement(queue: str) -> tuple[str, Any]:
+    """The lock a claim on a capped queue takes first (see credit_lock in queries.sql)."""
+    return "credit_lock", {"lock_class": CREDIT_LOCK_CLASS, "queue": queue}
 
 
 def commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[tuple[str, Any]]:

@@ -293,6 +293,9 @@ class CommitPlan:
     """Lanes whose head may change: those of held messages and of enqueues."""
     effects: Sequence[Effect] = ()
     """Further statements of the same database transaction, after the queue's."""
+    freed: Sequence[str] = ()
+    """Queues with max_in_flight whose credit settling ``held`` frees: their waiters in
+    other processes are told (where a backend does not tell them of every commit)."""
 
 
 STREAM_LEASE = 1e12

@@ -333,6 +333,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
+        capped: bool = False,
     ) -> list[MessageRow]:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
@@ -343,6 +344,9 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
             "queue": queue,
             "limit": limit,
             "now": self.clock.now(),
+            # A capped claim counts the queue's credit in its own statement (claim_limit):
+            # one statement, or rounds in one BEGIN IMMEDIATE, so the count holds.
+            "capped": capped,
         }
         if limit == 1 and not lanes:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.

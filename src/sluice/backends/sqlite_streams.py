@@ -99,7 +99,8 @@ class SQLiteStreams:
         self, session: int, round: int, queue: str, limit: int, select: Selection | None
     ) -> int:
         query, extra = self._selected("stream_claim", select)
-        params = {"session": session, "tx": round, "queue": queue, "limit": limit}
+        # A round takes no more than a capped queue's credit (claim_limit reads the cap).
+        params = {"session": session, "tx": round, "queue": queue, "limit": limit, "capped": True}
         # Without fsync, as every claim: set_stream_round's commit makes it durable.
         with self._transaction(durable=False) as conn:
             return int(conn.execute(query, params | {"now": self.clock.now()} | extra).rowcount)

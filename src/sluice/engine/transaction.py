@@ -26,6 +26,7 @@ from sluice.backends.base import (
     TxStore,
     lane_of,
 )
+from sluice.catalog import priority_level
 from sluice.engine import topics
 from sluice.engine.enqueue import (
     check_group,
@@ -93,6 +94,7 @@ class Transaction:
         "_backend",
         "_buffer",
         "_buffered_queues",
+        "_capped",
         "_context",
         "_count",
         "_durable",
@@ -136,6 +138,7 @@ class Transaction:
         self._touched = False
         self._durable = False
         self._effects: list[Effect] = []
+        self._capped: set[str] | None = None  # queues with max_in_flight it took from
 
     @property
     def id(self) -> str:
@@ -198,8 +201,10 @@ class Transaction:
             topics.check_target(spec)
         lane = lane_of(spec.isolation, check_group(group), self.session, self.number)
         now = self._context.clock.now()
+        given = check_priority(priority)
         options = (
-            check_priority(priority),
+            # A leveled queue stores the level, so every claim orders by it (docs/delivery.md).
+            given if spec.priority_levels is None else priority_level(given, spec.priority_levels),
             encode_properties(properties),
             check_text("correlation_id", correlation_id),
             check_text("reply_to", reply_to),
@@ -285,6 +290,7 @@ class Transaction:
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
         backend, wakeups = self._backend, self._context.wakeups
+        capped = spec.max_in_flight is not None  # its claims take no more than its credit
         # A subscription is woken by its topic's news, and takes its messages first.
         news = (queue,) if spec.topic is None else (queue, spec.topic)
         deadline = time.monotonic() + wait
@@ -292,7 +298,9 @@ class Transaction:
             token = wakeups.token() if wait else (0, 0)
             if spec.kind != "queue":
                 topics.before_take(self._context, spec, everything=select is not None)
-            rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes)
+            rows = self._claim(
+                queue, spec.isolation, limit, own=own, select=select, lanes=lanes, capped=capped
+            )
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break
@@ -304,6 +312,8 @@ class Transaction:
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
+            if capped:  # settling them frees credit that waiters wait for
+                self._capped = (self._capped or set()) | {queue}
         messages = []
         models = self._context.types.models
         for row in rows:
@@ -325,6 +335,7 @@ class Transaction:
         own: bool,
         select: Selection | None,
         lanes: list[str],
+        capped: bool,
     ) -> list[MessageRow]:
         """Claim per the queue's isolation level (see docs/isolation.md, "limit").
 
@@ -337,18 +348,18 @@ class Transaction:
         blockwise = isolation in ("blockwise", "ordered_blockwise")
         if lanes:
             rows = backend.claim(session, tx, queue, limit, own=own, select=select,
-                                 lanes=lanes, fill=not blockwise)  # fmt: skip
+                                 lanes=lanes, fill=not blockwise, capped=capped)  # fmt: skip
             if rows or not blockwise:
                 return rows
         if isolation == "none":
-            return backend.claim(session, tx, queue, limit, own=own, select=select)
-        rows = backend.claim(session, tx, queue, 1, own=own, select=select)
+            return backend.claim(session, tx, queue, limit, own=own, select=select, capped=capped)
+        rows = backend.claim(session, tx, queue, 1, own=own, select=select, capped=capped)
         taken = sorted(
             {r.lane for r in rows if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)}
         )
         if taken and limit > 1:
             rows += backend.claim(session, tx, queue, limit - 1, own=own, select=select,
-                                  lanes=taken, fill=not blockwise)  # fmt: skip
+                                  lanes=taken, fill=not blockwise, capped=capped)  # fmt: skip
         return rows
 
     def release(self, message: Message) -> None:
@@ -412,6 +423,7 @@ class Transaction:
         self._check_active()
         if self._held_lanes:
             self._check_blocks()
+        freed = self._freed() if self._capped else None
         if self._buffer or self._touched or self._effects:
             plan = CommitPlan(
                 session=self.session,
@@ -423,6 +435,7 @@ class Transaction:
                 durable=self._durable,
                 lanes=sorted(self._lanes_out | set(self._held_lanes.values())),
                 effects=self._effects,
+                freed=tuple(freed) if freed else (),
             )
             try:
                 self._backend.commit(plan)
@@ -441,6 +454,17 @@ class Transaction:
                 counts[e.queue] = counts.get(e.queue, 0) + 1
             for queue, count in counts.items():
                 wakeups.notify(queue, count)
+        if freed:  # credit for as many more
+            for queue, count in freed.items():
+                wakeups.notify(queue, count)
+
+    def _freed(self) -> dict[str, int]:
+        """How many messages of each capped queue this transaction holds (its commit frees)."""
+        counts = dict.fromkeys(self._capped or (), 0)
+        for m in self._held.values():
+            if m.queue in counts:
+                counts[m.queue] += 1
+        return {queue: count for queue, count in counts.items() if count}
 
     def savepoint(self) -> tuple[int, int, int, int, frozenset[Lane]]:
         """A mark that ``rollback_to`` can undo this transaction's later enqueues to."""
