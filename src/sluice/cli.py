@@ -80,6 +80,8 @@ def cmd_create(args: argparse.Namespace, db: sluice.Database) -> int:
         durability="transient" if args.transient else "persistent",
         max_size=args.max_size,
         isolation=args.isolation,
+        priority_levels=args.priority_levels,
+        max_in_flight=args.max_in_flight,
         exist_ok=args.exist_ok,
     )
     _out(args, {"created": args.queue}, f"created {args.queue}")
@@ -280,6 +282,14 @@ def _create_parser(p: argparse.ArgumentParser) -> None:
         choices=list(ISOLATION_LEVELS),
         default="none",
         help="how concurrent readers are isolated (docs/isolation.md)",
+    )
+    p.add_argument(
+        "--priority-levels",
+        type=int,
+        help="map priorities 0-9 onto this many levels, FIFO within one (docs/delivery.md)",
+    )
+    p.add_argument(
+        "--max-in-flight", type=int, help="most messages its consumers hold unsettled at once"
     )
     p.add_argument("--exist-ok", action="store_true", help="succeed if the queue exists")
 
