@@ -99,7 +99,8 @@ def test_a_released_message_returns_to_its_place_within_its_level(db: sluice.Dat
     for body, priority in [("low1", 1), ("high1", 6), ("low2", 2), ("high2", 9), ("high3", 5)]:
         q.put(body, priority=priority)
     first, second = q.get(), q.get()
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert (first.body, second.body) == ("high1", "high2")
     second.release()
     first.release()
@@ -173,20 +174,24 @@ def test_at_the_cap_nothing_more_until_a_message_is_settled(db: sluice.Database)
     q = db.create_queue("capped", max_in_flight=2)
     q.put_many([f"m{n}" for n in range(6)])
     first, second = q.get(), q.get()
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert q.get() is None
     assert q.stats()["ready"] == 4  # waiting for credit, not gone
     first.ack()
     third = q.get()
-    assert third is not None and third.body == "m2"
+    assert third is not None
+    assert third.body == "m2"
     assert q.get() is None
     second.release()  # back to its place: the next one taken
     again = q.get()
-    assert again is not None and again.body == "m1"
+    assert again is not None
+    assert again.body == "m1"
     assert q.get() is None
     again.reject("no")
     fourth = q.get()
-    assert fourth is not None and fourth.body == "m3"
+    assert fourth is not None
+    assert fourth.body == "m3"
     third.ack()
     fourth.ack()
     with db.transaction() as tx:
@@ -250,7 +255,8 @@ def test_a_waiting_consumer_is_woken_when_a_settle_frees_credit(db: sluice.Datab
     held.ack()
     consumer.join(10)
     assert not consumer.is_alive(), "a settle did not wake the consumer waiting for credit"
-    assert got[0] is not None and got[0].body == "second"
+    assert got[0] is not None
+    assert got[0].body == "second"
     got[0].ack()
 
 
@@ -261,7 +267,8 @@ def test_a_subscription_with_max_in_flight(db: sluice.Database) -> None:
     topic.put_many([f"n{n}" for n in range(5)])
     capped, free = db.queue("capped"), db.queue("free")
     a, b = capped.get(), capped.get()
-    assert a is not None and b is not None
+    assert a is not None
+    assert b is not None
     assert capped.get() is None
     assert [_take(free) for _ in range(5)] == [f"n{n}" for n in range(5)]  # not held back
     a.ack()
@@ -275,7 +282,8 @@ def test_altering_the_cap_applies_to_the_next_claim(db: sluice.Database) -> None
     q.put_many(list(range(6)))
     db.alter_queue("q", max_in_flight=1)
     held = q.get()
-    assert held is not None and q.get() is None
+    assert held is not None
+    assert q.get() is None
     db.alter_queue("q", max_in_flight=None)
     assert q.get() is not None
 
@@ -320,18 +328,21 @@ def test_a_handle_with_its_own_credit(db: sluice.Database) -> None:
     mine = db.queue("q", max_in_flight=2)
     assert (mine.max_in_flight, mine.in_flight) == (2, 0)
     first, second = mine.get(), mine.get()
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert mine.in_flight == 2
     assert mine.get() is None
     other = db.queue("q")  # the queue itself has no cap: other consumers go on
     assert _take(other) == "m2"
     first.ack()
     third = mine.get()
-    assert third is not None and third.body == "m3"
+    assert third is not None
+    assert third.body == "m3"
     assert mine.get() is None
     second.release()
     fourth = mine.get()
-    assert fourth is not None and fourth.body == "m1"
+    assert fourth is not None
+    assert fourth.body == "m1"
     fourth.reject("no")
     third.ack()
     assert mine.in_flight == 0
@@ -350,9 +361,11 @@ def test_a_handle_waits_for_its_own_credit(db: sluice.Database) -> None:
     held.ack()
     consumer.join(10)
     assert not consumer.is_alive(), "a settle did not free the handle's credit"
-    assert got[0] is not None and got[0].body == "second"
+    assert got[0] is not None
+    assert got[0].body == "second"
     got[0].ack()
-    assert mine.get(wait=0.01) is None and mine.in_flight == 0
+    assert mine.get(wait=0.01) is None
+    assert mine.in_flight == 0
 
 
 def test_a_handles_credit_is_shared_by_its_threads(db: sluice.Database) -> None:
@@ -373,7 +386,8 @@ def test_a_handles_credit_is_shared_by_its_threads(db: sluice.Database) -> None:
         t.start()
     for t in threads:
         t.join(30)
-    assert len(taken) == 3 and mine.in_flight == 3
+    assert len(taken) == 3
+    assert mine.in_flight == 3
     for m in taken:
         m.ack()
     assert mine.in_flight == 0
@@ -383,8 +397,10 @@ def test_a_handle_and_the_queue_cap_both_apply(db: sluice.Database) -> None:
     db.create_queue("capped", max_in_flight=2).put_many(list(range(5)))
     mine = db.queue("capped", max_in_flight=5)
     a, b = mine.get(), mine.get()
-    assert a is not None and b is not None
-    assert mine.get() is None and mine.in_flight == 2  # the queue's cap
+    assert a is not None
+    assert b is not None
+    assert mine.get() is None
+    assert mine.in_flight == 2
     a.ack()
     b.ack()
 
