@@ -26,6 +26,7 @@ from sluice.backends.records import (
     sink_seen,
     stream_host,
 )
+from sluice.backends.sqlite_statements import capped_limit
 from sluice.clock import Clock
 from sluice.errors import QueueNotFound
 
@@ -99,10 +100,14 @@ class SQLiteStreams:
         self, session: int, round: int, queue: str, limit: int, select: Selection | None
     ) -> int:
         query, extra = self._selected("stream_claim", select)
-        # A round takes no more than a capped queue's credit (claim_limit reads the cap).
-        params = {"session": session, "tx": round, "queue": queue, "limit": limit, "capped": True}
+        params = {"session": session, "tx": round, "queue": queue, "limit": limit}
         # Without fsync, as every claim: set_stream_round's commit makes it durable.
         with self._transaction(durable=False) as conn:
+            # A round takes no more than a capped queue's credit, counted in the same
+            # transaction, as a claim does.
+            params["limit"] = capped_limit(conn, self._q["queue_credit"], queue, limit)
+            if not params["limit"]:
+                return 0
             return int(conn.execute(query, params | {"now": self.clock.now()} | extra).rowcount)
 
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:

@@ -8,17 +8,6 @@
 -- {claimed_columns} are the same with the claimed state (2) in the state column, for the
 -- selects a batch claim marks claimed right after.
 
--- fragment: claim_limit
--- How many a claim may take: :limit; on a queue with max_in_flight (:capped: the engine
--- says so, or a stream's claim asks) no more than the credit left, counted in the claim
--- itself (the queue's claimed rows, through its index). One statement, or one BEGIN
--- IMMEDIATE transaction, so SQLite's one writer makes it hold across processes.
-CASE WHEN :capped THEN max(0, min(:limit, coalesce(
-    (SELECT q.max_in_flight - (SELECT count(*) FROM messages AS c
-                               WHERE c.queue_id = q.id AND c.state = 2)
-     FROM queues AS q WHERE q.name = :queue AND q.max_in_flight IS NOT NULL), :limit)))
-ELSE :limit END
-
 -- name: open_session
 INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease)
 VALUES (:host, :pid, :now, :now, :lease);
@@ -44,6 +33,14 @@ WHERE name = :name
 -- name: lock_queue_row
 -- BEGIN IMMEDIATE holds the write lock already: this only finds the queue.
 SELECT id FROM queues WHERE name = :name;
+
+-- name: queue_credit
+-- What a queue with max_in_flight may still hand out: its cap less its claimed messages
+-- (counted through the queue index); NULL without a cap. A capped claim runs it first in
+-- its BEGIN IMMEDIATE transaction, so no other process claims between count and claim.
+SELECT q.max_in_flight - (SELECT count(*) FROM messages AS c
+                          WHERE c.queue_id = q.id AND c.state = 2)
+FROM queues AS q WHERE q.name = :queue;
 
 -- name: queue_in_flight
 SELECT count(*) FROM messages
@@ -128,7 +125,7 @@ WHERE id = (
     WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
       AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
     ORDER BY {order}priority DESC, id
-    LIMIT {claim_limit})
+    LIMIT :limit)
 RETURNING {message_columns};
 
 -- name: claim_with_own_one
@@ -140,7 +137,7 @@ WHERE id = (
       AND {ready_or_own}
       AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
     ORDER BY {order}priority DESC, id
-    LIMIT {claim_limit})
+    LIMIT :limit)
 RETURNING {message_columns};
 
 -- name: stream_claim
@@ -152,7 +149,7 @@ WHERE id IN (
     WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
       AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
     ORDER BY {order}priority DESC, id
-    LIMIT {claim_limit});
+    LIMIT :limit);
 
 -- name: select_claimable
 -- Batch claims select in delivery order, then mark by id (cheaper than RETURNING many rows).
@@ -160,7 +157,7 @@ SELECT {claimed_columns} FROM messages AS m
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
 ORDER BY {order}priority DESC, id
-LIMIT {claim_limit};
+LIMIT :limit;
 
 -- name: select_claimable_with_own
 SELECT {claimed_columns} FROM messages AS m
@@ -168,7 +165,7 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND {ready_or_own}
   AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
 ORDER BY {order}priority DESC, id
-LIMIT {claim_limit};
+LIMIT :limit;
 
 -- name: select_claimable_lanes
 -- As select_claimable, and first the next messages of each lane in :lanes (a JSON array of
@@ -197,7 +194,7 @@ SELECT {claimed_columns} FROM (
         WHERE blocked = 0){select}
 ) AS m
 ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id
-LIMIT {claim_limit};
+LIMIT :limit;
 
 -- name: select_claimable_with_own_lanes
 -- As select_claimable_lanes, with the transaction's own uncommitted enqueues.
@@ -223,7 +220,7 @@ SELECT {claimed_columns} FROM (
         WHERE blocked = 0){select}
 ) AS m
 ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id
-LIMIT {claim_limit};
+LIMIT :limit;
 
 -- name: mark_claimed
 -- (State 5: a lane's next message, selected for its owner in this same transaction.)
