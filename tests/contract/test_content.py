@@ -359,8 +359,7 @@ def test_declared_property_selection_is_an_index_lookup(
         query, params = backend._selected("claim_one", select)
         plan = backend._conn.execute(
             "EXPLAIN QUERY PLAN " + query,
-            params
-            | {"session": 0, "tx": 0, "queue": "orders", "limit": 1, "now": 0, "capped": False},
+            params | {"session": 0, "tx": 0, "queue": "orders", "limit": 1, "now": 0},
         ).fetchall()
         assert any("messages_t1" in row[-1] for row in plan), plan
     else:
@@ -368,7 +367,6 @@ def test_declared_property_selection_is_an_index_lookup(
         with backend._conn() as conn:
             plan = conn.execute(
                 "EXPLAIN " + backend._q[name],
-                params
-                | {"session": 0, "tx": 0, "queue": "orders", "limit": 1, "now": 0, "capped": False},
+                params | {"session": 0, "tx": 0, "queue": "orders", "limit": 1, "now": 0},
             ).fetchall()
         assert any("messages_" in row[0] and "_t1" in row[0] for row in plan), plan

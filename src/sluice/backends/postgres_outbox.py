@@ -28,6 +28,8 @@ from sluice.backends.postgres_statements import (
     claim_rounds,
     commit_failure,
     commit_statements,
+    credit_limit,
+    credit_statements,
     enqueue_statement,
     fronts,
     lane_front_statements,
@@ -150,10 +152,14 @@ class ConnectionBackend:
         fill: bool = True,
         capped: bool = False,
     ) -> list[MessageRow]:
-        # A capped queue's credit lock is held until the caller's transaction ends: its
-        # claims are not visible to other claimers before.
+        if capped:
+            # The queue's credit lock is held until the caller's transaction ends: its
+            # claims are not visible to other claimers before.
+            limit = credit_limit(limit, self._run(credit_statements(queue))[-1])
+            if not limit:
+                return []
         return claim_rounds(
-            lambda steps: self._backend.keep_due(queue, self._run(steps)[-1]),
+            lambda name, params: self._backend.keep_due(queue, self._run([(name, params)])[0]),
             self._backend.selected,
             clock=self._backend.clock,
             session=session,
@@ -165,7 +171,6 @@ class ConnectionBackend:
             lanes=lanes,
             fill=fill,
             suffix="_in_caller_tx",
-            capped=capped,
         )
 
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:

@@ -41,7 +41,8 @@ __all__ = [
     "claim_rounds",
     "commit_failure",
     "commit_statements",
-    "credit_lock_statement",
+    "credit_limit",
+    "credit_statements",
     "enqueue_statement",
     "first",
     "fronts",
@@ -144,7 +145,7 @@ def abort_statements(
 
 
 def claim_rounds(
-    run: Callable[[list[tuple[str, Any]]], list[MessageRow]],
+    run: Callable[[str, dict[str, Any]], list[MessageRow]],
     selected: Callable[[str, Selection | None], tuple[str, dict[str, Any]]],
     *,
     clock: Clock,
@@ -157,14 +158,11 @@ def claim_rounds(
     lanes: Sequence[str],
     fill: bool,
     suffix: str,
-    capped: bool = False,
 ) -> list[MessageRow]:
     """Claim in rounds: of a lane only the head is claimable, or the next message for the
     lane's holder, so lanes taken in one round offer their next message to the next.
 
-    ``run`` runs a round's statements as one transaction and returns the claim's rows
-    (the last statement's). Without lanes involved this is one statement, as always;
-    on a ``capped`` queue (max_in_flight) the queue's credit lock comes first.
+    Without lanes involved this is one statement, as always.
     """
     base = "claim_with_own" if own else "claim"
     owned = set(lanes)
@@ -172,17 +170,14 @@ def claim_rounds(
     while len(rows) < limit:
         name, extra = selected(f"{base}_lanes{suffix}" if owned else f"{base}{suffix}", select)
         params = {"session": session, "tx": tx, "queue": queue, "limit": limit - len(rows),
-                  "now": clock.now(), "capped": capped} | extra  # fmt: skip
+                  "now": clock.now()} | extra  # fmt: skip
         if owned:
             # A lane's run is taken whole; with a selection only its next message,
             # which is the one the selection may judge without skipping any.
             params["lanes"] = sorted(owned)
             params["run"] = 1 if select is not None else limit - len(rows)
             params["fill"] = fill or not lanes  # lanes found in this call: fill as asked
-        steps: list[tuple[str, Any]] = [(name, params)]
-        if capped:
-            steps.insert(0, credit_lock_statement(queue))
-        taken = run(steps)
+        taken = run(name, params)
         if not taken:
             break
         rows += taken
@@ -195,9 +190,20 @@ def claim_rounds(
     return rows
 
 
-def credit_lock_statement(queue: str) -> tuple[str, Any]:
-    """The lock a claim on a capped queue takes first (see credit_lock in queries.sql)."""
-    return "credit_lock", {"lock_class": CREDIT_LOCK_CLASS, "queue": queue}
+def credit_statements(queue: str) -> list[tuple[str, Any]]:
+    """What a claim on a capped queue runs first, in its own transaction: the queue's
+    credit lock, then its count (separate statements, so the count sees every claim
+    committed before the lock was had)."""
+    return [
+        ("credit_lock", {"lock_class": CREDIT_LOCK_CLASS, "queue": queue}),
+        ("queue_credit", {"queue": queue}),
+    ]
+
+
+def credit_limit(limit: int, rows: list[Row]) -> int:
+    """How many of ``limit`` a claim may take, by queue_credit's answer."""
+    credit = first(rows)
+    return limit if credit is None else max(0, min(limit, int(credit)))
 
 
 def commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[tuple[str, Any]]:

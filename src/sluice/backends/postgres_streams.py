@@ -21,7 +21,8 @@ from sluice.backends.postgres_notify import Notifier
 from sluice.backends.postgres_statements import (
     Expected,
     commit_statements,
-    credit_lock_statement,
+    credit_limit,
+    credit_statements,
     first,
     lanes_params,
     message_rows,
@@ -126,16 +127,19 @@ class PostgresStreams:
         self, session: int, round: int, queue: str, limit: int, select: Selection | None
     ) -> int:
         name, extra = self.selected("stream_take", select)
-        # A round takes no more than a capped queue's credit (claim_limit reads the cap),
-        # under its credit lock, as a claim does; an uncapped queue takes no lock.
-        params = {"queue": queue, "limit": limit, "now": self.clock.now(), "capped": True}
+        params = {"queue": queue, "limit": limit, "now": self.clock.now()} | extra
         from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
 
         # Relaxed, as every claim: set_stream_round's flush makes it durable.
         with self._transaction(durable=False) as conn:
-            lock, lock_params = credit_lock_statement(queue)
-            conn.execute(self._q[lock], lock_params)
-            data = _copy_out(conn, self._q[name], params | extra)
+            # A round takes no more than a capped queue's credit, under its credit lock
+            # as a claim does (an uncapped queue takes no lock; its count is NULL).
+            for step, step_params in credit_statements(queue):
+                cur = conn.execute(self._q[step], step_params)
+            params["limit"] = credit_limit(limit, cur.fetchall())
+            if not params["limit"]:
+                return 0
+            data = _copy_out(conn, self._q[name], params)
             if not data:
                 return 0
             taken = spool.parse_csv(data)

@@ -65,29 +65,23 @@ SELECT (SELECT count(*) FROM {schema}.messages
         JOIN {schema}.streams AS s ON s.session = p.session
         WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s));
 
--- fragment: claim_limit
--- How many a claim may take: limit; on a queue with max_in_flight (capped: the engine
--- says so, or a stream's take asks) no more than the credit left, counted in the claim
--- itself: the queue's claimed rows (through its index) and what streams hold in their
--- spools. The claim's transaction took the queue's credit_lock first, so the claims of
--- capped queues count one after the other and never overshoot together.
-CASE WHEN %(capped)s THEN greatest(0, least(%(limit)s,
-    (SELECT q.max_in_flight
-            - (SELECT count(*) FROM {schema}.messages AS c
-               WHERE c.queue_id = q.id AND c.state = 2)
-            - (SELECT coalesce(sum(p.n), 0) FROM {schema}.stream_spool AS p
-               JOIN {schema}.streams AS t ON t.session = p.session WHERE t.queue_id = q.id)
-     FROM {schema}.queues AS q
-     WHERE q.name = %(queue)s AND q.max_in_flight IS NOT NULL)))::bigint
-ELSE %(limit)s END
-
 -- name: credit_lock
 -- Taken before a claim on a queue with max_in_flight, in the same transaction, and held
--- until it commits: the claim's statement starts after the lock is had, so it counts
--- every claim committed before it. Only capped queues take it (max_in_flight is read
--- here, so a queue uncapped meanwhile takes none); uncapped claims never run this.
+-- until it commits: claimers of one capped queue count (queue_credit, a statement of its
+-- own, so it sees every claim committed before the lock was had) and claim one after the
+-- other, and never overshoot together. A queue without a cap takes none.
 SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM {schema}.queues
 WHERE name = %(queue)s AND max_in_flight IS NOT NULL;
+
+-- name: queue_credit
+-- What a queue with max_in_flight may still hand out: its cap less its claimed messages
+-- (counted through the queue index) and what streams hold in their spools; NULL without
+-- a cap.
+SELECT q.max_in_flight
+       - (SELECT count(*) FROM {schema}.messages AS c WHERE c.queue_id = q.id AND c.state = 2)
+       - (SELECT coalesce(sum(p.n), 0) FROM {schema}.stream_spool AS p
+          JOIN {schema}.streams AS t ON t.session = p.session WHERE t.queue_id = q.id)
+FROM {schema}.queues AS q WHERE q.name = %(queue)s;
 
 -- name: commit_lock
 -- Taken just before a transaction's messages get their ids and held until it
@@ -166,7 +160,7 @@ WITH claimed AS (
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
-        LIMIT {claim_limit}
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
     RETURNING {message_columns})
@@ -192,7 +186,7 @@ WITH claimed AS (
           AND {ready_or_own} AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
-        LIMIT {claim_limit}
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
     RETURNING {message_columns})
@@ -219,7 +213,7 @@ WITH claimed AS (
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
-        LIMIT {claim_limit}
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
     RETURNING {message_columns})
@@ -245,7 +239,7 @@ WITH claimed AS (
           AND {ready_or_own} AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
-        LIMIT {claim_limit}
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
     RETURNING {message_columns})
@@ -292,7 +286,7 @@ WITH free AS (
                ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
     FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
     ORDER BY pos
-    LIMIT {claim_limit}
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
@@ -327,7 +321,7 @@ WITH free AS (
                ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
     FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
     ORDER BY pos
-    LIMIT {claim_limit}
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
@@ -362,7 +356,7 @@ WITH free AS (
                ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
     FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
     ORDER BY pos
-    LIMIT {claim_limit}
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
@@ -397,7 +391,7 @@ WITH free AS (
                ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
     FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
     ORDER BY pos
-    LIMIT {claim_limit}
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
@@ -415,7 +409,7 @@ COPY (
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
-        LIMIT {claim_limit}
+        LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS pick
     WHERE m.id = pick.id
     RETURNING {spool_columns}
