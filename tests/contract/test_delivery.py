@@ -320,6 +320,39 @@ def test_stream_rounds_take_no_more_than_the_credit(db: sluice.Database) -> None
     assert q.get() is not None
 
 
+def test_a_claim_in_the_callers_transaction_holds_the_credit_until_it_ends(
+    db: sluice.Database,
+) -> None:
+    if db.backend.dialect != "postgresql":
+        pytest.skip("a queue transaction in the caller's own transaction is PostgreSQL's")
+    import psycopg
+
+    q = db.create_queue("capped", max_in_flight=2)
+    q.put_many(list(range(5)))
+    conninfo = db.backend.conninfo  # type: ignore[attr-defined]
+    with psycopg.connect(conninfo) as business, psycopg.connect(conninfo) as admin:
+        tx = db.begin(connection=business)
+        assert [m.body for m in tx.dequeue("capped", limit=5)] == [0, 1]
+        got: list[Any] = []
+        other = threading.Thread(target=lambda: got.append(q.get()))
+        other.start()
+        # The other claimer waits for the queue's credit lock (it would take message 2
+        # at once, and hold three, if it did not).
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        for _ in range(1000):
+            if admin.execute(waiting).fetchone() != (0,):
+                break
+            admin.commit()
+            other.join(0.01)
+        assert other.is_alive(), got
+        tx.commit()
+        business.commit()  # the two are settled: credit for the other claimer
+        other.join(10)
+        assert got[0] is not None
+        assert got[0].body == 2
+        got[0].ack()
+
+
 # --- a consumer's own credit ------------------------------------------------------------
 
 
