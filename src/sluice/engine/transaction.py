@@ -275,7 +275,9 @@ class Transaction:
         ``order_by``: keys such as ``"body.total DESC"`` taken in that order,
         ahead of priority order, for this call only. Both run in the database.
         The messages are done when this transaction commits and return to
-        their original place if it aborts.
+        their original place if it aborts. On a queue with ``max_in_flight`` it
+        takes no more than the queue's credit leaves (docs/delivery.md), and
+        ``wait`` waits for credit as for messages.
         """
         self._check_active()
         content = self._context.content(queue)
