@@ -380,9 +380,13 @@ def _create_parser(p: argparse.ArgumentParser) -> None:
 
 def _delivery_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--priority-levels", type=int, help="map priorities onto 1-10 levels (docs/delivery.md)"
+        "--priority-levels",
+        type=int,
+        help="map priorities 0-9 onto this many levels, FIFO within one (docs/delivery.md)",
     )
-    p.add_argument("--max-in-flight", type=int, help="most messages held unsettled at once")
+    p.add_argument(
+        "--max-in-flight", type=int, help="most messages its consumers hold unsettled at once"
+    )
     p.add_argument(
         "--retention", type=_retention, help="keep settled messages: seconds or 'forever'"
     )

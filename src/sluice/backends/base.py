@@ -107,6 +107,7 @@ class TxStore(Protocol):
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
+        capped: bool = False,
     ) -> list[MessageRow]:
         """Claim up to ``limit`` available messages, highest priority first, FIFO within one.
 
@@ -116,6 +117,10 @@ class TxStore(Protocol):
         holds messages of, offer their next message too. When ``limit`` asks for
         more, the lanes taken in this call offer theirs as well. ``fill`` False:
         with ``lanes``, only their messages (finish what it holds first).
+        ``capped``: the queue has ``max_in_flight``; the claim then takes no more
+        than the queue's credit (its cap less its claimed messages), counted in
+        the same database transaction, so that concurrent claimers, in any
+        process, never hold more than the cap together.
         """
 
     def release(

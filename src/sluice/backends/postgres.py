@@ -6,7 +6,8 @@ must undo a commit (a lease lost, a queue dropped) run inside the statements
 through ``expect()``, so no second round trip is needed to decide.
 
 - Claims use ``FOR UPDATE SKIP LOCKED``: concurrent consumers never wait on
-  each other's rows.
+  each other's rows. Only claims of a queue with ``max_in_flight`` wait, for
+  the queue's credit lock, so that they count its claimed messages in turn.
 - Delivery order is commit order: message ids come from one sequence, taken
   under an advisory lock per target queue that the transaction holds until it
   commits, so within a queue a message that commits later always has a higher
@@ -75,6 +76,8 @@ from sluice.backends.postgres_statements import (
     claim_rounds,
     commit_failure,
     commit_statements,
+    credit_limit,
+    credit_statements,
     enqueue_statement,
     first,
     fronts,
@@ -451,7 +454,10 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
+        capped: bool = False,
     ) -> list[MessageRow]:
+        if capped:
+            return self._capped_claim(session, tx, queue, limit, own, select, lanes, fill)
         return claim_rounds(
             lambda name, params: self._claim(session, tx, name, params),
             self.selected,
@@ -478,6 +484,55 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
                 self._uncertain.add((session, tx))
             raise
         return self.keep_due(params["queue"], rows)
+
+    def _capped_claim(  # noqa: PLR0917 (claim's arguments, passed on)
+        self,
+        session: int,
+        tx: int,
+        queue: str,
+        limit: int,
+        own: bool,
+        select: Selection | None,
+        lanes: Sequence[str],
+        fill: bool,
+    ) -> list[MessageRow]:
+        """A claim on a queue with max_in_flight: the queue's credit lock, its count and the
+        claim in one transaction, so its claimers anywhere never hold more than the cap.
+
+        Three round trips (the count, the claim, the commit) where an uncapped claim
+        takes one: the cap costs only the queues that have one.
+        """
+        try:
+            with self._conn() as conn, conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute("SET LOCAL synchronous_commit TO off")
+                for name, params in credit_statements(queue):
+                    cur = conn.execute(self._q[name], params)
+                credit = credit_limit(limit, cur.fetchall())
+                rows = []
+                if credit:
+                    rows = claim_rounds(
+                        lambda name, params: self.keep_due(
+                            queue, conn.execute(self._q[name], params).fetchall()
+                        ),
+                        self.selected,
+                        clock=self.clock,
+                        session=session,
+                        tx=tx,
+                        queue=queue,
+                        limit=credit,
+                        own=own,
+                        select=select,
+                        lanes=lanes,
+                        fill=fill,
+                        suffix="",
+                    )
+                conn.execute("COMMIT")
+        except StorageError as exc:
+            if isinstance(exc, ConnectionLost):
+                self._uncertain.add((session, tx))  # as in _claim
+            raise
+        return rows
 
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
         return fronts(lanes, self._unit(lane_front_statements(queue, lanes), durable=False))
@@ -511,6 +566,8 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
             self._notifier.signal(None)  # which queues gained is not known here
         elif plan.enqueues and not notified:
             self._notifier.signal(e.queue for e in plan.enqueues)
+        if plan.freed:  # credit freed: waiters of capped queues elsewhere may take more
+            self._notifier.signal(plan.freed)
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": None}  # all it holds, known or not

@@ -28,6 +28,8 @@ from sluice.backends.postgres_statements import (
     claim_rounds,
     commit_failure,
     commit_statements,
+    credit_limit,
+    credit_statements,
     enqueue_statement,
     fronts,
     lane_front_statements,
@@ -148,7 +150,14 @@ class ConnectionBackend:
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
+        capped: bool = False,
     ) -> list[MessageRow]:
+        if capped:
+            # The queue's credit lock is held until the caller's transaction ends: its
+            # claims are not visible to other claimers before.
+            limit = credit_limit(limit, self._run(credit_statements(queue))[-1])
+            if not limit:
+                return []
         return claim_rounds(
             lambda name, params: self._backend.keep_due(queue, self._run([(name, params)])[0]),
             self._backend.selected,
@@ -181,7 +190,7 @@ class ConnectionBackend:
             raise commit_failure(plan, exc) from exc
         except QueueNotFound:
             raise
-        if plan.enqueues or plan.pending or plan.rejects or plan.lanes:
+        if plan.enqueues or plan.pending or plan.rejects or plan.lanes or plan.freed:
             self._notify()
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:

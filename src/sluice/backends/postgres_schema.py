@@ -16,6 +16,7 @@ from sluice import sql
 from sluice.errors import ConfigurationError, SchemaTooNew, StorageError
 
 __all__ = [
+    "CREDIT_LOCK_CLASS",
     "LOCK_CLASS",
     "MESSAGES_TABLE",
     "SchemaState",
@@ -28,6 +29,9 @@ __all__ = [
 
 LOCK_CLASS = 0x736C6963
 """The first key of every sluice advisory lock ("slic"), apart from other applications' locks."""
+CREDIT_LOCK_CLASS = LOCK_CLASS + 1
+"""The first key of a queue's credit lock (the second is the queue's id): apart from its
+commit lock, so claims of a capped queue never wait for its enqueues."""
 
 MESSAGES_TABLE = (
     ("id", "int"), ("slot", "int"), ("queue_id", "int"), ("state", "int"), ("priority", "int"),

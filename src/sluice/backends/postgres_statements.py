@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from sluice.backends.postgres_schema import LOCK_CLASS
+from sluice.backends.postgres_schema import CREDIT_LOCK_CLASS, LOCK_CLASS
 from sluice.backends.records import (
     SLOTS,
     CommitPlan,
@@ -41,6 +41,8 @@ __all__ = [
     "claim_rounds",
     "commit_failure",
     "commit_statements",
+    "credit_limit",
+    "credit_statements",
     "enqueue_statement",
     "first",
     "fronts",
@@ -191,6 +193,22 @@ def claim_rounds(
         name, extra = selected("claimed_in_order", select)
         rows = run(name, {"ids": [r.id for r in rows], "queue": queue} | extra)
     return rows
+
+
+def credit_statements(queue: str) -> list[tuple[str, Any]]:
+    """What a claim on a capped queue runs first, in its own transaction: the queue's
+    credit lock, then its count (separate statements, so the count sees every claim
+    committed before the lock was had)."""
+    return [
+        ("credit_lock", {"lock_class": CREDIT_LOCK_CLASS, "queue": queue}),
+        ("queue_credit", {"queue": queue}),
+    ]
+
+
+def credit_limit(limit: int, rows: list[Row]) -> int:
+    """How many of ``limit`` a claim may take, by queue_credit's answer."""
+    credit = first(rows)
+    return limit if credit is None else max(0, min(limit, int(credit)))
 
 
 def commit_statements(plan: CommitPlan, *, in_caller_tx: bool = False) -> list[tuple[str, Any]]:

@@ -21,6 +21,8 @@ from sluice.backends.postgres_notify import Notifier
 from sluice.backends.postgres_statements import (
     Expected,
     commit_statements,
+    credit_limit,
+    credit_statements,
     first,
     lanes_params,
     message_rows,
@@ -130,6 +132,13 @@ class PostgresStreams:
 
         # Relaxed, as every claim: set_stream_round's flush makes it durable.
         with self._transaction(durable=False) as conn:
+            # A round takes no more than a capped queue's credit, under its credit lock
+            # as a claim does (an uncapped queue takes no lock; its count is NULL).
+            for step, step_params in credit_statements(queue):
+                cur = conn.execute(self._q[step], step_params)
+            params["limit"] = credit_limit(limit, cur.fetchall())
+            if not params["limit"]:
+                return 0
             data = _copy_out(conn, self._q[name], params)
             if not data:
                 return 0

@@ -309,6 +309,9 @@ class CommitPlan:
     done (state 6) with ``settled_at`` instead of being deleted. Never a rejected one."""
     settled_at: float = 0.0
     """When the kept messages were settled, by the Database's clock."""
+    freed: Sequence[str] = ()
+    """Queues with max_in_flight whose credit settling ``held`` frees: their waiters in
+    other processes are told (where a backend does not tell them of every commit)."""
 
 
 STREAM_LEASE = 1e12

@@ -37,6 +37,7 @@ from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owne
 from sluice.backends.sqlite_notify import Watcher, watch
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
 from sluice.backends.sqlite_statements import (
+    capped_limit,
     delete_held,
     ids,
     is_busy,
@@ -334,6 +335,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
         select: Selection | None = None,
         lanes: Sequence[str] = (),
         fill: bool = True,
+        capped: bool = False,
     ) -> list[MessageRow]:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
@@ -345,41 +347,75 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
             "limit": limit,
             "now": self.clock.now(),
         }
+        one = "claim_with_own_one" if own else "claim_one"
+        if capped:
+            with self._transaction(durable=False) as conn:
+                # Counted and claimed in one BEGIN IMMEDIATE: SQLite's one writer keeps
+                # every other claimer, in any process, out until this one commits.
+                credit = capped_limit(conn, self._q["queue_credit"], queue, limit)
+                if credit == 0:
+                    return []
+                if credit == 1 and not lanes:
+                    query, extra = self._selected(one, select)
+                    params["limit"] = 1
+                    return list(map(message_row, conn.execute(query, params | extra)))
+                return self._claim_rounds(
+                    conn, params, credit, own=own, select=select, lanes=lanes, fill=fill
+                )
         if limit == 1 and not lanes:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
-            query, extra = self._selected("claim_with_own_one" if own else "claim_one", select)
-            one, _ = self._single(query, params | extra if extra else params, durable=False)
-            return list(map(message_row, one))
+            query, extra = self._selected(one, select)
+            rows, _ = self._single(query, params | extra if extra else params, durable=False)
+            return list(map(message_row, rows))
+        with self._transaction(durable=False) as conn:
+            return self._claim_rounds(
+                conn, params, limit, own=own, select=select, lanes=lanes, fill=fill
+            )
+
+    def _claim_rounds(
+        self,
+        conn: sqlite3.Connection,
+        params: dict[str, Any],
+        limit: int,
+        *,
+        own: bool,
+        select: Selection | None,
+        lanes: Sequence[str],
+        fill: bool,
+    ) -> list[MessageRow]:
+        """Claim up to ``limit`` in the caller's transaction, a round at a time.
+
+        Of a lane only the head is claimable, or the next message for the lane's
+        holder: each round takes what is claimable now, and lanes it took from offer
+        their next message to the following round.
+        """
+        session, tx = params["session"], params["tx"]
         name = "select_claimable_with_own" if own else "select_claimable"
         rows: list[MessageRow] = []
         owned = set(lanes)
-        with self._transaction(durable=False) as conn:
-            # Of a lane only the head is claimable, or the next message for the lane's
-            # holder: each round takes what is claimable now, and lanes it took from
-            # offer their next message to the following round.
-            while len(rows) < limit:
-                params["limit"] = limit - len(rows)
-                query, extra = self._selected(f"{name}_lanes" if owned else name, select)
-                if owned:
-                    # A lane's run is taken whole; with a selection only its next
-                    # message, the one the selection may judge without skipping any.
-                    run = 1 if select is not None else params["limit"]
-                    extra = extra | {
-                        "lanes": json.dumps(sorted(owned)),
-                        "run": run,
-                        "fill": int(fill or not lanes),
-                    }
-                # Selected with the claimed state, which mark_claimed gives them next.
-                taken = list(map(message_row, conn.execute(query, params | extra).fetchall()))
-                if not taken:
-                    break
-                params["ids"] = ids([row.id for row in taken])
-                conn.execute(self._q["mark_claimed"], params)
-                rows += taken
-                more = {r.lane for r in taken if r.lane is not None and not _own(r, session, tx)}
-                if not more:
-                    break  # no lane took part: this round took all there was
-                owned |= more
+        while len(rows) < limit:
+            params["limit"] = limit - len(rows)
+            query, extra = self._selected(f"{name}_lanes" if owned else name, select)
+            if owned:
+                # A lane's run is taken whole; with a selection only its next
+                # message, the one the selection may judge without skipping any.
+                run = 1 if select is not None else params["limit"]
+                extra = extra | {
+                    "lanes": json.dumps(sorted(owned)),
+                    "run": run,
+                    "fill": int(fill or not lanes),
+                }
+            # Selected with the claimed state, which mark_claimed gives them next.
+            taken = list(map(message_row, conn.execute(query, params | extra).fetchall()))
+            if not taken:
+                break
+            params["ids"] = ids([row.id for row in taken])
+            conn.execute(self._q["mark_claimed"], params)
+            rows += taken
+            more = {r.lane for r in taken if r.lane is not None and not _own(r, session, tx)}
+            if not more:
+                break  # no lane took part: this round took all there was
+            owned |= more
         return rows
 
     def release(

@@ -12,6 +12,7 @@ from sluice.errors import QueueNotFound, StorageError
 from sluice.message import MessageState
 
 __all__ = [
+    "capped_limit",
     "delete_held",
     "ids",
     "is_busy",
@@ -58,6 +59,17 @@ def keep_held(
     if len(kept) == 1:
         return "keep_claimed_one", key | {"id": kept[0], "settled_at": settled_at}
     return "keep_claimed", key | {"ids": ids(kept), "settled_at": settled_at}
+
+
+def capped_limit(conn: sqlite3.Connection, query: str, queue: str, limit: int) -> int:
+    """How many of ``limit`` a claim may take from a queue with max_in_flight.
+
+    ``query`` is queue_credit; run it in the claim's own BEGIN IMMEDIATE transaction.
+    """
+    row = conn.execute(query, {"queue": queue}).fetchone()
+    if row is None or row[0] is None:  # gone, or uncapped meanwhile
+        return limit
+    return max(0, min(limit, int(row[0])))
 
 
 def ids(refs: Sequence[int]) -> str:

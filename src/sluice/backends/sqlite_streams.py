@@ -26,6 +26,7 @@ from sluice.backends.records import (
     sink_seen,
     stream_host,
 )
+from sluice.backends.sqlite_statements import capped_limit
 from sluice.clock import Clock
 from sluice.errors import QueueNotFound
 
@@ -102,6 +103,11 @@ class SQLiteStreams:
         params = {"session": session, "tx": round, "queue": queue, "limit": limit}
         # Without fsync, as every claim: set_stream_round's commit makes it durable.
         with self._transaction(durable=False) as conn:
+            # A round takes no more than a capped queue's credit, counted in the same
+            # transaction, as a claim does.
+            params["limit"] = capped_limit(conn, self._q["queue_credit"], queue, limit)
+            if not params["limit"]:
+                return 0
             return int(conn.execute(query, params | {"now": self.clock.now()} | extra).rowcount)
 
     def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:

@@ -25,6 +25,7 @@ from sluice.clock import Clock
 from sluice.engine import topics
 from sluice.engine.content import free_slot
 from sluice.engine.context import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, EngineContext
+from sluice.engine.credit import check_max_in_flight
 from sluice.engine.queue import Queue
 from sluice.engine.topics import Start, Subscription
 from sluice.engine.transaction import Transaction
@@ -330,10 +331,17 @@ class Engine:
             )  # fmt: skip
         return found
 
-    def queue(self, name: str) -> Queue:
-        """A handle on an existing queue; QueueNotFound if there is none."""
+    def queue(self, name: str, *, max_in_flight: int | None = None) -> Queue:
+        """A handle on an existing queue; QueueNotFound if there is none.
+
+        ``max_in_flight``: this handle's own credit, a consumer's cap on the messages
+        it holds unsettled (its ``get`` takes no more until one is settled), on top
+        of the queue's own ``max_in_flight`` over all consumers (docs/delivery.md).
+        """
+        if max_in_flight is not None:
+            check_max_in_flight(max_in_flight)
         self.context.spec(name)
-        return Queue(self.context, name)
+        return Queue(self.context, name, max_in_flight=max_in_flight)
 
     def queues(self) -> list[QueueSpec]:
         """The settings of every queue, by name."""

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import SLOTS, Envelope
+from sluice.catalog import priority_level
 from sluice.engine.content import QueueContent, priority_value
 from sluice.errors import ConfigurationError, MessageError, TypeViolation
 from sluice.message import XML, Body, decode_json, encode_body, encode_json, is_json, is_xml
@@ -100,11 +101,15 @@ def typed_envelope(
         "content_type": content_type,
         "properties": {},
     }
-    chosen = base.priority
+    chosen = base.priority  # a leveled queue's: the level already (enqueue_many maps it)
     if priority is None:
         function = content.priority_function(type_name)
         if function is not None:
-            chosen = row["priority"] = priority_value(function(row))
+            chosen = priority_value(function(row))
+            if spec.priority_levels is not None:
+                chosen = priority_level(chosen, spec.priority_levels)
+            # Declared properties see the priority as stored, as selections over it do.
+            row["priority"] = chosen
     keys = base.keys
     if content.values:
         values: list[Any] = [None] * len(SLOTS)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, Unpack
 
 from sluice.catalog import QueueSpec
 from sluice.engine import topics
+from sluice.engine.credit import Credit, CreditedTransaction
+from sluice.engine.enqueue import check_seconds
 from sluice.engine.reading import BrowseState, browse
 from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import ConfigurationError
@@ -19,14 +22,32 @@ __all__ = ["Queue"]
 
 
 class Queue:
-    """Operations on one queue, each its own transaction."""
+    """Operations on one queue, each its own transaction.
 
-    def __init__(self, context: EngineContext, name: str) -> None:
+    A handle made with ``max_in_flight`` (``db.queue(name, max_in_flight=n)``) is a
+    consumer with its own credit: ``get`` takes nothing while n of the messages it
+    took are unsettled (docs/delivery.md). Thread-safe.
+    """
+
+    def __init__(
+        self, context: EngineContext, name: str, *, max_in_flight: int | None = None
+    ) -> None:
         self._context = context
         self.name = name
+        self._credit = None if max_in_flight is None else Credit(max_in_flight)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name}>"
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """This handle's own cap on unsettled messages (None: only the queue's applies)."""
+        return None if self._credit is None else self._credit.limit
+
+    @property
+    def in_flight(self) -> int:
+        """Messages this handle took and has not settled (0 for a handle without a cap)."""
+        return 0 if self._credit is None else self._credit.used
 
     @property
     def spec(self) -> QueueSpec:
@@ -61,12 +82,37 @@ class Queue:
         ``where`` and ``order_by`` select and order by content, as for
         ``Transaction.dequeue``. Settle it with ``ack()``, ``release()`` or
         ``reject(reason)``; until then nobody else sees it, and if this process
-        dies it returns to its place.
+        dies it returns to its place. A handle with its own ``max_in_flight``
+        holding that many waits (up to ``wait``) for one of them to be settled,
+        and returns None if none is.
         """
+        if self._credit is not None:
+            return self._credited_get(self._credit, wait, where, order_by)
         tx = Transaction(self._context, implicit=True)
         messages = tx.dequeue(self.name, limit=1, wait=wait, where=where, order_by=order_by)
         if not messages:
             tx.commit()
+            return None
+        return messages[0]
+
+    def _credited_get(
+        self, credit: Credit, wait: float, where: str | None, order_by: Sequence[str] | None
+    ) -> Message | None:
+        deadline = time.monotonic() + check_seconds("wait", wait, allow_zero=True)
+        self._context.spec(self.name)  # QueueNotFound before waiting for credit
+        if not credit.acquire(wait):
+            return None
+        tx = CreditedTransaction(self._context, credit)
+        try:
+            remaining = max(0.0, deadline - time.monotonic())
+            messages = tx.dequeue(
+                self.name, limit=1, wait=remaining, where=where, order_by=order_by
+            )
+        except BaseException:
+            tx.give_back()
+            raise
+        if not messages:
+            tx.commit()  # nothing held: its credit goes back
             return None
         return messages[0]
 

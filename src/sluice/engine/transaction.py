@@ -26,7 +26,7 @@ from sluice.backends.base import (
     TxStore,
     lane_of,
 )
-from sluice.catalog import QueueSpec
+from sluice.catalog import QueueSpec, priority_level
 from sluice.engine import topics
 from sluice.engine.enqueue import (
     check_group,
@@ -95,6 +95,7 @@ class Transaction:
         "_backend",
         "_buffer",
         "_buffered_queues",
+        "_capped",
         "_context",
         "_count",
         "_durable",
@@ -141,6 +142,7 @@ class Transaction:
         self._touched = False
         self._durable = False
         self._effects: list[Effect] = []
+        self._capped: set[str] | None = None  # queues with max_in_flight it took from
 
     @property
     def id(self) -> str:
@@ -203,8 +205,10 @@ class Transaction:
             topics.check_target(spec)
         lane = lane_of(spec.isolation, check_group(group), self.session, self.number)
         now = self._context.clock.now()
+        given = check_priority(priority)
         options = (
-            check_priority(priority),
+            # A leveled queue stores the level, so every claim orders by it (docs/delivery.md).
+            given if spec.priority_levels is None else priority_level(given, spec.priority_levels),
             encode_properties(properties),
             check_text("correlation_id", correlation_id),
             check_text("reply_to", reply_to),
@@ -275,7 +279,9 @@ class Transaction:
         ``order_by``: keys such as ``"body.total DESC"`` taken in that order,
         ahead of priority order, for this call only. Both run in the database.
         The messages are done when this transaction commits and return to
-        their original place if it aborts.
+        their original place if it aborts. On a queue with ``max_in_flight`` it
+        takes no more than the queue's credit leaves (docs/delivery.md), and
+        ``wait`` waits for credit as for messages.
         """
         self._check_active()
         content = self._context.content(queue)
@@ -290,6 +296,7 @@ class Transaction:
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
         backend, wakeups = self._backend, self._context.wakeups
+        capped = spec.max_in_flight is not None  # its claims take no more than its credit
         # A subscription is woken by its topic's news, and takes its messages first.
         news = (queue,) if spec.topic is None else (queue, spec.topic)
         deadline = time.monotonic() + wait
@@ -297,9 +304,10 @@ class Transaction:
             token = wakeups.token() if wait else (0, 0)
             if spec.kind == "queue":
                 rows = self._claim(queue, spec.isolation, limit, own=own, select=select,
-                                   lanes=lanes)  # fmt: skip
+                                   lanes=lanes, capped=capped)  # fmt: skip
             else:
-                rows = self._take_subscribed(spec, limit, own=own, select=select, lanes=lanes)
+                rows = self._take_subscribed(spec, limit, own=own, select=select, lanes=lanes,
+                                             capped=capped)  # fmt: skip
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break
@@ -316,6 +324,8 @@ class Transaction:
         if rows:
             self._touched = True
             self._durable = self._durable or spec.durability == "persistent"
+            if spec.max_in_flight is not None:  # settling them frees credit waited for
+                self._capped = (self._capped or set()) | {queue}
         messages = []
         models = self._context.types.models
         for row in rows:
@@ -335,16 +345,17 @@ class Transaction:
 
     def _take_subscribed(
         self, spec: QueueSpec, limit: int, *, own: bool, select: Selection | None,
-        lanes: list[str],
+        lanes: list[str], capped: bool,
     ) -> list[MessageRow]:  # fmt: skip
         """Claim from a subscription, pulling its topic's messages first where it may need
         them, and once more if the claim comes back short (sluice.engine.topics)."""
         context, queue = self._context, spec.name
         asked = topics.before_take(context, spec, everything=select is not None)
-        rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes)
+        rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
+                           capped=capped)  # fmt: skip
         if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
             rows += self._claim(queue, spec.isolation, limit - len(rows), own=own,
-                                select=select, lanes=lanes)  # fmt: skip
+                                select=select, lanes=lanes, capped=capped)  # fmt: skip
         topics.taken(context, spec, len(rows))
         return rows
 
@@ -357,6 +368,7 @@ class Transaction:
         own: bool,
         select: Selection | None,
         lanes: list[str],
+        capped: bool,
     ) -> list[MessageRow]:
         """Claim per the queue's isolation level (see docs/isolation.md, "limit").
 
@@ -369,18 +381,18 @@ class Transaction:
         blockwise = isolation in ("blockwise", "ordered_blockwise")
         if lanes:
             rows = backend.claim(session, tx, queue, limit, own=own, select=select,
-                                 lanes=lanes, fill=not blockwise)  # fmt: skip
+                                 lanes=lanes, fill=not blockwise, capped=capped)  # fmt: skip
             if rows or not blockwise:
                 return rows
         if isolation == "none":
-            return backend.claim(session, tx, queue, limit, own=own, select=select)
-        rows = backend.claim(session, tx, queue, 1, own=own, select=select)
+            return backend.claim(session, tx, queue, limit, own=own, select=select, capped=capped)
+        rows = backend.claim(session, tx, queue, 1, own=own, select=select, capped=capped)
         taken = sorted(
             {r.lane for r in rows if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)}
         )
         if taken and limit > 1:
             rows += backend.claim(session, tx, queue, limit - 1, own=own, select=select,
-                                  lanes=taken, fill=not blockwise)  # fmt: skip
+                                  lanes=taken, fill=not blockwise, capped=capped)  # fmt: skip
         return rows
 
     def release(self, message: Message) -> None:
@@ -450,6 +462,7 @@ class Transaction:
         self._check_active()
         if self._held_lanes:
             self._check_blocks()
+        freed = self._freed() if self._capped else None
         if self._buffer or self._touched or self._effects:
             plan = CommitPlan(
                 session=self.session,
@@ -461,6 +474,7 @@ class Transaction:
                 durable=self._durable,
                 lanes=sorted(self._lanes_out | set(self._held_lanes.values())),
                 effects=self._effects,
+                freed=tuple(freed) if freed else (),
             )
             if self._kept:  # only queues with retention pay for it
                 kept = self._kept
@@ -483,6 +497,17 @@ class Transaction:
                 counts[e.queue] = counts.get(e.queue, 0) + 1
             for queue, count in counts.items():
                 wakeups.notify(queue, count)
+        if freed:  # credit for as many more
+            for queue, count in freed.items():
+                wakeups.notify(queue, count)
+
+    def _freed(self) -> dict[str, int]:
+        """How many messages of each capped queue this transaction holds (its commit frees)."""
+        counts = dict.fromkeys(self._capped or (), 0)
+        for m in self._held.values():
+            if m.queue in counts:
+                counts[m.queue] += 1
+        return {queue: count for queue, count in counts.items() if count}
 
     def savepoint(self) -> tuple[int, int, int, int, frozenset[Lane]]:
         """A mark that ``rollback_to`` can undo this transaction's later enqueues to."""

@@ -66,6 +66,24 @@ SELECT (SELECT count(*) FROM {schema}.messages
         JOIN {schema}.streams AS s ON s.session = p.session
         WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(name)s));
 
+-- name: credit_lock
+-- Taken before a claim on a queue with max_in_flight, in the same transaction, and held
+-- until it commits: claimers of one capped queue count (queue_credit, a statement of its
+-- own, so it sees every claim committed before the lock was had) and claim one after the
+-- other, and never overshoot together. A queue without a cap takes none.
+SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM {schema}.queues
+WHERE name = %(queue)s AND max_in_flight IS NOT NULL;
+
+-- name: queue_credit
+-- What a queue with max_in_flight may still hand out: its cap less its claimed messages
+-- (counted through the queue index) and what streams hold in their spools; NULL without
+-- a cap.
+SELECT q.max_in_flight
+       - (SELECT count(*) FROM {schema}.messages AS c WHERE c.queue_id = q.id AND c.state = 2)
+       - (SELECT coalesce(sum(p.n), 0) FROM {schema}.stream_spool AS p
+          JOIN {schema}.streams AS t ON t.session = p.session WHERE t.queue_id = q.id)
+FROM {schema}.queues AS q WHERE q.name = %(queue)s;
+
 -- name: commit_lock
 -- Taken just before a transaction's messages get their ids and held until it
 -- commits, so that within a queue ids follow commit order: the queues it enqueues

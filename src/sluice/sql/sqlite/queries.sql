@@ -35,6 +35,14 @@ WHERE name = :name
 -- BEGIN IMMEDIATE holds the write lock already: this only finds the queue.
 SELECT id FROM queues WHERE name = :name;
 
+-- name: queue_credit
+-- What a queue with max_in_flight may still hand out: its cap less its claimed messages
+-- (counted through the queue index); NULL without a cap. A capped claim runs it first in
+-- its BEGIN IMMEDIATE transaction, so no other process claims between count and claim.
+SELECT q.max_in_flight - (SELECT count(*) FROM messages AS c
+                          WHERE c.queue_id = q.id AND c.state = 2)
+FROM queues AS q WHERE q.name = :queue;
+
 -- name: queue_in_flight
 SELECT count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :name) AND state IN (0, 2);
