@@ -4,7 +4,8 @@ writes published at once.
 A stream's round of a queue without lanes is moved out of the queue (a DELETE
 ... RETURNING sent as CSV through COPY) into ``stream_spool`` as one Arrow
 blob: a Spark task reads it without a Python object per message. Rounds of
-queues with lanes are claimed in place by the engine's claim.
+queues with lanes are claimed in place by the engine's claim. A position stream
+reads by id range and moves its queue's pointer (Streams.stream_span).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from sluice.backends.base import Reached
 from sluice.backends.postgres_notify import Notifier
 from sluice.backends.postgres_statements import (
     Expected,
@@ -40,6 +42,7 @@ from sluice.backends.records import (
     sink_seen,
     stream_host,
 )
+from sluice.backends.stream_positions import NO_CEILING, span_end
 from sluice.clock import Clock
 from sluice.errors import LeaseLost, QueueNotFound
 
@@ -145,16 +148,73 @@ class PostgresStreams:
             self._notifier.signal([queue])
         return n
 
-    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+    def stream_settle(
+        self, session: int, queue: str, after: int, upto: int, *, reached: Reached | None = None
+    ) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
+        lanes: list[str] = []
         with self._transaction() as conn:
-            lanes = sorted(lane for (lane,) in conn.execute(self._q["stream_settle"], params))
-            if lanes:
-                conn.execute(self._q["promote"], lanes_params([(queue, k) for k in lanes]))
-            conn.execute(self._q["stream_spool_settle"], params)
-            conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
+            if upto > after:
+                lanes = sorted(lane for (lane,) in conn.execute(self._q["stream_settle"], params))
+                if lanes:
+                    conn.execute(self._q["promote"], lanes_params([(queue, k) for k in lanes]))
+                conn.execute(self._q["stream_spool_settle"], params)
+                conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
+            if reached is not None:
+                span = {"queue": queue, "upto": reached.position}
+                if reached.remove:  # before the pointer moves: the range starts at it
+                    name, extra = self.selected("stream_remove", reached.select)
+                    conn.execute(self._q[name], span | {"at": reached.at} | extra)
+                conn.execute(self._q["stream_advance"], span | {"now": self.clock.now()})
         if lanes:
             self._notifier.signal([queue])  # lanes got new heads
+
+    def stream_pointer(self, queue: str) -> int:
+        found = self._one("stream_pointer", {"queue": queue})
+        if not found:
+            raise QueueNotFound(f"queue {queue!r} does not exist")
+        return int(found[0][0])
+
+    def stream_last(self, queue: str, after: int) -> int | None:
+        found = first(self._one("stream_last", {"queue": queue, "after": after}))
+        return None if found is None else int(found)
+
+    def stream_span(
+        self,
+        queue: str,
+        after: int,
+        *,
+        limit: int,
+        ceiling: int,
+        now: float,
+        select: Selection | None,
+    ) -> tuple[int, int]:
+        name, extra = self.selected("stream_span", select)
+        params = {"queue": queue, "after": after, "ceiling": ceiling, "limit": limit, "now": now}
+        (found,) = self._one(name, params | extra)  # one statement: one snapshot
+        return span_end(after, limit, found)
+
+    def stream_rows(
+        self,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        at: float,
+        limit: int,
+        select: Selection | None,
+    ) -> list[MessageRow]:
+        name, extra = self.selected("stream_rows", select)
+        params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
+        return message_rows(self._one(name, params | extra))
+
+    def stream_behind(
+        self, queue: str, position: int | None, *, limit: int, select: Selection | None
+    ) -> int:
+        name, extra = self.selected("stream_behind", select)
+        params = {"queue": queue, "limit": limit, "now": self.clock.now()}
+        params["position"] = NO_CEILING if position is None else position
+        return int(first(self._one(name, params | extra)))
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None

@@ -194,6 +194,20 @@ DELETE FROM {schema}.streams WHERE session = :session;
 SELECT s.session FROM {schema}.streams AS s JOIN {schema}.queues AS q ON q.id = s.queue_id
 WHERE q.name = :name;
 
+-- name: stream_pointer
+-- A position stream's queue: how far it has read (a subscription: its place in its topic).
+SELECT pointer FROM {schema}.queues WHERE name = :queue;
+
+-- name: stream_last
+-- A queue's last message past :after, pending ones aside (their ids are drawn before
+-- their commit, and replaced at it): a position stream passes every message up to it.
+-- From the top by id, not by queue (+queue_id).
+SELECT m.id FROM {schema}.messages AS m
+WHERE m.id > :after AND +m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+  AND m.state <> 0
+ORDER BY m.id DESC
+LIMIT 1;
+
 -- name: sink_batch
 SELECT batch FROM {schema}.sinks WHERE name = :name;
 

@@ -562,6 +562,63 @@ WITH d AS (
     RETURNING lane)
 SELECT DISTINCT lane FROM d WHERE lane IS NOT NULL;
 
+-- name: stream_span
+-- A position stream's next range of a queue (Streams.stream_span): of the first %(limit)s
+-- messages past %(after)s (up to %(ceiling)s) that are ready or waiting, unexpired and
+-- selected, how many, the last, and the first not due yet; and the queue's last
+-- message there but a pending one (see stream_last). By id, not by queue
+-- (+queue_id): the scan starts at %(after)s, where the queue index would read the queue.
+SELECT count(*), max(id), min(CASE WHEN available_at > %(now)s THEN id END),
+       (SELECT l.id FROM {schema}.messages AS l
+        WHERE l.id > %(after)s AND l.id <= %(ceiling)s AND l.state <> 0
+          AND +l.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        ORDER BY l.id DESC LIMIT 1)
+FROM (
+    SELECT s.id, s.available_at FROM {schema}.messages AS s
+    WHERE s.id > %(after)s AND s.id <= %(ceiling)s
+      AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+      AND s.state IN (1, 5) AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select}
+    ORDER BY s.id
+    LIMIT %(limit)s) AS span;
+
+-- name: stream_rows
+-- A page of a position range (Streams.stream_rows): what was due and unexpired at %(at)s,
+-- by id; a message expired since (state 3) was read all the same.
+SELECT {message_columns} FROM (
+    SELECT * FROM {schema}.messages AS s
+    WHERE s.id > %(after)s AND s.id <= %(upto)s
+      AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+      AND s.state IN (1, 3, 5) AND s.available_at <= %(at)s
+      AND (s.expires_at IS NULL OR s.expires_at > %(at)s){select}
+    ORDER BY s.id
+    LIMIT %(limit)s) AS m
+ORDER BY m.id;
+
+-- name: stream_behind
+-- Ready messages a position stream takes by rounds: up to %(position)s (Streams.stream_behind).
+SELECT count(*) FROM (
+    SELECT 1 FROM {schema}.messages AS s
+    WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND s.state = 1
+      AND s.id <= %(position)s
+      AND s.available_at <= %(now)s AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select}
+    LIMIT %(limit)s) AS behind;
+
+-- name: stream_remove
+-- An exclusive stream's acknowledged ranges, from the queue's pointer up to %(upto)s: what
+-- they read (as stream_rows reads it) goes, by id range.
+DELETE FROM {schema}.messages AS s
+WHERE s.id > (SELECT pointer FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.id <= %(upto)s
+  AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.state IN (1, 3, 5) AND s.available_at <= %(at)s
+  AND (s.expires_at IS NULL OR s.expires_at > %(at)s){select};
+
+-- name: stream_advance
+-- A position stream's pointer moves on, never back; a subscription's counts as used.
+UPDATE {schema}.queues SET pointer = greatest(pointer, %(upto)s),
+    used_at = CASE WHEN kind = 'subscription' THEN %(now)s ELSE used_at END
+WHERE name = %(queue)s;
+
 -- name: stream_spool_insert
 INSERT INTO {schema}.stream_spool (session, round, chunk, n, data)
 VALUES (%(session)s, %(round)s, %(chunk)s, %(n)s, %(data)s);

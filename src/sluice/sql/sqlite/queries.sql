@@ -349,6 +349,60 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
   AND c_session = :session AND c_tx > :after AND c_tx <= :upto
 RETURNING lane;
 
+-- name: stream_span
+-- A position stream's next range of a queue (Streams.stream_span): of the first :limit
+-- messages past :after (up to :ceiling) that are ready or waiting, unexpired at :now and
+-- selected, how many, the last, and the first not due yet; and the queue's last
+-- message there but a pending one (see stream_last). By id, not by queue
+-- (+queue_id): the scan starts at :after, where the queue index would read the queue.
+SELECT count(*), max(id), min(CASE WHEN available_at > :now THEN id END),
+       (SELECT l.id FROM messages AS l
+        WHERE l.id > :after AND l.id <= :ceiling AND l.state <> 0
+          AND +l.queue_id = (SELECT id FROM queues WHERE name = :queue)
+        ORDER BY l.id DESC LIMIT 1)
+FROM (
+    SELECT m.id, m.available_at FROM messages AS m
+    WHERE m.id > :after AND m.id <= :ceiling
+      AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+      AND m.state IN (1, 5) AND (m.expires_at IS NULL OR m.expires_at > :now){select}
+    ORDER BY m.id
+    LIMIT :limit);
+
+-- name: stream_rows
+-- A page of a position range (Streams.stream_rows): what was due and unexpired at :at,
+-- by id; a message expired since (state 3) was read all the same.
+SELECT {message_columns} FROM messages AS m
+WHERE m.id > :after AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 3, 5) AND m.available_at <= :at
+  AND (m.expires_at IS NULL OR m.expires_at > :at){select}
+ORDER BY m.id
+LIMIT :limit;
+
+-- name: stream_behind
+-- Ready messages a position stream takes by rounds: up to :position (Streams.stream_behind).
+SELECT count(*) FROM (
+    SELECT 1 FROM messages AS m
+    WHERE m.queue_id = (SELECT id FROM queues WHERE name = :queue) AND m.state = 1
+      AND m.id <= :position
+      AND m.available_at <= :now AND (m.expires_at IS NULL OR m.expires_at > :now){select}
+    LIMIT :limit);
+
+-- name: stream_remove
+-- An exclusive stream's acknowledged ranges, from the queue's pointer up to :upto: what
+-- they read (as stream_rows reads it) goes, by id range.
+DELETE FROM messages AS m
+WHERE m.id > (SELECT pointer FROM queues WHERE name = :queue) AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 3, 5) AND m.available_at <= :at
+  AND (m.expires_at IS NULL OR m.expires_at > :at){select};
+
+-- name: stream_advance
+-- A position stream's pointer moves on, never back; a subscription's counts as used.
+UPDATE queues SET pointer = max(pointer, :upto),
+                  used_at = CASE WHEN kind = 'subscription' THEN :now ELSE used_at END
+WHERE name = :queue;
+
 -- name: sink_record
 INSERT INTO sinks (name, batch, updated_at) VALUES (:name, :batch, :now)
 ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
