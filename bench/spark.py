@@ -37,6 +37,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
@@ -56,7 +57,18 @@ from bench.pg_common import (
     pg_facts,
     url_schema,
 )
-from bench.spark_report import DELETE_LABEL, FLOOR_LABEL, Cell, Run, Settings, render
+from bench.spark_report import (
+    BROWSE_LABEL,
+    DELETE_LABEL,
+    EXCLUSIVE_LABEL,
+    FLOOR_LABEL,
+    ROUNDS_LABEL,
+    SUBSCRIPTION_LABEL,
+    Cell,
+    Run,
+    Settings,
+    render,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -240,6 +252,31 @@ class Reads:
         quiet_disk(self.conninfo)
         return queue, seconds
 
+    def fresh_topic(self, n: int, subscriptions: int) -> tuple[str, list[str]]:
+        """A new topic holding orders 0..n-1, with ``subscriptions`` subscriptions made
+        before the fill (each receives every message); (topic, subscriptions)."""
+        import psycopg
+
+        self.counter += 1
+        topic = f"topic_{self.counter}"
+        self.db.create_topic(topic)
+        subs = [f"{topic}_sub{k}" for k in range(subscriptions)]
+        for sub in subs:
+            self.db.subscribe(topic, sub)
+        fill(self.db, topic, n)
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute(f"VACUUM ANALYZE {_quote(self.schema)}.messages")
+        quiet_disk(self.conninfo)
+        return topic, subs
+
+    def drop_topic(self, topic: str, subscriptions: list[str]) -> None:
+        try:
+            for sub in subscriptions:
+                self.db.unsubscribe(sub)
+            self.db.drop_queue(topic)
+        except sluice.SluiceError as exc:
+            _log(f"could not drop topic {topic}: {one_line(exc)}")
+
     def bounds(self, queue: str) -> tuple[int, int, int, int]:
         """(queue id, lowest id, highest id, count) of the queue's rows in the table."""
         import psycopg
@@ -319,8 +356,14 @@ class Reads:
         self.browse_frame(queue).write.format("noop").mode("overwrite").save()
         return Run(time.perf_counter() - started)
 
-    def stream(self, queue: str, n: int, batch: int, partitions: int) -> Run:
-        """Consume the queue with a streaming read into noop; check it is empty afterwards."""
+    def stream(
+        self, queue: str, n: int, batch: int, partitions: int, *, exclusive: bool = False
+    ) -> Run:
+        """Consume the queue with a streaming read into noop; check it is empty afterwards.
+
+        ``exclusive``: by position (option exclusive=true), else by claimed rounds; a
+        subscription is read by position anyway.
+        """
         name = f"bench-{queue}"
         with tempfile.TemporaryDirectory(prefix="bench-spark-ckpt-", dir=self.tmp_root) as ckpt:
             wall = time.time()
@@ -334,6 +377,8 @@ class Reads:
             )
             if partitions > 1:
                 reader = reader.option("partitions", str(partitions))
+            if exclusive:
+                reader = reader.option("exclusive", "true")
             query = (
                 reader.load()
                 .writeStream.format("noop")
@@ -345,8 +390,11 @@ class Reads:
             seconds = time.perf_counter() - started
         run = measured(query, wall, seconds)
         left = {k: v for k, v in self.db.queue(queue).stats().items() if v}
-        if run.rows != n or left:
-            raise VerifyError(f"streaming read of {queue}: {run.rows} rows of {n}; left {left}")
+        lag = sum(s.lag for s in self.db.subscriptions() if s.name == queue)
+        if run.rows != n or left or lag:
+            raise VerifyError(
+                f"streaming read of {queue}: {run.rows} rows of {n}; left {left}, lag {lag}"
+            )
         return run
 
     def floor(self, queue: str, n: int, batch: int) -> Run:
@@ -410,84 +458,133 @@ class Reads:
             _log(f"could not drop queue {queue}: {one_line(exc)}")
 
     def warm_up(self, n: int) -> None:
-        queue, _ = self.fresh_queue(n)
-        got = self.jdbc_frame(*self.checked_bounds(queue, n)).count()
+        topic, subs = self.fresh_topic(n, 2)
+        got = self.jdbc_frame(*self.checked_bounds(topic, n)).count()
         if got != n:
             raise VerifyError(f"JDBC read {got} rows of {n}")
-        got = self.browse_frame(queue).count()
+        got = self.browse_frame(topic).count()
         if got != n:
             raise VerifyError(f"sluice browse read {got} rows of {n}")
-        self.stream(queue, n, n, 1)
-        self.drop(queue)
-        queue, _ = self.fresh_queue(n)
-        self.stream(queue, n, n, 2)
-        self.drop(queue)
+        for k, sub in enumerate(subs):
+            self.stream(sub, n, n, k + 1)
+        self.drop_topic(topic, subs)
+        for parts in (1, 2):
+            for exclusive in (False, True):
+                queue, _ = self.fresh_queue(n)
+                self.stream(queue, n, n, parts, exclusive=exclusive)
+                self.drop(queue)
+
+
+@dataclass
+class ReadCells:
+    """The cells of part 1, by what they measure."""
+
+    jdbc: Cell
+    browse: Cell
+    subscriptions: dict[tuple[int, int], Cell]
+    exclusive: dict[tuple[int, int], Cell]
+    rounds: dict[tuple[int, int], Cell]
+    floors: dict[int, Cell]
+    delete: Cell
+    fills: list[float] = field(default_factory=list)
 
 
 def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) -> None:
     n = s.read_n
-    fills: list[float] = []
-    jdbc = Cell("read", "Spark JDBC source", "postgresql", n, partitions=2)
-    browse = Cell("read", "sluice batch read (browse)", "postgresql", n, partitions=2)
-    streams = {
-        (b, p): Cell("read", "sluice streaming read", "postgresql", n, batch=b, partitions=p)
-        for b in s.read_batches
-        for p in s.read_partitions
-    }
-    floors = {
-        b: Cell("read", FLOOR_LABEL, "postgresql", n, batch=b, partitions=1) for b in s.read_batches
-    }
-    delete = Cell("read", DELETE_LABEL, "postgresql", n, partitions=1)
-    cells += [jdbc, browse, *streams.values(), *floors.values(), delete]
+    grid = [(b, p) for b in s.read_batches for p in s.read_partitions]
+
+    def cell(label: str, b: int | None = None, p: int | None = None) -> Cell:
+        return Cell("read", label, "postgresql", n, batch=b, partitions=p)
+
+    c = ReadCells(
+        jdbc=cell("Spark JDBC source", p=2),
+        browse=cell(BROWSE_LABEL, p=2),
+        subscriptions={k: cell(SUBSCRIPTION_LABEL, *k) for k in grid},
+        exclusive={k: cell(EXCLUSIVE_LABEL, *k) for k in grid},
+        rounds={k: cell(ROUNDS_LABEL, *k) for k in grid},
+        floors={b: cell(FLOOR_LABEL, b, 1) for b in s.read_batches},
+        delete=cell(DELETE_LABEL, p=1),
+    )
+    cells += [c.jdbc, c.browse, *c.subscriptions.values(), *c.exclusive.values()]
+    cells += c.rounds.values()
+    if s.bounds:
+        cells += [*c.floors.values(), c.delete]
     stored = 0.0
     for rep in range(s.repeats):
-        for k, ((batch, parts), cell) in enumerate(streams.items()):
-            tag = f"read run {rep + 1}/{s.repeats}"
+        tag = f"read run {rep + 1}/{s.repeats}"
+        stored = _read_topic(reads, c, n, tag) or stored
+        _read_queues(reads, c, n, tag)
+        if s.bounds:
+            _read_bounds(reads, c, n, tag)
+    if stored:
+        notes.append(
+            f"Bodies as stored by sluice on PostgreSQL: {stored:,.0f} bytes on average"
+            f" (json.dumps: {BODY_BYTES:,})."
+        )
+    if c.fills:
+        notes.append(
+            "Filling the read queues (untimed; building bodies included), sluice"
+            f" enqueue_many in transactions of {FILL_CHUNK:,}: median"
+            f" {sorted(c.fills)[len(c.fills) // 2]:,.0f} msgs/s."
+        )
+
+
+def _read_topic(reads: Reads, c: ReadCells, n: int, tag: str) -> float:
+    """The peer, the browse and the subscriptions' streams, on one topic; the body size.
+
+    A subscription's read leaves its topic's messages where they are: they all read one
+    fill.
+    """
+    try:
+        topic, names = reads.fresh_topic(n, len(c.subscriptions))
+    except Exception as exc:
+        c.jdbc.errors.append(f"fill: {_error(exc)}")
+        _log(f"{tag}: fill failed: {one_line(exc)}")
+        return 0.0
+    stored = reads.body_bytes(topic)
+    _measure(c.jdbc, functools.partial(reads.jdbc, topic, n), f"{tag}: JDBC", n)
+    _measure(c.browse, functools.partial(reads.browse, topic), f"{tag}: browse", n)
+    for ((batch, parts), cell), name in zip(c.subscriptions.items(), names, strict=True):
+        run = functools.partial(reads.stream, name, n, batch, parts)
+        _measure(cell, run, f"{tag}: subscription B={batch} p={parts}", n)
+    reads.drop_topic(topic, names)
+    return stored
+
+
+def _read_queues(reads: Reads, c: ReadCells, n: int, tag: str) -> None:
+    """The streams of plain queues, each on a fresh queue: exclusive, then by rounds."""
+    for grid, exclusive in ((c.exclusive, True), (c.rounds, False)):
+        for (batch, parts), cell in grid.items():
             try:
                 queue, seconds = reads.fresh_queue(n)
             except Exception as exc:
                 cell.errors.append(f"fill: {_error(exc)}")
                 _log(f"{tag}: fill failed: {one_line(exc)}")
                 continue
-            fills.append(n / seconds)
-            stored = stored or reads.body_bytes(queue)
-            if k == 0:  # the peer and the browse read the rows before they are consumed
-                _measure(jdbc, functools.partial(reads.jdbc, queue, n), f"{tag}: JDBC", n)
-                _measure(browse, functools.partial(reads.browse, queue), f"{tag}: browse", n)
-            _measure(
-                cell,
-                functools.partial(reads.stream, queue, n, batch, parts),
-                f"{tag}: stream B={batch} p={parts}",
-                n,
-            )
+            c.fills.append(n / seconds)
+            run = functools.partial(reads.stream, queue, n, batch, parts, exclusive=exclusive)
+            how = "exclusive" if exclusive else "rounds"
+            _measure(cell, run, f"{tag}: {how} B={batch} p={parts}", n)
             reads.drop(queue)
-        for batch, cell in floors.items():
-            tag = f"read run {rep + 1}/{s.repeats}"
-            try:
-                queue, _ = reads.fresh_queue(n)
-            except Exception as exc:
-                cell.errors.append(f"fill: {_error(exc)}")
-                continue
-            _measure(cell, functools.partial(reads.floor, queue, n, batch), f"{tag}: floor", n)
-            reads.drop(queue)
+
+
+def _read_bounds(reads: Reads, c: ReadCells, n: int, tag: str) -> None:
+    """The claimed rounds' statements without Spark, and their take's DELETE alone."""
+    for batch, cell in c.floors.items():
         try:
             queue, _ = reads.fresh_queue(n)
         except Exception as exc:
-            delete.errors.append(f"fill: {_error(exc)}")
+            cell.errors.append(f"fill: {_error(exc)}")
             continue
-        _measure(delete, functools.partial(reads.delete_only, queue, n), f"{tag}: DELETE", n)
+        _measure(cell, functools.partial(reads.floor, queue, n, batch), f"{tag}: floor", n)
         reads.drop(queue)
-    if stored:
-        notes.append(
-            f"Bodies as stored by sluice on PostgreSQL: {stored:,.0f} bytes on average"
-            f" (json.dumps: {BODY_BYTES:,})."
-        )
-    if fills:
-        notes.append(
-            "Filling the read queues (untimed; building bodies included), sluice"
-            f" enqueue_many in transactions of {FILL_CHUNK:,}: median"
-            f" {sorted(fills)[len(fills) // 2]:,.0f} msgs/s."
-        )
+    try:
+        queue, _ = reads.fresh_queue(n)
+    except Exception as exc:
+        c.delete.errors.append(f"fill: {_error(exc)}")
+        return
+    _measure(c.delete, functools.partial(reads.delete_only, queue, n), f"{tag}: DELETE", n)
+    reads.drop(queue)
 
 
 def _measure(cell: Cell, fn: Callable[[], Run], tag: str, n: int) -> None:
@@ -717,6 +814,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="runs per cell (default 3)")
     p.add_argument("--warmup-n", type=int, default=1_000)
     p.add_argument(
+        "--no-bounds",
+        action="store_true",
+        help="leave out the rows of the claimed rounds' statements and DELETE without Spark",
+    )
+    p.add_argument(
         "--only", choices=("read", "pipeline"), action="append", help="run only this part"
     )
     p.add_argument(
@@ -750,6 +852,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         pipeline_sql=PIPELINE_SQL,
         master=args.master,
         quick=quick,
+        bounds=not args.no_bounds,
     )
 
 

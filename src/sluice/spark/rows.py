@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sluice.backends.base import HeldRow, MessageRow
+from sluice.backends.base import MESSAGE_COLUMNS, HeldRow, MessageRow
 from sluice.backends.postgres_spool import spooled_rows
 from sluice.backends.records import held_row
 from sluice.errors import ConfigurationError
@@ -61,6 +61,8 @@ MESSAGE_FIELDS: Final = (
 )
 """The columns of a read, in order; ``body`` is a struct instead with a body schema."""
 
+_TIMES: Final = ("enqueued_at", "available_at", "expires_at")
+
 _INTEGER_RANGES: Final[dict[type[DataType], int]] = {
     ByteType: 2**7,
     ShortType: 2**15,
@@ -81,35 +83,49 @@ def message_ddl(body_schema: str | None) -> str:
 def to_batches(
     queue: str, rows: Sequence[MessageRow | HeldRow], schema: StructType
 ) -> Iterator[pa.RecordBatch]:
-    """Stored message rows as Arrow batches of ``schema``."""
+    """Stored message rows as Arrow batches of ``schema``.
+
+    Column by column: the rows are turned into columns in C (``zip``), and Arrow
+    builds, joins and converts them; Python touches a message only for what Arrow
+    cannot do (a body schema, a binary body, properties).
+    """
     arrow = pa.schema(
         [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
     )
     body_type = schema["body"].dataType
+    text = pa.string()
     for start in range(0, len(rows), BATCH_ROWS):
         chunk = rows[start : start + BATCH_ROWS]
+        c = dict(zip(MESSAGE_COLUMNS, zip(*chunk, strict=False), strict=False))
+        n = len(chunk)
         if isinstance(body_type, StructType):
-            bodies: list[Any] = [_parsed_body(r, body_type) for r in chunk]
-        else:
+            bodies: Any = [_parsed_body(r, body_type) for r in chunk]
+        elif any(isinstance(b, bytes) for b in c["body"]):
             bodies = [_body_text(r.body, r.content_type) for r in chunk]
+        else:
+            bodies = c["body"]
+        if any(c["properties"]):
+            properties = [_properties(p) for p in c["properties"]]
+        else:
+            properties = [[]] * n
+        ids = (pc.cast(pa.array(c[k], pa.int64()), text) for k in ("p_session", "p_tx", "p_num"))
         columns = [
-            [f"{r.p_session}/{r.p_tx}/{r.p_num}" for r in chunk],
-            [queue] * len(chunk),
-            [r.priority for r in chunk],
+            pc.binary_join_element_wise(*ids, "/"),
+            pa.array([queue] * n, text),
+            c["priority"],
             bodies,
-            [_properties(r.properties) for r in chunk],
-            [r.content_type for r in chunk],
-            [r.type for r in chunk],
-            [r.grp for r in chunk],
-            [r.correlation_id for r in chunk],
-            [r.reply_to for r in chunk],
-            [r.attempts for r in chunk],
-            [_micros(r.enqueued_at) for r in chunk],
-            [_micros(r.available_at) for r in chunk],
-            [_micros(r.expires_at) for r in chunk],
+            properties,
+            c["content_type"],
+            c["type"],
+            c["grp"],
+            c["correlation_id"],
+            c["reply_to"],
+            c["attempts"],
+            *(_timestamps(pa.array(c[k], pa.float64())) for k in _TIMES),
         ]
         arrays = [
-            pa.array(values, type=field.type) for values, field in zip(columns, arrow, strict=True)
+            v if isinstance(v, pa.Array) else pa.array(v, type=field.type)
+            for v, field in zip(columns, arrow, strict=True)
         ]
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
 
@@ -148,7 +164,7 @@ def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[p
         table["correlation_id"],
         table["reply_to"],
         table["attempts"],
-        *(_timestamps(table[c]) for c in ("enqueued_at", "available_at", "expires_at")),
+        *(_timestamps(table[c]) for c in _TIMES),
     ]
     arrays = [pc.cast(c, f.type) for c, f in zip(columns, arrow, strict=True)]
     yield from pa.Table.from_arrays(arrays, schema=arrow).to_batches(max_chunksize=BATCH_ROWS)
@@ -224,7 +240,3 @@ def _properties(stored: str | None) -> list[tuple[str, str]] | None:
         (k, v if isinstance(v, str) else json.dumps(v, separators=(",", ":")))
         for k, v in values.items()
     ]
-
-
-def _micros(seconds: float | None) -> int | None:
-    return None if seconds is None else round(seconds * 1_000_000)
