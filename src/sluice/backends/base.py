@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MESSAGE_COLUMNS",
+    "READ_COLUMNS",
     "SLOTS",
     "STREAM_LEASE",
     "Backend",
@@ -269,6 +270,29 @@ class Expressions(Protocol):
         ...
 
 
+READ_COLUMNS = (
+    "id",
+    "message_id",
+    "priority",
+    "body",
+    "body_bytes",
+    "content_type",
+    "properties",
+    "type",
+    "grp",
+    "correlation_id",
+    "reply_to",
+    "attempts",
+    "enqueued_at",
+    "available_at",
+    "expires_at",
+)
+"""The columns of a Spark read's rows (``Streams.scan``, ``stream_rows``): only what a
+Spark row shows, the message id spelled "session/tx/num" by the database, a binary
+body as bytes in ``body_bytes`` or in ``body``. Plain tuples, not named rows: a read
+of a million messages makes no object per message it does not need."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reached:
     """How far a position stream's acknowledged micro-batches reached (``stream_settle``).
@@ -388,8 +412,9 @@ class Streams(Protocol):
         at: float,
         limit: int,
         select: Selection | None,
-    ) -> list[MessageRow]:
-        """Up to ``limit`` messages of a position range: ids in (after, upto], by id.
+    ) -> list[Row]:
+        """Up to ``limit`` messages of a position range: ids in (after, upto], by id, as
+        rows of READ_COLUMNS.
 
         Those ``select`` holds for that were due and unexpired at ``at``: ready or
         waiting, or expired since (state 3 with ``expires_at`` after ``at``).
@@ -405,8 +430,9 @@ class Streams(Protocol):
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
-    ) -> list[MessageRow]:
-        """Up to ``limit`` messages in ``state`` (as browse) with ids in (after, upto], by id."""
+    ) -> list[Row]:
+        """Up to ``limit`` messages in ``state`` (as browse) with ids in (after, upto], by id,
+        as rows of READ_COLUMNS."""
 
     def id_bounds(self, queue: str) -> tuple[int, int, int]:
         """The lowest and highest id of the queue's messages, and how many there are."""

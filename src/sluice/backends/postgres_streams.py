@@ -31,7 +31,6 @@ from sluice.backends.records import (
     STREAM_LEASE,
     CommitPlan,
     HeldRow,
-    MessageRow,
     Row,
     Selection,
     StagedPart,
@@ -66,6 +65,9 @@ class PostgresStreams:
 
     @abstractmethod
     def _one(self, name: str, params: Any, *, durable: bool = True) -> list[Row]: ...
+
+    @abstractmethod
+    def _conn(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
 
     @abstractmethod
     def _roll_back_orphans(self, conn: Any) -> None: ...
@@ -203,10 +205,10 @@ class PostgresStreams:
         at: float,
         limit: int,
         select: Selection | None,
-    ) -> list[MessageRow]:
+    ) -> list[Row]:
         name, extra = self.selected("stream_rows", select)
         params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
-        return message_rows(self._one(name, params | extra))
+        return self._read(name, params | extra)
 
     def stream_behind(
         self, queue: str, position: int | None, *, limit: int, select: Selection | None
@@ -218,11 +220,18 @@ class PostgresStreams:
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
-    ) -> list[MessageRow]:
+    ) -> list[Row]:
         name, extra = self.selected("scan", select)
         params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
         params |= {"after": after, "upto": upto}
-        return message_rows(self._one(name, params))
+        return self._read(name, params)
+
+    def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """A Spark read's rows, in binary: numbers come as they are stored, not as text
+        to parse, which is a third of what fetching a read's rows costs here."""
+        with self._conn() as conn:
+            rows: list[Row] = conn.cursor(binary=True).execute(self._q[name], params).fetchall()
+            return rows
 
     def drop_stream(self, queue: str, name: str) -> bool:
         with self._transaction() as conn:

@@ -16,13 +16,12 @@ from sluice.backends.records import (
     CommitPlan,
     HeldRow,
     Lane,
-    MessageRow,
+    Row,
     Selection,
     StagedPart,
     StreamState,
     browse_params,
     held_row,
-    message_row,
     sink_host,
     sink_seen,
     stream_host,
@@ -160,11 +159,12 @@ class SQLiteStreams:
         at: float,
         limit: int,
         select: Selection | None,
-    ) -> list[MessageRow]:
+    ) -> list[Row]:
         query, extra = self._selected("stream_rows", select)
         params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
         with self._reading() as conn:
-            return list(map(message_row, conn.execute(query, params | extra).fetchall()))
+            rows: list[Row] = conn.execute(query, params | extra).fetchall()
+            return rows
 
     def stream_behind(
         self, queue: str, position: int | None, *, limit: int, select: Selection | None
@@ -177,12 +177,13 @@ class SQLiteStreams:
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
-    ) -> list[MessageRow]:
+    ) -> list[Row]:
         query, extra = self._selected("scan", select)
         params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
         params |= {"after": after, "upto": upto}
         with self._reading() as conn:
-            return list(map(message_row, conn.execute(query, params).fetchall()))
+            rows: list[Row] = conn.execute(query, params).fetchall()
+            return rows
 
     def drop_stream(self, queue: str, name: str) -> bool:
         with self._transaction() as conn:

@@ -56,7 +56,7 @@ from sluice.engine.database import Engine
 from sluice.engine.topics import before_take
 from sluice.errors import ConfigurationError, QueueInUse
 from sluice.spark.options import Options, connection
-from sluice.spark.rows import message_ddl, table_batches, to_batches
+from sluice.spark.rows import message_ddl, read_batches, table_batches, to_batches
 from sluice.spark.sink import BatchWriter, StreamWriter
 
 __all__ = ["SluiceDataSource"]
@@ -162,7 +162,7 @@ class _BatchReader(DataSourceReader):
             )
             if not rows:
                 return
-            yield from to_batches(self.queue, rows, self.schema)
+            yield from read_batches(self.queue, rows, self.schema)
             if len(rows) < _PAGE:
                 return
             after = rows[-1][0]
@@ -478,10 +478,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             select = db.selection(source, self.positions.where)
             while after < upto:
                 rows = backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
-                yield from to_batches(self.queue, rows, self.schema)
+                yield from read_batches(self.queue, rows, self.schema)
                 if len(rows) < _PAGE:
                     return
-                after = rows[-1].id
+                after = rows[-1][0]
 
     def commit(self, end: dict[str, Any]) -> None:
         db = connection(self.options.url)

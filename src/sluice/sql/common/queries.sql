@@ -219,8 +219,8 @@ DELETE FROM {schema}.sessions WHERE host = :host AND pid <= :batch;
 DELETE FROM {schema}.sinks WHERE name = :name;
 
 -- name: scan
--- A page of a batch read: as browse, by id within (after, upto].
-SELECT {message_columns} FROM {schema}.messages AS m
+-- A page of a batch read: as browse, by id within (after, upto]; a Spark read's rows.
+SELECT {read_columns} FROM {schema}.messages AS m
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
   AND id > :after AND id <= :upto
   AND (

@@ -562,6 +562,13 @@ WITH d AS (
     RETURNING lane)
 SELECT DISTINCT lane FROM d WHERE lane IS NOT NULL;
 
+-- fragment: read_columns
+-- A Spark read's row (sluice.backends.base.READ_COLUMNS): the message's id spelled out,
+-- a binary body as bytes, only what a Spark row shows.
+m.id, m.p_session || '/' || m.p_tx || '/' || m.p_num, m.priority, m.body, m.body_bytes,
+coalesce(m.content_type, 'application/json'), m.properties, m.type, m.grp, m.correlation_id,
+m.reply_to, m.attempts, m.enqueued_at, m.available_at, m.expires_at
+
 -- name: stream_span
 -- A position stream's next range of a queue (Streams.stream_span): of the first %(limit)s
 -- messages past %(after)s (up to %(ceiling)s) that are ready or waiting, unexpired and
@@ -584,7 +591,7 @@ FROM (
 -- name: stream_rows
 -- A page of a position range (Streams.stream_rows): what was due and unexpired at %(at)s,
 -- by id; a message expired since (state 3) was read all the same.
-SELECT {message_columns} FROM (
+SELECT {read_columns} FROM (
     SELECT * FROM {schema}.messages AS s
     WHERE s.id > %(after)s AND s.id <= %(upto)s
       AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)

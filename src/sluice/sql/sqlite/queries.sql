@@ -349,6 +349,13 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
   AND c_session = :session AND c_tx > :after AND c_tx <= :upto
 RETURNING lane;
 
+-- fragment: read_columns
+-- A Spark read's row (sluice.backends.base.READ_COLUMNS): the message's id spelled out,
+-- a binary body as bytes (SQLite keeps it in body), only what a Spark row shows.
+m.id, m.p_session || '/' || m.p_tx || '/' || m.p_num, m.priority, m.body, NULL,
+coalesce(m.content_type, 'application/json'), m.properties, m.type, m.grp, m.correlation_id,
+m.reply_to, m.attempts, m.enqueued_at, m.available_at, m.expires_at
+
 -- name: stream_span
 -- A position stream's next range of a queue (Streams.stream_span): of the first :limit
 -- messages past :after (up to :ceiling) that are ready or waiting, unexpired at :now and
@@ -371,7 +378,7 @@ FROM (
 -- name: stream_rows
 -- A page of a position range (Streams.stream_rows): what was due and unexpired at :at,
 -- by id; a message expired since (state 3) was read all the same.
-SELECT {message_columns} FROM messages AS m
+SELECT {read_columns} FROM messages AS m
 WHERE m.id > :after AND m.id <= :upto
   AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
   AND m.state IN (1, 3, 5) AND m.available_at <= :at
