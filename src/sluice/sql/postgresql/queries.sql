@@ -602,12 +602,15 @@ SELECT {read_columns} FROM (
 ORDER BY m.id;
 
 -- name: stream_behind
--- Ready messages a position stream takes by rounds: up to %(position)s (Streams.stream_behind).
+-- Ready messages a position stream takes by rounds, up to %(position)s
+-- (Streams.stream_behind). In the queue index's order, which the planner then
+-- follows, whatever it guesses of the queue's size (else: a scan of the table).
 SELECT count(*) FROM (
     SELECT 1 FROM {schema}.messages AS s
     WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND s.state = 1
       AND s.id <= %(position)s
       AND s.available_at <= %(now)s AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select}
+    ORDER BY s.priority DESC, s.id
     LIMIT %(limit)s) AS behind;
 
 -- name: stream_remove

@@ -387,12 +387,15 @@ ORDER BY m.id
 LIMIT :limit;
 
 -- name: stream_behind
--- Ready messages a position stream takes by rounds: up to :position (Streams.stream_behind).
+-- Ready messages a position stream takes by rounds, up to :position
+-- (Streams.stream_behind). In the queue index's order, which the planner then
+-- follows, whatever it guesses of the queue's size (else: a scan of the table).
 SELECT count(*) FROM (
     SELECT 1 FROM messages AS m
     WHERE m.queue_id = (SELECT id FROM queues WHERE name = :queue) AND m.state = 1
       AND m.id <= :position
       AND m.available_at <= :now AND (m.expires_at IS NULL OR m.expires_at > :now){select}
+    ORDER BY m.priority DESC, m.id
     LIMIT :limit);
 
 -- name: stream_remove
