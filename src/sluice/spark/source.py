@@ -310,7 +310,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         acked = backend.open_stream(self.queue, self.name).acked
         if self.positions is None:
             return {"round": acked}
-        return _offset(acked, backend.stream_pointer(self.queue), 0.0)
+        return _offset(acked, backend.stream_pointer(self.queue), 0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_per_batch)
@@ -373,13 +373,13 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         backend = db.backend
         stream = backend.open_stream(self.queue, self.name)
         if start is None:
-            start = _offset(stream.acked, backend.stream_pointer(self.queue), 0.0)
+            start = _offset(stream.acked, backend.stream_pointer(self.queue), 0)
             pointer = start["position"]
         else:
             pointer = self._acknowledge(db, stream, start)
         base_round, base = start["round"], start.get("position")
         if base is None:  # a checkpoint of this stream from before it read by position
-            return _offset(base_round, pointer, 0.0)
+            return _offset(base_round, pointer, 0)
         if pointer > base:
             raise QueueInUse(
                 f"{self.queue!r} has moved past what streaming read {self.name!r} has read "
@@ -389,7 +389,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         held = backend.stream_held_count(stream.session, self.queue, base_round, stream.round)
         round_ = max(stream.round, base_round) if held else base_round
-        room, position, now = cap - held, base, db.clock.now()
+        # The range's time travels in the offset as whole microseconds: a JSON integer
+        # reads back exactly, wherever Spark keeps it.
+        micros = round(db.clock.now() * 1_000_000)
+        room, position, now = cap - held, base, micros / 1_000_000
         if room > 0 and not positions.remove:  # a subscription's own rows: the older ones
             taken = self._take_behind(db, stream.session, stream.round + 1, None, room)
             room -= taken
@@ -407,7 +410,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 round_ = stream.round + 1
         if round_ == base_round and position == base:
             return start
-        return _offset(round_, position, now)
+        return _offset(round_, position, micros)
 
     def _take_behind(self, db: Engine, session: int, round_: int, upto: int | None, n: int) -> int:
         """Take up to ``n`` messages behind position ``upto`` (None: all) as ``round_``."""
@@ -454,7 +457,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         session = self._backend().open_stream(self.queue, self.name).session
         parts = self.options.partitions or 1
-        at = float(end.get("at", 0.0))
+        at = _seconds(end)
         return [
             _Share(session, after, upto, k, parts, piece, at)
             for k, piece in enumerate(_shares(span[0], span[1], parts))
@@ -504,7 +507,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             position = upto.get("position", pointer)
             if position > pointer or (touch and position == pointer):
                 select = db.selection(positions.source, positions.where)
-                at = float(upto.get("at", 0.0))
+                at = _seconds(upto)
                 reached = Reached(position, at, positions.remove, select)
                 pointer = position
         if upto["round"] > stream.acked or reached is not None:
@@ -515,6 +518,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return pointer
 
 
-def _offset(round_: int, position: int, at: float) -> dict[str, Any]:
-    """A position stream's offset (a stream without positions has only the round)."""
+def _offset(round_: int, position: int, at: int) -> dict[str, int]:
+    """A position stream's offset (a stream without positions has only the round):
+    ``at`` in microseconds of the clock messages are judged by."""
     return {"round": round_, "position": position, "at": at}
+
+
+def _seconds(offset: dict[str, Any]) -> float:
+    """When an offset's range was planned, in seconds (as ``_latest_position`` had it)."""
+    return int(offset.get("at", 0)) / 1_000_000
