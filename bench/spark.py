@@ -4,14 +4,19 @@ Run: ``python -m bench.spark`` (``--quick`` for a smoke run). One Spark session 
 for the whole run, with the PostgreSQL JDBC driver (``/usr/share/java/postgresql.jar``, Debian's
 ``libpostgresql-jdbc-java``) on its class path. Bodies are ~1 KB JSON orders.
 
-1. Streaming read into a DataFrame, PostgreSQL (schema ``bench_spark`` at 127.0.0.1:5432,
-   dropped at the end): N messages (200,000) are read from a fresh queue by
+1. Reading into a DataFrame, PostgreSQL (schema ``bench_spark`` at 127.0.0.1:5432, dropped
+   at the end): N messages (500,000) of a fresh topic, with subscriptions made before the fill,
+   are read by
    a. Spark's own JDBC source over sluice's messages table (``partitionColumn`` id, 2
       partitions, ``fetchsize`` 10,000): the peer, which does not change the rows;
-   b. a sluice batch read (browse, 2 partitions), for reference;
-   c. a sluice streaming read (``readStream.format("sluice")``, ``trigger(availableNow=True)``),
-      which consumes the messages; then again with ``partitions=2`` on a refilled queue.
-   Every query writes to ``format("noop")``. Target: streaming read >= 0.5 x JDBC.
+   b. a sluice batch read (browse, 2 partitions);
+   c. a sluice streaming read of each subscription (``trigger(availableNow=True)``), by
+      position: the topic's rows by id range, acknowledged by moving the pointer;
+   then fresh queues of N messages are consumed by a sluice streaming read with
+   ``exclusive=true`` (by position; acknowledged by deleting the range) and without it (by
+   claimed rounds), ``partitions`` 1 and 2. Every query writes to ``format("noop")``.
+   Targets: streaming read (by position) and batch read >= 0.5 x JDBC. Unless ``--no-bounds``,
+   the claimed rounds' statements and their DELETE also run alone, without Spark.
 2. End-to-end pipeline ``run_pipeline(... sql={"billing": ...})`` from ``orders`` to
    ``billing`` on SQLite (a file on disk) and on PostgreSQL: N messages (100,000), two
    ``max_per_batch`` values; afterwards billing must hold N messages and orders none. Target:
@@ -62,6 +67,7 @@ from bench.spark_report import (
     DELETE_LABEL,
     EXCLUSIVE_LABEL,
     FLOOR_LABEL,
+    POSITION_FLOOR_LABEL,
     ROUNDS_LABEL,
     SUBSCRIPTION_LABEL,
     Cell,
@@ -69,6 +75,7 @@ from bench.spark_report import (
     Settings,
     render,
 )
+from sluice.backends.base import Reached
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -425,6 +432,47 @@ class Reads:
             raise VerifyError(f"floor read of {queue}: {rows} rows of {n}; left {left}")
         return Run(seconds, rows=rows)
 
+    def position_floor(self, subscription: str, n: int, batch: int) -> Run:
+        """A subscription's read by position, its own statements, from this process alone.
+
+        Find a range's end, fetch its rows page by page as a task does and make them
+        Arrow batches of a read's schema, move the pointer: what the position stream's
+        Python costs, one process, without Spark.
+        """
+        from pyspark.sql.types import StructType
+
+        from sluice.spark.rows import message_ddl, read_batches
+
+        schema = cast(StructType, StructType.fromDDL(message_ddl(None)))
+        backend = self.db.backend
+        topic = self.db.queue(subscription).spec.topic
+        assert topic is not None
+        position, rows = backend.stream_pointer(subscription), 0
+        started = time.perf_counter()
+        while True:
+            now = time.time()
+            end, _ = backend.stream_span(
+                topic, position, limit=batch, ceiling=2**62, now=now, select=None
+            )
+            if end == position:
+                break
+            after = position
+            while after < end:
+                page = backend.stream_rows(topic, after, end, at=now, limit=10_000, select=None)
+                rows += sum(b.num_rows for b in read_batches(subscription, page, schema))
+                if len(page) < 10_000:
+                    break
+                after = page[-1][0]
+            stream = backend.open_stream(subscription, "position-floor")
+            backend.stream_settle(
+                stream.session, subscription, 0, 0, reached=Reached(end, now, remove=False)
+            )
+            position = end
+        seconds = time.perf_counter() - started
+        if rows != n:
+            raise VerifyError(f"position read of {subscription}: {rows} rows of {n}")
+        return Run(seconds, rows=rows)
+
     def delete_only(self, queue: str, n: int) -> Run:
         """The DELETE inside the stream's take, alone: its pick and chunks, nothing returned.
 
@@ -486,6 +534,7 @@ class ReadCells:
     rounds: dict[tuple[int, int], Cell]
     floors: dict[int, Cell]
     delete: Cell
+    position_floors: dict[int, Cell] = field(default_factory=dict)
     fills: list[float] = field(default_factory=list)
 
 
@@ -504,8 +553,10 @@ def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) ->
         rounds={k: cell(ROUNDS_LABEL, *k) for k in grid},
         floors={b: cell(FLOOR_LABEL, b, 1) for b in s.read_batches},
         delete=cell(DELETE_LABEL, p=1),
+        position_floors={b: cell(POSITION_FLOOR_LABEL, b, 1) for b in s.read_batches},
     )
-    cells += [c.jdbc, c.browse, *c.subscriptions.values(), *c.exclusive.values()]
+    cells += [c.jdbc, c.browse, *c.subscriptions.values(), *c.position_floors.values()]
+    cells += c.exclusive.values()
     cells += c.rounds.values()
     if s.bounds:
         cells += [*c.floors.values(), c.delete]
@@ -536,7 +587,7 @@ def _read_topic(reads: Reads, c: ReadCells, n: int, tag: str) -> float:
     fill.
     """
     try:
-        topic, names = reads.fresh_topic(n, len(c.subscriptions))
+        topic, names = reads.fresh_topic(n, len(c.subscriptions) + len(c.position_floors))
     except Exception as exc:
         c.jdbc.errors.append(f"fill: {_error(exc)}")
         _log(f"{tag}: fill failed: {one_line(exc)}")
@@ -544,9 +595,14 @@ def _read_topic(reads: Reads, c: ReadCells, n: int, tag: str) -> float:
     stored = reads.body_bytes(topic)
     _measure(c.jdbc, functools.partial(reads.jdbc, topic, n), f"{tag}: JDBC", n)
     _measure(c.browse, functools.partial(reads.browse, topic), f"{tag}: browse", n)
-    for ((batch, parts), cell), name in zip(c.subscriptions.items(), names, strict=True):
+    streamed = names[: len(c.subscriptions)]
+    for ((batch, parts), cell), name in zip(c.subscriptions.items(), streamed, strict=True):
         run = functools.partial(reads.stream, name, n, batch, parts)
         _measure(cell, run, f"{tag}: subscription B={batch} p={parts}", n)
+    alone = names[len(c.subscriptions) :]
+    for (batch, cell), name in zip(c.position_floors.items(), alone, strict=True):
+        run = functools.partial(reads.position_floor, name, n, batch)
+        _measure(cell, run, f"{tag}: position read alone B={batch}", n)
     reads.drop_topic(topic, names)
     return stored
 

@@ -13,6 +13,7 @@ __all__ = [
     "FLOOR_LABEL",
     "PHASES",
     "PIPELINE_TARGET",
+    "POSITION_FLOOR_LABEL",
     "READ_TARGET",
     "ROUNDS_LABEL",
     "SUBSCRIPTION_LABEL",
@@ -29,6 +30,8 @@ SUBSCRIPTION_LABEL = "sluice streaming read of a subscription (by position)"
 """A subscription's stream: its topic's rows by id range; the commit moves its pointer."""
 EXCLUSIVE_LABEL = "sluice streaming read, exclusive=true (by position)"
 """A queue's stream by id range; the commit deletes the range."""
+POSITION_FLOOR_LABEL = "subscription read's statements and Arrow rows alone (no Spark)"
+"""A position read's own work from one process: ranges, rows fetched and made Arrow."""
 ROUNDS_LABEL = "sluice streaming read (claimed rounds)"
 """A queue's stream that claims (on PostgreSQL: moves) each round's rows."""
 FLOOR_LABEL = "stream statements alone (no Spark)"
@@ -182,7 +185,10 @@ def _read_section(cells: list[Cell], s: Settings) -> list[str]:
         " to have read every message and left nothing (queue empty, subscription without"
         " lag). The JDBC read's `lowerBound`/`upperBound` (min and max id of the rows) are"
         " looked up before its timing starts; the sluice reads find their own bounds inside"
-        " theirs."
+        " theirs. The row of a subscription's read alone runs the position stream's own"
+        " work from one Python process without Spark (find each range's end, fetch its rows"
+        " in pages and make them Arrow batches, move the pointer), on a subscription of the"
+        " same topic: what the stream costs before Spark does anything."
         + (
             " The last two rows run, without Spark, the claimed rounds' own statements (take,"
             " fetch, acknowledge) and the DELETE inside their take alone: what a read that"
