@@ -20,6 +20,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.types import StructType
 
 import sluice
+from sluice.backends.stream_positions import span_end
 from sluice.spark import drop_stream
 from sluice.spark.rows import message_ddl
 from sluice.spark.source import SluiceDataSource
@@ -249,3 +250,42 @@ def _read(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[dict[
         for batch in reader.read(partition):
             rows += batch.to_pylist()
     return sorted(rows, key=lambda r: r["id"])
+
+
+# --- where a range ends ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ids", "late", "limit", "expected"),
+    [
+        (range(101, 201), (), 30, (130, 30)),  # dense: one window of 30 ids
+        (range(101, 201), (), 500, (200, 100)),  # fewer than the limit: up to the last
+        (range(100, 400, 3), (), 20, (157, 20)),  # one id in three: wider windows, then cut
+        (range(1, 100_000, 1000), (), 9, (8001, 9)),  # one in a thousand
+        (range(101, 201), (115,), 30, (114, 14)),  # not due yet: the range stops before it
+        (range(101, 201), (101,), 30, (100, 0)),  # the first is not due: nothing yet
+        (range(100, 400, 3), (157,), 40, (156, 19)),  # ... found in a window that was cut
+        ((), (), 30, (0, 0)),  # nothing past the position
+    ],
+)
+def test_a_range_ends_at_its_limit_or_before_a_message_not_due(
+    ids: range | tuple[int, ...], late: tuple[int, ...], limit: int, expected: tuple[int, int]
+) -> None:
+    """``span_end`` walks windows of ids; the range holds the limit at most, none not due."""
+    present = sorted(ids)
+    after = present[0] - 1 if present else 0
+
+    def window(a: int, b: int) -> tuple[int, int | None, int | None]:
+        inside = [i for i in present if a < i <= b]
+        lates = [i for i in inside if i in late]
+        return len(inside), max(inside, default=None), min(lates, default=None)
+
+    def nth(a: int, b: int, n: int) -> int:
+        return [i for i in present if a < i <= b][n - 1]
+
+    ends = (present[0], present[-1]) if present else (None, None)
+    end, found = span_end(after, limit, ends, window, nth)
+    held = [i for i in present if after < i <= end]
+    assert (end, len(held)) == expected
+    assert found >= len(held)  # counted up to a message not due, and past it
+    assert not [i for i in late if i <= end]

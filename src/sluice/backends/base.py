@@ -379,8 +379,9 @@ class Streams(Protocol):
         """The queue's pointer: how far its position stream has read (a subscription's
         place in its topic). QueueNotFound if there is no such queue."""
 
-    def stream_last(self, queue: str, after: int) -> int | None:
-        """The highest message id of ``queue`` above ``after`` (any state), or None."""
+    def stream_last(self, queue: str, after: int, ceiling: int = ...) -> int | None:
+        """The highest message id of ``queue`` in (after, ceiling] (no ceiling by default),
+        pending messages aside, or None."""
 
     def stream_span(
         self,

@@ -177,8 +177,9 @@ class PostgresStreams:
             raise QueueNotFound(f"queue {queue!r} does not exist")
         return int(found[0][0])
 
-    def stream_last(self, queue: str, after: int) -> int | None:
-        found = first(self._one("stream_last", {"queue": queue, "after": after}))
+    def stream_last(self, queue: str, after: int, ceiling: int = NO_CEILING) -> int | None:
+        params = {"queue": queue, "after": after, "ceiling": ceiling}
+        found = first(self._one("stream_last", params))
         return None if found is None else int(found)
 
     def stream_span(
@@ -192,9 +193,22 @@ class PostgresStreams:
         select: Selection | None,
     ) -> tuple[int, int]:
         name, extra = self.selected("stream_span", select)
-        params = {"queue": queue, "after": after, "ceiling": ceiling, "limit": limit, "now": now}
-        (found,) = self._one(name, params | extra)  # one statement: one snapshot
-        return span_end(after, limit, found)
+        cut, _ = self.selected("stream_nth", select)
+        params = {"queue": queue, "now": now} | extra
+        with self._conn() as conn:
+            bounds = {"queue": queue, "after": after, "ceiling": ceiling}
+            head = first(conn.execute(self._q["stream_first"], bounds).fetchall())
+            tail = first(conn.execute(self._q["stream_last"], bounds).fetchall())
+
+            def window(a: int, b: int) -> Row:
+                (row,) = conn.execute(self._q[name], params | {"after": a, "upto": b}).fetchall()
+                return tuple(row)
+
+            def nth(a: int, b: int, n: int) -> int:
+                span = params | {"after": a, "upto": b, "skip": n - 1}
+                return int(first(conn.execute(self._q[cut], span).fetchall()))
+
+            return span_end(after, limit, (head, tail), window, nth)
 
     def stream_rows(
         self,

@@ -128,10 +128,10 @@ class SQLiteStreams:
             raise QueueNotFound(f"queue {queue!r} does not exist")
         return int(found[0])
 
-    def stream_last(self, queue: str, after: int) -> int | None:
+    def stream_last(self, queue: str, after: int, ceiling: int = NO_CEILING) -> int | None:
         with self._reading() as conn:
-            found = conn.execute(self._q["stream_last"], {"queue": queue, "after": after})
-            row = found.fetchone()
+            params = {"queue": queue, "after": after, "ceiling": ceiling}
+            row = conn.execute(self._q["stream_last"], params).fetchone()
         return None if row is None else int(row[0])
 
     def stream_span(
@@ -145,10 +145,23 @@ class SQLiteStreams:
         select: Selection | None,
     ) -> tuple[int, int]:
         query, extra = self._selected("stream_span", select)
-        params = {"queue": queue, "after": after, "ceiling": ceiling, "limit": limit, "now": now}
-        with self._reading() as conn:  # one statement: one snapshot
-            found = conn.execute(query, params | extra).fetchone()
-        return span_end(after, limit, found)
+        cut, _ = self._selected("stream_nth", select)
+        params = {"queue": queue, "now": now} | extra
+        with self._reading() as conn:
+            bounds = {"queue": queue, "after": after, "ceiling": ceiling}
+            head = conn.execute(self._q["stream_first"], bounds).fetchone()
+            tail = conn.execute(self._q["stream_last"], bounds).fetchone()
+            ends = (None if head is None else int(head[0]), None if tail is None else int(tail[0]))
+
+            def window(a: int, b: int) -> Row:
+                row: Row = conn.execute(query, params | {"after": a, "upto": b}).fetchone()
+                return row
+
+            def nth(a: int, b: int, n: int) -> int:
+                span = params | {"after": a, "upto": b, "skip": n - 1}
+                return int(conn.execute(cut, span).fetchone()[0])
+
+            return span_end(after, limit, ends, window, nth)
 
     def stream_rows(
         self,

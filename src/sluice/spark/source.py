@@ -14,12 +14,19 @@ Spark has committed the batch, its messages stay held, so a restart replays
 ``(start, end]`` with the very same rows; once committed (``commit(end)``, or
 ``latestOffset(start)`` whose start is the last committed end), the rounds are
 acknowledged: the messages are deleted as by any commit.
+
+A stream of a subscription, or of a queue with option ``exclusive``, reads by
+*position* instead: ids follow commit order within a queue, so a range of them
+holds still once read. Its offset adds the range's end and when it was planned;
+nothing is written per message until Spark commits, and then only the queue's
+pointer moves (an exclusive queue's range is deleted with one statement). What
+lies behind the position still goes by rounds (``_latest_position``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +56,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sluice.backends.base import Backend, Reached, StreamState
+from sluice.backends.base import Backend, Reached, Row, StreamState
 from sluice.backends.stream_positions import NO_CEILING
 from sluice.backends.topics import TOUCH_EVERY
 from sluice.engine.database import Engine
@@ -66,6 +73,31 @@ _PAGE = 10_000
 
 _CLAIM_CHUNK = 50_000
 """Messages per claim statement of a round."""
+
+_WIDEST = 16 * _PAGE
+"""The widest id window a read's page looks at (a queue among many takes a few ids in ten)."""
+
+
+def _pages(page: Callable[[int, int], list[Row]], after: int, upto: int) -> Iterator[list[Row]]:
+    """The rows of ids (after, upto], a page at a time: ``page(a, b)``, ids (a, b], by id.
+
+    Each page looks at a window of ids, not "the next _PAGE rows": the window bounds
+    what the database reads whatever plan it picks (an ORDER BY id LIMIT over a range
+    it thought held few of the queue's rows had it sort the whole range, per page). A
+    window widens while it finds few rows, and a full page goes on from its last row.
+    """
+    width = _PAGE
+    while after < upto:
+        end = min(upto, after + width)
+        rows = page(after, end)
+        if rows:
+            yield rows
+        if len(rows) >= _PAGE:
+            after, width = rows[-1][0], max(_PAGE, width // 2)
+        else:
+            after = end
+            if len(rows) < _PAGE // 2:
+                width = min(_WIDEST, width * 2)
 
 
 class SluiceDataSource(DataSource):
@@ -154,18 +186,13 @@ class _BatchReader(DataSourceReader):
         assert isinstance(partition, _Range)
         db = connection(self.options.url)
         select = db.selection(self.queue, partition.where)
-        backend = db.backend
-        after = partition.after
-        while after < partition.upto:
-            rows = backend.scan(
-                self.queue, self.options.state, after, partition.upto, limit=_PAGE, select=select
-            )
-            if not rows:
-                return
+        backend, state = db.backend, self.options.state
+
+        def page(after: int, upto: int) -> list[Row]:
+            return backend.scan(self.queue, state, after, upto, limit=_PAGE, select=select)
+
+        for rows in _pages(page, partition.after, partition.upto):
             yield from read_batches(self.queue, rows, self.schema)
-            if len(rows) < _PAGE:
-                return
-            after = rows[-1][0]
 
 
 class _PushdownReader(_BatchReader):
@@ -475,16 +502,15 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from to_batches(self.queue, held, self.schema)
             for table in backend.stream_spooled(p.session, p.after, p.upto, **share):
                 yield from table_batches(self.queue, table, self.schema)
-        after, upto = p.span
-        if upto > after and self.positions is not None:
+        if self.positions is not None:
             source = self.positions.source
             select = db.selection(source, self.positions.where)
-            while after < upto:
-                rows = backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
+
+            def page(after: int, upto: int) -> list[Row]:
+                return backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
+
+            for rows in _pages(page, *p.span):
                 yield from read_batches(self.queue, rows, self.schema)
-                if len(rows) < _PAGE:
-                    return
-                after = rows[-1][0]
 
     def commit(self, end: dict[str, Any]) -> None:
         db = connection(self.options.url)

@@ -199,13 +199,22 @@ WHERE q.name = :name;
 SELECT pointer FROM {schema}.queues WHERE name = :queue;
 
 -- name: stream_last
--- A queue's last message past :after, pending ones aside (their ids are drawn before
--- their commit, and replaced at it): a position stream passes every message up to it.
--- From the top by id, not by queue (+queue_id).
+-- A queue's last message in (:after, :ceiling], pending ones aside (their ids are drawn
+-- before their commit, and replaced at it): a position stream passes every message up
+-- to it. From the top by id, not by queue (+queue_id).
 SELECT m.id FROM {schema}.messages AS m
-WHERE m.id > :after AND +m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
-  AND m.state <> 0
+WHERE m.id > :after AND m.id <= :ceiling
+  AND +m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND m.state <> 0
 ORDER BY m.id DESC
+LIMIT 1;
+
+-- name: stream_first
+-- As stream_last, the first: a position stream's windows start there, not in the ids of
+-- other queues' messages before it.
+SELECT m.id FROM {schema}.messages AS m
+WHERE m.id > :after AND m.id <= :ceiling
+  AND +m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND m.state <> 0
+ORDER BY m.id
 LIMIT 1;
 
 -- name: sink_batch

@@ -570,23 +570,27 @@ coalesce(m.content_type, 'application/json'), m.properties, m.type, m.grp, m.cor
 m.reply_to, m.attempts, m.enqueued_at, m.available_at, m.expires_at
 
 -- name: stream_span
--- A position stream's next range of a queue (Streams.stream_span): of the first %(limit)s
--- messages past %(after)s (up to %(ceiling)s) that are ready or waiting, unexpired and
--- selected, how many, the last, and the first not due yet; and the queue's last
--- message there but a pending one (see stream_last). By id, not by queue
--- (+queue_id): the scan starts at %(after)s, where the queue index would read the queue.
-SELECT count(*), max(id), min(CASE WHEN available_at > %(now)s THEN id END),
-       (SELECT l.id FROM {schema}.messages AS l
-        WHERE l.id > %(after)s AND l.id <= %(ceiling)s AND l.state <> 0
-          AND +l.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-        ORDER BY l.id DESC LIMIT 1)
-FROM (
-    SELECT s.id, s.available_at FROM {schema}.messages AS s
-    WHERE s.id > %(after)s AND s.id <= %(ceiling)s
-      AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
-      AND s.state IN (1, 5) AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select}
-    ORDER BY s.id
-    LIMIT %(limit)s) AS span;
+-- One window of a position stream's next range (Streams.stream_span): of the messages
+-- with ids in (%(after)s, %(upto)s] that are ready or waiting, unexpired at %(now)s and
+-- selected, how many, the last, and the first not due yet. By id, not by queue
+-- (+queue_id), and with no order to keep: the planner reads the window's id range,
+-- whatever it guesses of the queue's share of it (an ORDER BY ... LIMIT over a range
+-- it guessed small had it sort the whole table).
+SELECT count(*), max(s.id), min(CASE WHEN s.available_at > %(now)s THEN s.id END)
+FROM {schema}.messages AS s
+WHERE s.id > %(after)s AND s.id <= %(upto)s
+  AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.state IN (1, 5) AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select};
+
+-- name: stream_nth
+-- The id of a window's (stream_span's) %(skip)s+1-th message: where a range that wants no
+-- more ends.
+SELECT s.id FROM {schema}.messages AS s
+WHERE s.id > %(after)s AND s.id <= %(upto)s
+  AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.state IN (1, 5) AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select}
+ORDER BY s.id
+LIMIT 1 OFFSET %(skip)s;
 
 -- name: stream_rows
 -- A page of a position range (Streams.stream_rows): what was due and unexpired at %(at)s,

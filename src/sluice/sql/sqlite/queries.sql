@@ -357,23 +357,27 @@ coalesce(m.content_type, 'application/json'), m.properties, m.type, m.grp, m.cor
 m.reply_to, m.attempts, m.enqueued_at, m.available_at, m.expires_at
 
 -- name: stream_span
--- A position stream's next range of a queue (Streams.stream_span): of the first :limit
--- messages past :after (up to :ceiling) that are ready or waiting, unexpired at :now and
--- selected, how many, the last, and the first not due yet; and the queue's last
--- message there but a pending one (see stream_last). By id, not by queue
--- (+queue_id): the scan starts at :after, where the queue index would read the queue.
-SELECT count(*), max(id), min(CASE WHEN available_at > :now THEN id END),
-       (SELECT l.id FROM messages AS l
-        WHERE l.id > :after AND l.id <= :ceiling AND l.state <> 0
-          AND +l.queue_id = (SELECT id FROM queues WHERE name = :queue)
-        ORDER BY l.id DESC LIMIT 1)
-FROM (
-    SELECT m.id, m.available_at FROM messages AS m
-    WHERE m.id > :after AND m.id <= :ceiling
-      AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
-      AND m.state IN (1, 5) AND (m.expires_at IS NULL OR m.expires_at > :now){select}
-    ORDER BY m.id
-    LIMIT :limit);
+-- One window of a position stream's next range (Streams.stream_span): of the messages
+-- with ids in (:after, :upto] that are ready or waiting, unexpired at :now and
+-- selected, how many, the last, and the first not due yet. By id, not by queue
+-- (+queue_id), and with no order to keep: the planner reads the window's id range,
+-- whatever it guesses of the queue's share of it (an ORDER BY ... LIMIT over a range
+-- it guessed small had it sort the whole table).
+SELECT count(*), max(m.id), min(CASE WHEN m.available_at > :now THEN m.id END)
+FROM messages AS m
+WHERE m.id > :after AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 5) AND (m.expires_at IS NULL OR m.expires_at > :now){select};
+
+-- name: stream_nth
+-- The id of a window's (stream_span's) :skip+1-th message: where a range that wants no
+-- more ends.
+SELECT m.id FROM messages AS m
+WHERE m.id > :after AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 5) AND (m.expires_at IS NULL OR m.expires_at > :now){select}
+ORDER BY m.id
+LIMIT 1 OFFSET :skip;
 
 -- name: stream_rows
 -- A page of a position range (Streams.stream_rows): what was due and unexpired at :at,
