@@ -69,6 +69,8 @@ from bench.spark_report import (
     FLOOR_LABEL,
     POSITION_FLOOR_LABEL,
     ROUNDS_LABEL,
+    SPARK_BATCH_FLOOR_LABEL,
+    SPARK_STREAM_FLOOR_LABEL,
     SUBSCRIPTION_LABEL,
     Cell,
     Run,
@@ -189,6 +191,9 @@ def build_session(master: str, jar: Path | None) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sluice.spark.register(spark)
+    from bench.spark_floor import FloorSource
+
+    spark.dataSource.register(FloorSource)
     return spark
 
 
@@ -432,6 +437,37 @@ class Reads:
             raise VerifyError(f"floor read of {queue}: {rows} rows of {n}; left {left}")
         return Run(seconds, rows=rows)
 
+    def spark_floor(self, n: int, batch: int | None, partitions: int) -> Run:
+        """A Python source with no database (bench.spark_floor) read into noop: Spark alone.
+
+        ``batch``: a streaming read with that max_per_batch; None: a batch read.
+        """
+        options = {"rows": str(n), "body_bytes": str(BODY_BYTES), "partitions": str(partitions)}
+        if batch is None:
+            started = time.perf_counter()
+            frame = self.spark.read.format("sluice_floor").options(**options).load()
+            frame.write.format("noop").mode("overwrite").save()
+            return Run(time.perf_counter() - started)
+        options["max_per_batch"] = str(batch)
+        with tempfile.TemporaryDirectory(prefix="bench-spark-ckpt-", dir=self.tmp_root) as ckpt:
+            wall = time.time()
+            started = time.perf_counter()
+            query = (
+                self.spark.readStream.format("sluice_floor")
+                .options(**options)
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", ckpt)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            seconds = time.perf_counter() - started
+        run = measured(query, wall, seconds)
+        if run.rows != n:
+            raise VerifyError(f"the floor stream read {run.rows} rows of {n}")
+        return run
+
     def position_floor(self, subscription: str, n: int, batch: int) -> Run:
         """A subscription's read by position, its own statements, from this process alone.
 
@@ -506,6 +542,8 @@ class Reads:
             _log(f"could not drop queue {queue}: {one_line(exc)}")
 
     def warm_up(self, n: int) -> None:
+        self.spark_floor(n, None, 2)
+        self.spark_floor(n, n, 2)
         topic, subs = self.fresh_topic(n, 2)
         got = self.jdbc_frame(*self.checked_bounds(topic, n)).count()
         if got != n:
@@ -535,6 +573,8 @@ class ReadCells:
     floors: dict[int, Cell]
     delete: Cell
     position_floors: dict[int, Cell] = field(default_factory=dict)
+    spark_floors: dict[int | None, Cell] = field(default_factory=dict)
+    """Spark alone, per max_per_batch of a stream (None: a batch read)."""
     fills: list[float] = field(default_factory=list)
 
 
@@ -554,8 +594,13 @@ def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) ->
         floors={b: cell(FLOOR_LABEL, b, 1) for b in s.read_batches},
         delete=cell(DELETE_LABEL, p=1),
         position_floors={b: cell(POSITION_FLOOR_LABEL, b, 1) for b in s.read_batches},
+        spark_floors={
+            None: cell(SPARK_BATCH_FLOOR_LABEL, p=2),
+            **{b: cell(SPARK_STREAM_FLOOR_LABEL, b, 2) for b in s.read_batches},
+        },
     )
     cells += [c.jdbc, c.browse, *c.subscriptions.values(), *c.position_floors.values()]
+    cells += c.spark_floors.values()
     cells += c.exclusive.values()
     cells += c.rounds.values()
     if s.bounds:
@@ -604,6 +649,9 @@ def _read_topic(reads: Reads, c: ReadCells, n: int, tag: str) -> float:
         run = functools.partial(reads.position_floor, name, n, batch)
         _measure(cell, run, f"{tag}: position read alone B={batch}", n)
     reads.drop_topic(topic, names)
+    for floor_batch, cell in c.spark_floors.items():
+        run = functools.partial(reads.spark_floor, n, floor_batch, 2)
+        _measure(cell, run, f"{tag}: Spark alone B={floor_batch}", n)
     return stored
 
 

@@ -16,6 +16,8 @@ __all__ = [
     "POSITION_FLOOR_LABEL",
     "READ_TARGET",
     "ROUNDS_LABEL",
+    "SPARK_BATCH_FLOOR_LABEL",
+    "SPARK_STREAM_FLOOR_LABEL",
     "SUBSCRIPTION_LABEL",
     "Cell",
     "Run",
@@ -32,6 +34,9 @@ EXCLUSIVE_LABEL = "sluice streaming read, exclusive=true (by position)"
 """A queue's stream by id range; the commit deletes the range."""
 POSITION_FLOOR_LABEL = "subscription read's statements and Arrow rows alone (no Spark)"
 """A position read's own work from one process: ranges, rows fetched and made Arrow."""
+SPARK_BATCH_FLOOR_LABEL = "Python batch source, ready Arrow batches, no database (Spark alone)"
+SPARK_STREAM_FLOOR_LABEL = "Python streaming source, ready Arrow batches, no database (Spark alone)"
+"""bench.spark_floor: what Spark costs a Python source that has nothing to fetch."""
 ROUNDS_LABEL = "sluice streaming read (claimed rounds)"
 """A queue's stream that claims (on PostgreSQL: moves) each round's rows."""
 FLOOR_LABEL = "stream statements alone (no Spark)"
@@ -188,7 +193,11 @@ def _read_section(cells: list[Cell], s: Settings) -> list[str]:
         " theirs. The row of a subscription's read alone runs the position stream's own"
         " work from one Python process without Spark (find each range's end, fetch its rows"
         " in pages and make them Arrow batches, move the pointer), on a subscription of the"
-        " same topic: what the stream costs before Spark does anything."
+        " same topic: what the stream costs before Spark does anything. The rows of Spark"
+        " alone read a Python data source with no database behind it (bench.spark_floor:"
+        " Arrow batches of the same schema and body size, built once) into `noop`, as a batch"
+        " read and as a stream with the same `max_per_batch`: what any Python source pays"
+        " Spark, the floor under sluice's reads."
         + (
             " The last two rows run, without Spark, the claimed rounds' own statements (take,"
             " fetch, acknowledge) and the DELETE inside their take alone: what a read that"
