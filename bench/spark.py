@@ -4,14 +4,19 @@ Run: ``python -m bench.spark`` (``--quick`` for a smoke run). One Spark session 
 for the whole run, with the PostgreSQL JDBC driver (``/usr/share/java/postgresql.jar``, Debian's
 ``libpostgresql-jdbc-java``) on its class path. Bodies are ~1 KB JSON orders.
 
-1. Streaming read into a DataFrame, PostgreSQL (schema ``bench_spark`` at 127.0.0.1:5432,
-   dropped at the end): N messages (200,000) are read from a fresh queue by
+1. Reading into a DataFrame, PostgreSQL (schema ``bench_spark`` at 127.0.0.1:5432, dropped
+   at the end): N messages (500,000) of a fresh topic, with subscriptions made before the fill,
+   are read by
    a. Spark's own JDBC source over sluice's messages table (``partitionColumn`` id, 2
       partitions, ``fetchsize`` 10,000): the peer, which does not change the rows;
-   b. a sluice batch read (browse, 2 partitions), for reference;
-   c. a sluice streaming read (``readStream.format("sluice")``, ``trigger(availableNow=True)``),
-      which consumes the messages; then again with ``partitions=2`` on a refilled queue.
-   Every query writes to ``format("noop")``. Target: streaming read >= 0.5 x JDBC.
+   b. a sluice batch read (browse, 2 partitions);
+   c. a sluice streaming read of each subscription (``trigger(availableNow=True)``), by
+      position: the topic's rows by id range, acknowledged by moving the pointer;
+   then fresh queues of N messages are consumed by a sluice streaming read with
+   ``exclusive=true`` (by position; acknowledged by deleting the range) and without it (by
+   claimed rounds), ``partitions`` 1 and 2. Every query writes to ``format("noop")``.
+   Targets: streaming read (by position) and batch read >= 0.5 x JDBC. Unless ``--no-bounds``,
+   the claimed rounds' statements and their DELETE also run alone, without Spark.
 2. End-to-end pipeline ``run_pipeline(... sql={"billing": ...})`` from ``orders`` to
    ``billing`` on SQLite (a file on disk) and on PostgreSQL: N messages (100,000), two
    ``max_per_batch`` values; afterwards billing must hold N messages and orders none. Target:
@@ -37,6 +42,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
@@ -56,7 +62,22 @@ from bench.pg_common import (
     pg_facts,
     url_schema,
 )
-from bench.spark_report import DELETE_LABEL, FLOOR_LABEL, Cell, Run, Settings, render
+from bench.spark_report import (
+    BROWSE_LABEL,
+    DELETE_LABEL,
+    EXCLUSIVE_LABEL,
+    FLOOR_LABEL,
+    POSITION_FLOOR_LABEL,
+    ROUNDS_LABEL,
+    SPARK_BATCH_FLOOR_LABEL,
+    SPARK_STREAM_FLOOR_LABEL,
+    SUBSCRIPTION_LABEL,
+    Cell,
+    Run,
+    Settings,
+    render,
+)
+from sluice.backends.base import Reached
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -170,6 +191,9 @@ def build_session(master: str, jar: Path | None) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sluice.spark.register(spark)
+    from bench.spark_floor import FloorSource
+
+    spark.dataSource.register(FloorSource)
     return spark
 
 
@@ -239,6 +263,31 @@ class Reads:
             conn.execute(f"VACUUM ANALYZE {_quote(self.schema)}.messages")
         quiet_disk(self.conninfo)
         return queue, seconds
+
+    def fresh_topic(self, n: int, subscriptions: int) -> tuple[str, list[str]]:
+        """A new topic holding orders 0..n-1, with ``subscriptions`` subscriptions made
+        before the fill (each receives every message); (topic, subscriptions)."""
+        import psycopg
+
+        self.counter += 1
+        topic = f"topic_{self.counter}"
+        self.db.create_topic(topic)
+        subs = [f"{topic}_sub{k}" for k in range(subscriptions)]
+        for sub in subs:
+            self.db.subscribe(topic, sub)
+        fill(self.db, topic, n)
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute(f"VACUUM ANALYZE {_quote(self.schema)}.messages")
+        quiet_disk(self.conninfo)
+        return topic, subs
+
+    def drop_topic(self, topic: str, subscriptions: list[str]) -> None:
+        try:
+            for sub in subscriptions:
+                self.db.unsubscribe(sub)
+            self.db.drop_queue(topic)
+        except sluice.SluiceError as exc:
+            _log(f"could not drop topic {topic}: {one_line(exc)}")
 
     def bounds(self, queue: str) -> tuple[int, int, int, int]:
         """(queue id, lowest id, highest id, count) of the queue's rows in the table."""
@@ -319,8 +368,14 @@ class Reads:
         self.browse_frame(queue).write.format("noop").mode("overwrite").save()
         return Run(time.perf_counter() - started)
 
-    def stream(self, queue: str, n: int, batch: int, partitions: int) -> Run:
-        """Consume the queue with a streaming read into noop; check it is empty afterwards."""
+    def stream(
+        self, queue: str, n: int, batch: int, partitions: int, *, exclusive: bool = False
+    ) -> Run:
+        """Consume the queue with a streaming read into noop; check it is empty afterwards.
+
+        ``exclusive``: by position (option exclusive=true), else by claimed rounds; a
+        subscription is read by position anyway.
+        """
         name = f"bench-{queue}"
         with tempfile.TemporaryDirectory(prefix="bench-spark-ckpt-", dir=self.tmp_root) as ckpt:
             wall = time.time()
@@ -334,6 +389,8 @@ class Reads:
             )
             if partitions > 1:
                 reader = reader.option("partitions", str(partitions))
+            if exclusive:
+                reader = reader.option("exclusive", "true")
             query = (
                 reader.load()
                 .writeStream.format("noop")
@@ -345,8 +402,11 @@ class Reads:
             seconds = time.perf_counter() - started
         run = measured(query, wall, seconds)
         left = {k: v for k, v in self.db.queue(queue).stats().items() if v}
-        if run.rows != n or left:
-            raise VerifyError(f"streaming read of {queue}: {run.rows} rows of {n}; left {left}")
+        lag = sum(s.lag for s in self.db.subscriptions() if s.name == queue)
+        if run.rows != n or left or lag:
+            raise VerifyError(
+                f"streaming read of {queue}: {run.rows} rows of {n}; left {left}, lag {lag}"
+            )
         return run
 
     def floor(self, queue: str, n: int, batch: int) -> Run:
@@ -375,6 +435,78 @@ class Reads:
         left = {k: v for k, v in self.db.queue(queue).stats().items() if v}
         if rows != n or left:
             raise VerifyError(f"floor read of {queue}: {rows} rows of {n}; left {left}")
+        return Run(seconds, rows=rows)
+
+    def spark_floor(self, n: int, batch: int | None, partitions: int) -> Run:
+        """A Python source with no database (bench.spark_floor) read into noop: Spark alone.
+
+        ``batch``: a streaming read with that max_per_batch; None: a batch read.
+        """
+        options = {"rows": str(n), "body_bytes": str(BODY_BYTES), "partitions": str(partitions)}
+        if batch is None:
+            started = time.perf_counter()
+            frame = self.spark.read.format("sluice_floor").options(**options).load()
+            frame.write.format("noop").mode("overwrite").save()
+            return Run(time.perf_counter() - started)
+        options["max_per_batch"] = str(batch)
+        with tempfile.TemporaryDirectory(prefix="bench-spark-ckpt-", dir=self.tmp_root) as ckpt:
+            wall = time.time()
+            started = time.perf_counter()
+            query = (
+                self.spark.readStream.format("sluice_floor")
+                .options(**options)
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", ckpt)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            seconds = time.perf_counter() - started
+        run = measured(query, wall, seconds)
+        if run.rows != n:
+            raise VerifyError(f"the floor stream read {run.rows} rows of {n}")
+        return run
+
+    def position_floor(self, subscription: str, n: int, batch: int) -> Run:
+        """A subscription's read by position, its own statements, from this process alone.
+
+        Find a range's end, fetch its rows page by page as a task does and make them
+        Arrow batches of a read's schema, move the pointer: what the position stream's
+        Python costs, one process, without Spark.
+        """
+        from pyspark.sql.types import StructType
+
+        from sluice.spark.rows import message_ddl, read_batches
+
+        schema = cast(StructType, StructType.fromDDL(message_ddl(None)))
+        backend = self.db.backend
+        topic = self.db.queue(subscription).spec.topic
+        assert topic is not None
+        position, rows = backend.stream_pointer(subscription), 0
+        started = time.perf_counter()
+        while True:
+            now = time.time()
+            end, _ = backend.stream_span(
+                topic, position, limit=batch, ceiling=2**62, now=now, select=None
+            )
+            if end == position:
+                break
+            after = position
+            while after < end:
+                page = backend.stream_rows(topic, after, end, at=now, limit=10_000, select=None)
+                rows += sum(b.num_rows for b in read_batches(subscription, page, schema))
+                if len(page) < 10_000:
+                    break
+                after = page[-1][0]
+            stream = backend.open_stream(subscription, "position-floor")
+            backend.stream_settle(
+                stream.session, subscription, 0, 0, reached=Reached(end, now, remove=False)
+            )
+            position = end
+        seconds = time.perf_counter() - started
+        if rows != n:
+            raise VerifyError(f"position read of {subscription}: {rows} rows of {n}")
         return Run(seconds, rows=rows)
 
     def delete_only(self, queue: str, n: int) -> Run:
@@ -410,84 +542,153 @@ class Reads:
             _log(f"could not drop queue {queue}: {one_line(exc)}")
 
     def warm_up(self, n: int) -> None:
-        queue, _ = self.fresh_queue(n)
-        got = self.jdbc_frame(*self.checked_bounds(queue, n)).count()
+        self.spark_floor(n, None, 2)
+        self.spark_floor(n, n, 2)
+        topic, subs = self.fresh_topic(n, 2)
+        got = self.jdbc_frame(*self.checked_bounds(topic, n)).count()
         if got != n:
             raise VerifyError(f"JDBC read {got} rows of {n}")
-        got = self.browse_frame(queue).count()
+        got = self.browse_frame(topic).count()
         if got != n:
             raise VerifyError(f"sluice browse read {got} rows of {n}")
-        self.stream(queue, n, n, 1)
-        self.drop(queue)
-        queue, _ = self.fresh_queue(n)
-        self.stream(queue, n, n, 2)
-        self.drop(queue)
+        for k, sub in enumerate(subs):
+            self.stream(sub, n, n, k + 1)
+        self.drop_topic(topic, subs)
+        for parts in (1, 2):
+            for exclusive in (False, True):
+                queue, _ = self.fresh_queue(n)
+                self.stream(queue, n, n, parts, exclusive=exclusive)
+                self.drop(queue)
+
+
+@dataclass
+class ReadCells:
+    """The cells of part 1, by what they measure."""
+
+    jdbc: Cell
+    browse: Cell
+    subscriptions: dict[tuple[int, int], Cell]
+    exclusive: dict[tuple[int, int], Cell]
+    rounds: dict[tuple[int, int], Cell]
+    floors: dict[int, Cell]
+    delete: Cell
+    position_floors: dict[int, Cell] = field(default_factory=dict)
+    spark_floors: dict[int | None, Cell] = field(default_factory=dict)
+    """Spark alone, per max_per_batch of a stream (None: a batch read)."""
+    fills: list[float] = field(default_factory=list)
 
 
 def run_reads(reads: Reads, s: Settings, cells: list[Cell], notes: list[str]) -> None:
     n = s.read_n
-    fills: list[float] = []
-    jdbc = Cell("read", "Spark JDBC source", "postgresql", n, partitions=2)
-    browse = Cell("read", "sluice batch read (browse)", "postgresql", n, partitions=2)
-    streams = {
-        (b, p): Cell("read", "sluice streaming read", "postgresql", n, batch=b, partitions=p)
-        for b in s.read_batches
-        for p in s.read_partitions
-    }
-    floors = {
-        b: Cell("read", FLOOR_LABEL, "postgresql", n, batch=b, partitions=1) for b in s.read_batches
-    }
-    delete = Cell("read", DELETE_LABEL, "postgresql", n, partitions=1)
-    cells += [jdbc, browse, *streams.values(), *floors.values(), delete]
+    grid = [(b, p) for b in s.read_batches for p in s.read_partitions]
+
+    def cell(label: str, b: int | None = None, p: int | None = None) -> Cell:
+        return Cell("read", label, "postgresql", n, batch=b, partitions=p)
+
+    c = ReadCells(
+        jdbc=cell("Spark JDBC source", p=2),
+        browse=cell(BROWSE_LABEL, p=2),
+        subscriptions={k: cell(SUBSCRIPTION_LABEL, *k) for k in grid},
+        exclusive={k: cell(EXCLUSIVE_LABEL, *k) for k in grid},
+        rounds={k: cell(ROUNDS_LABEL, *k) for k in grid},
+        floors={b: cell(FLOOR_LABEL, b, 1) for b in s.read_batches},
+        delete=cell(DELETE_LABEL, p=1),
+        position_floors={b: cell(POSITION_FLOOR_LABEL, b, 1) for b in s.read_batches},
+        spark_floors={
+            None: cell(SPARK_BATCH_FLOOR_LABEL, p=2),
+            **{b: cell(SPARK_STREAM_FLOOR_LABEL, b, 2) for b in s.read_batches},
+        },
+    )
+    cells += [c.jdbc, c.browse, *c.subscriptions.values(), *c.position_floors.values()]
+    cells += c.spark_floors.values()
+    cells += c.exclusive.values()
+    cells += c.rounds.values()
+    if s.bounds:
+        cells += [*c.floors.values(), c.delete]
     stored = 0.0
     for rep in range(s.repeats):
-        for k, ((batch, parts), cell) in enumerate(streams.items()):
-            tag = f"read run {rep + 1}/{s.repeats}"
+        tag = f"read run {rep + 1}/{s.repeats}"
+        stored = _read_topic(reads, c, n, tag) or stored
+        _read_queues(reads, c, n, tag)
+        if s.bounds:
+            _read_bounds(reads, c, n, tag)
+    if stored:
+        notes.append(
+            f"Bodies as stored by sluice on PostgreSQL: {stored:,.0f} bytes on average"
+            f" (json.dumps: {BODY_BYTES:,})."
+        )
+    if c.fills:
+        notes.append(
+            "Filling the read queues (untimed; building bodies included), sluice"
+            f" enqueue_many in transactions of {FILL_CHUNK:,}: median"
+            f" {sorted(c.fills)[len(c.fills) // 2]:,.0f} msgs/s."
+        )
+
+
+def _read_topic(reads: Reads, c: ReadCells, n: int, tag: str) -> float:
+    """The peer, the browse and the subscriptions' streams, on one topic; the body size.
+
+    A subscription's read leaves its topic's messages where they are: they all read one
+    fill.
+    """
+    try:
+        topic, names = reads.fresh_topic(n, len(c.subscriptions) + len(c.position_floors))
+    except Exception as exc:
+        c.jdbc.errors.append(f"fill: {_error(exc)}")
+        _log(f"{tag}: fill failed: {one_line(exc)}")
+        return 0.0
+    stored = reads.body_bytes(topic)
+    _measure(c.jdbc, functools.partial(reads.jdbc, topic, n), f"{tag}: JDBC", n)
+    _measure(c.browse, functools.partial(reads.browse, topic), f"{tag}: browse", n)
+    streamed = names[: len(c.subscriptions)]
+    for ((batch, parts), cell), name in zip(c.subscriptions.items(), streamed, strict=True):
+        run = functools.partial(reads.stream, name, n, batch, parts)
+        _measure(cell, run, f"{tag}: subscription B={batch} p={parts}", n)
+    alone = names[len(c.subscriptions) :]
+    for (batch, cell), name in zip(c.position_floors.items(), alone, strict=True):
+        run = functools.partial(reads.position_floor, name, n, batch)
+        _measure(cell, run, f"{tag}: position read alone B={batch}", n)
+    reads.drop_topic(topic, names)
+    for floor_batch, cell in c.spark_floors.items():
+        run = functools.partial(reads.spark_floor, n, floor_batch, 2)
+        _measure(cell, run, f"{tag}: Spark alone B={floor_batch}", n)
+    return stored
+
+
+def _read_queues(reads: Reads, c: ReadCells, n: int, tag: str) -> None:
+    """The streams of plain queues, each on a fresh queue: exclusive, then by rounds."""
+    for grid, exclusive in ((c.exclusive, True), (c.rounds, False)):
+        for (batch, parts), cell in grid.items():
             try:
                 queue, seconds = reads.fresh_queue(n)
             except Exception as exc:
                 cell.errors.append(f"fill: {_error(exc)}")
                 _log(f"{tag}: fill failed: {one_line(exc)}")
                 continue
-            fills.append(n / seconds)
-            stored = stored or reads.body_bytes(queue)
-            if k == 0:  # the peer and the browse read the rows before they are consumed
-                _measure(jdbc, functools.partial(reads.jdbc, queue, n), f"{tag}: JDBC", n)
-                _measure(browse, functools.partial(reads.browse, queue), f"{tag}: browse", n)
-            _measure(
-                cell,
-                functools.partial(reads.stream, queue, n, batch, parts),
-                f"{tag}: stream B={batch} p={parts}",
-                n,
-            )
+            c.fills.append(n / seconds)
+            run = functools.partial(reads.stream, queue, n, batch, parts, exclusive=exclusive)
+            how = "exclusive" if exclusive else "rounds"
+            _measure(cell, run, f"{tag}: {how} B={batch} p={parts}", n)
             reads.drop(queue)
-        for batch, cell in floors.items():
-            tag = f"read run {rep + 1}/{s.repeats}"
-            try:
-                queue, _ = reads.fresh_queue(n)
-            except Exception as exc:
-                cell.errors.append(f"fill: {_error(exc)}")
-                continue
-            _measure(cell, functools.partial(reads.floor, queue, n, batch), f"{tag}: floor", n)
-            reads.drop(queue)
+
+
+def _read_bounds(reads: Reads, c: ReadCells, n: int, tag: str) -> None:
+    """The claimed rounds' statements without Spark, and their take's DELETE alone."""
+    for batch, cell in c.floors.items():
         try:
             queue, _ = reads.fresh_queue(n)
         except Exception as exc:
-            delete.errors.append(f"fill: {_error(exc)}")
+            cell.errors.append(f"fill: {_error(exc)}")
             continue
-        _measure(delete, functools.partial(reads.delete_only, queue, n), f"{tag}: DELETE", n)
+        _measure(cell, functools.partial(reads.floor, queue, n, batch), f"{tag}: floor", n)
         reads.drop(queue)
-    if stored:
-        notes.append(
-            f"Bodies as stored by sluice on PostgreSQL: {stored:,.0f} bytes on average"
-            f" (json.dumps: {BODY_BYTES:,})."
-        )
-    if fills:
-        notes.append(
-            "Filling the read queues (untimed; building bodies included), sluice"
-            f" enqueue_many in transactions of {FILL_CHUNK:,}: median"
-            f" {sorted(fills)[len(fills) // 2]:,.0f} msgs/s."
-        )
+    try:
+        queue, _ = reads.fresh_queue(n)
+    except Exception as exc:
+        c.delete.errors.append(f"fill: {_error(exc)}")
+        return
+    _measure(c.delete, functools.partial(reads.delete_only, queue, n), f"{tag}: DELETE", n)
+    reads.drop(queue)
 
 
 def _measure(cell: Cell, fn: Callable[[], Run], tag: str, n: int) -> None:
@@ -717,6 +918,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="runs per cell (default 3)")
     p.add_argument("--warmup-n", type=int, default=1_000)
     p.add_argument(
+        "--no-bounds",
+        action="store_true",
+        help="leave out the rows of the claimed rounds' statements and DELETE without Spark",
+    )
+    p.add_argument(
         "--only", choices=("read", "pipeline"), action="append", help="run only this part"
     )
     p.add_argument(
@@ -750,6 +956,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         pipeline_sql=PIPELINE_SQL,
         master=args.master,
         quick=quick,
+        bounds=not args.no_bounds,
     )
 
 

@@ -1,7 +1,8 @@
 """Exactly once under faults: a pipeline's driver is killed, or dies between publish and commit.
 
 Each run is a driver process of its own (``pipeline_child``): orders -> Spark
-SQL -> out, as the stream ``crash-test``. After the fault the same command runs
+SQL -> out, as the stream ``crash-test``; ``orders`` is a queue, or a subscription
+(read by position). After the fault the same command runs
 again from the same checkpoint, as an operator would restart it. Every input
 must then be in ``out`` exactly once, ``orders`` empty, and nothing staged or
 held left behind.
@@ -27,12 +28,19 @@ PER_BATCH = 100
 DEADLINE = 300.0
 
 
-@pytest.fixture
-def db(shared_url: str) -> Iterator[sluice.Database]:
+@pytest.fixture(params=["queue", "subscription"])
+def db(shared_url: str, request: pytest.FixtureRequest) -> Iterator[sluice.Database]:
+    """``orders``: a queue (read by claimed rounds), or a subscription (read by position)."""
     with sluice.connect(shared_url) as database:
-        database.create_queue("orders")
+        if request.param == "queue":
+            database.create_queue("orders")
+            source = "orders"
+        else:
+            database.create_topic("feed")
+            database.subscribe("feed", "orders", where="body.n >= 0")
+            source = "feed"
         database.create_queue("out")
-        database.queue("orders").put_many([{"n": n} for n in range(MESSAGES)])
+        database.queue(source).put_many([{"n": n} for n in range(MESSAGES)])
         yield database
 
 
@@ -73,6 +81,7 @@ def _assert_exactly_once(db: sluice.Database) -> None:
         ("ready", "delayed", "pending", "claimed", "expired", "failed", "done"), 0
     )
     assert db.queue("out").stats()["pending"] == 0  # no staged rows of killed tasks remain
+    assert all(s.lag == 0 for s in db.subscriptions())  # a subscription passed everything
 
 
 def test_driver_killed_mid_stream_then_restarted(
@@ -97,6 +106,7 @@ def test_driver_killed_mid_stream_then_restarted(
     _assert_exactly_once(db)
 
 
+@pytest.mark.parametrize("db", ["queue"], indirect=True)  # the sink's part: one source will do
 def test_crash_between_the_sinks_publish_and_sparks_commit_log(
     db: sluice.Database, shared_url: str, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ method is called with a lock of the caller's held.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.backends.records import (
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MESSAGE_COLUMNS",
+    "READ_COLUMNS",
     "SLOTS",
     "STREAM_LEASE",
     "Backend",
@@ -69,6 +71,7 @@ __all__ = [
     "MessageStore",
     "Outbox",
     "PropertyDef",
+    "Reached",
     "Retention",
     "Row",
     "Selection",
@@ -293,8 +296,50 @@ class Expressions(Protocol):
         ...
 
 
+READ_COLUMNS = (
+    "id",
+    "message_id",
+    "priority",
+    "body",
+    "body_bytes",
+    "content_type",
+    "properties",
+    "type",
+    "grp",
+    "correlation_id",
+    "reply_to",
+    "attempts",
+    "enqueued_at",
+    "available_at",
+    "expires_at",
+)
+"""The columns of a Spark read's rows (``Streams.scan``, ``stream_rows``): only what a
+Spark row shows, the message id spelled "session/tx/num" by the database, a binary
+body as bytes in ``body_bytes`` or in ``body``. Plain tuples, not named rows: a read
+of a million messages makes no object per message it does not need."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reached:
+    """How far a position stream's acknowledged micro-batches reached (``stream_settle``).
+
+    A position stream reads a queue's messages by id range, which holds still once read:
+    ids follow commit order within a queue. The queue's ``pointer`` records the end.
+    """
+
+    position: int
+    """The end of the last range acknowledged: the queue's pointer moves up to it."""
+    at: float
+    """When that range was planned: it read what was due and unexpired then."""
+    remove: bool
+    """Delete what the ranges read (an exclusive stream of a queue), from the pointer on;
+    a subscription's stream only moves its pointer past its topic's messages."""
+    select: Selection | None = None
+    """What the stream reads (its where), for ``remove``."""
+
+
 class Streams(Protocol):
-    """What the Spark source needs: streams with rounds, reads by id range."""
+    """What the Spark source needs: streams with rounds, reads by id range, positions."""
 
     def open_stream(self, queue: str, name: str) -> StreamState:
         """The stream ``name`` of ``queue``, created with its session if new."""
@@ -345,17 +390,77 @@ class Streams(Protocol):
         Not durable by itself: set_stream_round's commit makes it so.
         """
 
-    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+    def stream_settle(
+        self, session: int, queue: str, after: int, upto: int, *, reached: Reached | None = None
+    ) -> None:
         """Spark committed rounds (after, upto]: settle them, in one transaction.
 
         What the stream holds of them is deleted (kept as done where the queue has
         ``retention``), their lanes get heads, and ``upto`` is recorded as acknowledged.
+        ``reached``: a position stream's ranges up to it are done too: ``queue``'s pointer
+        moves to it (never back), and with ``remove`` the messages those ranges read,
+        between the old pointer and it, are deleted.
         """
+
+    def stream_pointer(self, queue: str) -> int:
+        """The queue's pointer: how far its position stream has read (a subscription's
+        place in its topic). QueueNotFound if there is no such queue."""
+
+    def stream_last(self, queue: str, after: int, ceiling: int = ...) -> int | None:
+        """The highest message id of ``queue`` in (after, ceiling] (no ceiling by default),
+        pending messages aside, or None."""
+
+    def stream_span(
+        self,
+        queue: str,
+        after: int,
+        *,
+        limit: int,
+        ceiling: int,
+        now: float,
+        select: Selection | None,
+    ) -> tuple[int, int]:
+        """The end of a position stream's next range of ``queue``'s messages after ``after``,
+        and how many messages it found (at most ``limit``: fewer, and it reached the end).
+
+        It holds up to ``limit`` messages ``select`` holds for that are ready or waiting
+        (states 1, 5) and unexpired at ``now``, none above ``ceiling``; it stops before
+        the first of them that is not yet due (delivery by position keeps order), and when
+        fewer than ``limit`` are there, it passes every message up to the last one. The
+        range (after, end] then reads the same rows whenever it is read (``stream_rows``
+        at ``now``) until it is acknowledged. The end is ``after`` when there is nothing new.
+        """
+
+    def stream_rows(
+        self,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        at: float,
+        limit: int,
+        select: Selection | None,
+    ) -> list[Row]:
+        """Up to ``limit`` messages of a position range: ids in (after, upto], by id, as
+        rows of READ_COLUMNS.
+
+        Those ``select`` holds for that were due and unexpired at ``at``: ready or
+        waiting, or expired since (state 3 with ``expires_at`` after ``at``).
+        """
+
+    def stream_behind(
+        self, queue: str, position: int | None, *, limit: int, select: Selection | None
+    ) -> int:
+        """How many ready messages of ``queue`` (at most ``limit``) a position stream must
+        take by rounds: those with ids up to ``position`` (None: every one) that
+        ``select`` holds for. A subscription's own rows (pulled by a consumer before), or
+        in a queue messages that came back behind its position."""
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
-    ) -> list[MessageRow]:
-        """Up to ``limit`` messages in ``state`` (as browse) with ids in (after, upto], by id."""
+    ) -> list[Row]:
+        """Up to ``limit`` messages in ``state`` (as browse) with ids in (after, upto], by id,
+        as rows of READ_COLUMNS."""
 
     def id_bounds(self, queue: str) -> tuple[int, int, int]:
         """The lowest and highest id of the queue's messages, and how many there are."""

@@ -1,5 +1,5 @@
-"""The SQLite backend's Spark streams and sinks: rounds claimed in place, staged writes
-published at once (mixed into ``SQLiteBackend``)."""
+"""The SQLite backend's Spark streams and sinks: rounds claimed in place, positions read
+by id range, staged writes published at once (mixed into ``SQLiteBackend``)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,24 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from sluice.backends.base import Reached
 from sluice.backends.records import (
     STREAM_LEASE,
     CommitPlan,
     HeldRow,
     Lane,
-    MessageRow,
+    Row,
     Selection,
     StagedPart,
     StreamState,
     browse_params,
     held_row,
-    message_row,
     sink_host,
     sink_seen,
     stream_host,
 )
 from sluice.backends.sqlite_statements import capped_limit
+from sluice.backends.stream_positions import NO_CEILING, span_end
 from sluice.clock import Clock
 from sluice.errors import QueueNotFound
 
@@ -110,26 +111,105 @@ class SQLiteStreams:
                 return 0
             return int(conn.execute(query, params | {"now": self.clock.now()} | extra).rowcount)
 
-    def stream_settle(self, session: int, queue: str, after: int, upto: int) -> None:
+    def stream_settle(
+        self, session: int, queue: str, after: int, upto: int, *, reached: Reached | None = None
+    ) -> None:
         params = {"session": session, "queue": queue, "after": after, "upto": upto}
         with self._transaction() as conn:
-            settled = []
-            kept = conn.execute(self._q["queue_retention"], params).fetchone()
-            if kept is not None and kept[0] is not None:  # kept as done (docs/retention.md)
-                now = self.clock.now()
-                settled += conn.execute(self._q["stream_keep"], params | {"now": now}).fetchall()
-            settled += conn.execute(self._q["stream_settle"], params).fetchall()
-            self._promote(conn, {(queue, lane) for (lane,) in settled if lane is not None})
-            conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
+            if upto > after:
+                settled = []
+                kept = conn.execute(self._q["queue_retention"], params).fetchone()
+                if kept is not None and kept[0] is not None:  # kept as done (docs/retention.md)
+                    now = self.clock.now()
+                    settled += conn.execute(
+                        self._q["stream_keep"], params | {"now": now}
+                    ).fetchall()
+                settled += conn.execute(self._q["stream_settle"], params).fetchall()
+                self._promote(conn, {(queue, lane) for (lane,) in settled if lane is not None})
+                conn.execute(self._q["stream_set_acked"], {"session": session, "acked": upto})
+            if reached is not None:
+                span = {"queue": queue, "upto": reached.position}
+                if reached.remove:  # before the pointer moves: the range starts at it
+                    query, extra = self._selected("stream_remove", reached.select)
+                    conn.execute(query, span | {"at": reached.at} | extra)
+                conn.execute(self._q["stream_advance"], span | {"now": self.clock.now()})
+
+    def stream_pointer(self, queue: str) -> int:
+        with self._reading() as conn:
+            found = conn.execute(self._q["stream_pointer"], {"queue": queue}).fetchone()
+        if found is None:
+            raise QueueNotFound(f"queue {queue!r} does not exist")
+        return int(found[0])
+
+    def stream_last(self, queue: str, after: int, ceiling: int = NO_CEILING) -> int | None:
+        with self._reading() as conn:
+            params = {"queue": queue, "after": after, "ceiling": ceiling}
+            row = conn.execute(self._q["stream_last"], params).fetchone()
+        return None if row is None else int(row[0])
+
+    def stream_span(
+        self,
+        queue: str,
+        after: int,
+        *,
+        limit: int,
+        ceiling: int,
+        now: float,
+        select: Selection | None,
+    ) -> tuple[int, int]:
+        query, extra = self._selected("stream_span", select)
+        cut, _ = self._selected("stream_nth", select)
+        params = {"queue": queue, "now": now} | extra
+        with self._reading() as conn:
+            bounds = {"queue": queue, "after": after, "ceiling": ceiling}
+            head = conn.execute(self._q["stream_first"], bounds).fetchone()
+            tail = conn.execute(self._q["stream_last"], bounds).fetchone()
+            ends = (None if head is None else int(head[0]), None if tail is None else int(tail[0]))
+
+            def window(a: int, b: int) -> Row:
+                row: Row = conn.execute(query, params | {"after": a, "upto": b}).fetchone()
+                return row
+
+            def nth(a: int, b: int, n: int) -> int:
+                span = params | {"after": a, "upto": b, "skip": n - 1}
+                return int(conn.execute(cut, span).fetchone()[0])
+
+            return span_end(after, limit, ends, window, nth)
+
+    def stream_rows(
+        self,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        at: float,
+        limit: int,
+        select: Selection | None,
+    ) -> list[Row]:
+        query, extra = self._selected("stream_rows", select)
+        params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
+        with self._reading() as conn:
+            rows: list[Row] = conn.execute(query, params | extra).fetchall()
+            return rows
+
+    def stream_behind(
+        self, queue: str, position: int | None, *, limit: int, select: Selection | None
+    ) -> int:
+        query, extra = self._selected("stream_behind", select)
+        params = {"queue": queue, "limit": limit, "now": self.clock.now()}
+        params["position"] = NO_CEILING if position is None else position
+        with self._reading() as conn:
+            return int(conn.execute(query, params | extra).fetchone()[0])
 
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
-    ) -> list[MessageRow]:
+    ) -> list[Row]:
         query, extra = self._selected("scan", select)
         params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
         params |= {"after": after, "upto": upto}
         with self._reading() as conn:
-            return list(map(message_row, conn.execute(query, params).fetchall()))
+            rows: list[Row] = conn.execute(query, params).fetchall()
+            return rows
 
     def drop_stream(self, queue: str, name: str) -> bool:
         with self._transaction() as conn:

@@ -46,6 +46,7 @@ _KNOWN: Final = frozenset(
         "state",
         "staging_timeout",
         "pushdown",
+        "exclusive",
         "path",  # what load(path)/save(path) set: taken as the queue
         "checkpointlocation",  # Spark's own, handed to the sink too
     }
@@ -68,6 +69,9 @@ class Options:
     state: str
     staging_timeout: float
     pushdown: bool
+    exclusive: bool | None
+    """A streaming read is its queue's only consumer and reads by position (None: the
+    default, yes for a subscription, no for a queue)."""
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Options:
@@ -99,6 +103,7 @@ class Options:
                 _positive("staging_timeout", options, int(DEFAULT_STAGING_TIMEOUT))
             ),
             pushdown=_flag("pushdown", options),
+            exclusive=_flag("exclusive", options) if "exclusive" in options else None,
         )
 
     def need_queue(self) -> str:

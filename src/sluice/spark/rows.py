@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import pyarrow as pa
@@ -32,13 +32,20 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sluice.backends.base import HeldRow, MessageRow
+from sluice.backends.base import MESSAGE_COLUMNS, READ_COLUMNS, HeldRow, MessageRow, Row
 from sluice.backends.postgres_spool import spooled_rows
 from sluice.backends.records import held_row
 from sluice.errors import ConfigurationError
 from sluice.message import decode_json, is_json
 
-__all__ = ["BATCH_ROWS", "MESSAGE_FIELDS", "message_ddl", "table_batches", "to_batches"]
+__all__ = [
+    "BATCH_ROWS",
+    "MESSAGE_FIELDS",
+    "message_ddl",
+    "read_batches",
+    "table_batches",
+    "to_batches",
+]
 
 BATCH_ROWS: Final = 8192
 """Rows per Arrow batch a read yields."""
@@ -61,6 +68,10 @@ MESSAGE_FIELDS: Final = (
 )
 """The columns of a read, in order; ``body`` is a struct instead with a body schema."""
 
+_TIMES: Final = ("enqueued_at", "available_at", "expires_at")
+_ID_PARTS: Final = ("p_session", "p_tx", "p_num")
+_TEXT: Final = pa.string()
+
 _INTEGER_RANGES: Final[dict[type[DataType], int]] = {
     ByteType: 2**7,
     ShortType: 2**15,
@@ -82,36 +93,75 @@ def to_batches(
     queue: str, rows: Sequence[MessageRow | HeldRow], schema: StructType
 ) -> Iterator[pa.RecordBatch]:
     """Stored message rows as Arrow batches of ``schema``."""
-    arrow = pa.schema(
-        [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
-    )
-    body_type = schema["body"].dataType
+    arrow = _arrow(schema)
     for start in range(0, len(rows), BATCH_ROWS):
         chunk = rows[start : start + BATCH_ROWS]
-        if isinstance(body_type, StructType):
-            bodies: list[Any] = [_parsed_body(r, body_type) for r in chunk]
-        else:
-            bodies = [_body_text(r.body, r.content_type) for r in chunk]
-        columns = [
-            [f"{r.p_session}/{r.p_tx}/{r.p_num}" for r in chunk],
-            [queue] * len(chunk),
-            [r.priority for r in chunk],
-            bodies,
-            [_properties(r.properties) for r in chunk],
-            [r.content_type for r in chunk],
-            [r.type for r in chunk],
-            [r.grp for r in chunk],
-            [r.correlation_id for r in chunk],
-            [r.reply_to for r in chunk],
-            [r.attempts for r in chunk],
-            [_micros(r.enqueued_at) for r in chunk],
-            [_micros(r.available_at) for r in chunk],
-            [_micros(r.expires_at) for r in chunk],
+        columns = dict(zip(MESSAGE_COLUMNS, zip(*chunk, strict=False), strict=False))
+        ids = (pc.cast(pa.array(columns[k], pa.int64()), _TEXT) for k in _ID_PARTS)
+        ids_text = pc.binary_join_element_wise(*ids, "/")
+        yield _batch(queue, columns, ids_text, arrow, schema["body"].dataType)
+
+
+def read_batches(queue: str, rows: Sequence[Row], schema: StructType) -> Iterator[pa.RecordBatch]:
+    """A Spark read's rows (READ_COLUMNS: ``scan``, ``stream_rows``) as Arrow batches."""
+    arrow = _arrow(schema)
+    for start in range(0, len(rows), BATCH_ROWS):
+        columns = dict(
+            zip(READ_COLUMNS, zip(*rows[start : start + BATCH_ROWS], strict=True), strict=True)
+        )
+        ids = pa.array(columns["message_id"], _TEXT)
+        yield _batch(queue, columns, ids, arrow, schema["body"].dataType)
+
+
+def _arrow(schema: StructType) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
+    )
+
+
+def _batch(
+    queue: str, c: Mapping[str, Sequence[Any]], ids: pa.Array, arrow: pa.Schema, body_type: DataType
+) -> pa.RecordBatch:
+    """One batch from columns of stored values (``c``, by column name).
+
+    Column by column: the rows were turned into columns in C (``zip``), and Arrow
+    builds and converts them; Python touches a message only for what Arrow cannot
+    do (a body schema, a binary body, properties).
+    """
+    n = len(ids)
+    bodies: Any = c["body"]
+    binary = c.get("body_bytes")
+    if binary is not None and binary.count(None) < n:  # one column again
+        bodies = [text if raw is None else raw for text, raw in zip(bodies, binary, strict=True)]
+    if isinstance(body_type, StructType):
+        bodies = [
+            _parsed_body(b, t, body_type) for b, t in zip(bodies, c["content_type"], strict=True)
         ]
-        arrays = [
-            pa.array(values, type=field.type) for values, field in zip(columns, arrow, strict=True)
-        ]
-        yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+    elif bytes in set(map(type, bodies)):  # (a scan in C: most reads have no binary body)
+        bodies = [_body_text(b) for b in bodies]
+    if any(c["properties"]):
+        properties: Any = [_properties(p) for p in c["properties"]]
+    else:
+        properties = [[]] * n
+    columns = [
+        ids,
+        pa.array([queue] * n, _TEXT),
+        c["priority"],
+        bodies,
+        properties,
+        c["content_type"],
+        c["type"],
+        c["grp"],
+        c["correlation_id"],
+        c["reply_to"],
+        c["attempts"],
+        *(_timestamps(pa.array(c[k], pa.float64())) for k in _TIMES),
+    ]
+    arrays = [
+        v if isinstance(v, pa.Array) else pa.array(v, type=field.type)
+        for v, field in zip(columns, arrow, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow)
 
 
 def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -148,7 +198,7 @@ def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[p
         table["correlation_id"],
         table["reply_to"],
         table["attempts"],
-        *(_timestamps(table[c]) for c in ("enqueued_at", "available_at", "expires_at")),
+        *(_timestamps(table[c]) for c in _TIMES),
     ]
     arrays = [pc.cast(c, f.type) for c, f in zip(columns, arrow, strict=True)]
     yield from pa.Table.from_arrays(arrays, schema=arrow).to_batches(max_chunksize=BATCH_ROWS)
@@ -159,15 +209,16 @@ def _timestamps(seconds: Any) -> Any:
     return pc.cast(micros, pa.timestamp("us", tz="UTC"))
 
 
-def _body_text(stored: str | bytes | None, content_type: str) -> str | None:
+def _body_text(stored: str | bytes | None) -> str | None:
     """The body as text: JSON and other text as stored, binary as base64."""
     if stored is None or isinstance(stored, str):
         return stored
     return base64.b64encode(stored).decode("ascii")
 
 
-def _parsed_body(row: MessageRow | HeldRow, schema: StructType) -> dict[str, Any] | None:
-    stored, content_type = row.body, row.content_type
+def _parsed_body(
+    stored: str | bytes | None, content_type: str, schema: StructType
+) -> dict[str, Any] | None:
     if stored is None or not is_json(content_type):
         return None
     try:
@@ -224,7 +275,3 @@ def _properties(stored: str | None) -> list[tuple[str, str]] | None:
         (k, v if isinstance(v, str) else json.dumps(v, separators=(",", ":")))
         for k, v in values.items()
     ]
-
-
-def _micros(seconds: float | None) -> int | None:
-    return None if seconds is None else round(seconds * 1_000_000)

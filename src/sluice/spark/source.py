@@ -14,11 +14,19 @@ Spark has committed the batch, its messages stay held, so a restart replays
 ``(start, end]`` with the very same rows; once committed (``commit(end)``, or
 ``latestOffset(start)`` whose start is the last committed end), the rounds are
 acknowledged: the messages are deleted as by any commit.
+
+A stream of a subscription, or of a queue with option ``exclusive``, reads by
+*position* instead: ids follow commit order within a queue, so a range of them
+holds still once read. Its offset adds the range's end and when it was planned;
+nothing is written per message until Spark commits, and then only the queue's
+pointer moves (an exclusive queue's range is deleted with one statement). What
+lies behind the position still goes by rounds (``_latest_position``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +56,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sluice.backends.base import Backend
+from sluice.backends.base import Backend, Reached, Row, StreamState
+from sluice.backends.stream_positions import NO_CEILING
+from sluice.backends.topics import TOUCH_EVERY
 from sluice.engine.database import Engine
+from sluice.engine.topics import before_take
+from sluice.errors import ConfigurationError, QueueInUse
 from sluice.spark.options import Options, connection
-from sluice.spark.rows import message_ddl, table_batches, to_batches
+from sluice.spark.rows import message_ddl, read_batches, table_batches, to_batches
 from sluice.spark.sink import BatchWriter, StreamWriter
 
 __all__ = ["SluiceDataSource"]
@@ -61,6 +73,31 @@ _PAGE = 10_000
 
 _CLAIM_CHUNK = 50_000
 """Messages per claim statement of a round."""
+
+_WIDEST = 16 * _PAGE
+"""The widest id window a read's page looks at (a queue among many takes a few ids in ten)."""
+
+
+def _pages(page: Callable[[int, int], list[Row]], after: int, upto: int) -> Iterator[list[Row]]:
+    """The rows of ids (after, upto], a page at a time: ``page(a, b)``, ids (a, b], by id.
+
+    Each page looks at a window of ids, not "the next _PAGE rows": the window bounds
+    what the database reads whatever plan it picks (an ORDER BY id LIMIT over a range
+    it thought held few of the queue's rows had it sort the whole range, per page). A
+    window widens while it finds few rows, and a full page goes on from its last row.
+    """
+    width = _PAGE
+    while after < upto:
+        end = min(upto, after + width)
+        rows = page(after, end)
+        if rows:
+            yield rows
+        if len(rows) >= _PAGE:
+            after, width = rows[-1][0], max(_PAGE, width // 2)
+        else:
+            after = end
+            if len(rows) < _PAGE // 2:
+                width = min(_WIDEST, width * 2)
 
 
 class SluiceDataSource(DataSource):
@@ -149,18 +186,13 @@ class _BatchReader(DataSourceReader):
         assert isinstance(partition, _Range)
         db = connection(self.options.url)
         select = db.selection(self.queue, partition.where)
-        backend = db.backend
-        after = partition.after
-        while after < partition.upto:
-            rows = backend.scan(
-                self.queue, self.options.state, after, partition.upto, limit=_PAGE, select=select
-            )
-            if not rows:
-                return
-            yield from to_batches(self.queue, rows, self.schema)
-            if len(rows) < _PAGE:
-                return
-            after = rows[-1][0]
+        backend, state = db.backend, self.options.state
+
+        def page(after: int, upto: int) -> list[Row]:
+            return backend.scan(self.queue, state, after, upto, limit=_PAGE, select=select)
+
+        for rows in _pages(page, partition.after, partition.upto):
+            yield from read_batches(self.queue, rows, self.schema)
 
 
 class _PushdownReader(_BatchReader):
@@ -226,12 +258,58 @@ def _literal(column: str, value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
+class _Positions:
+    """How a position stream reads: by id range of ``source``, its place the queue's pointer."""
+
+    source: str
+    """The queue whose messages a range holds: a subscription's topic, or the queue itself."""
+    where: str | None
+    """Which of them it reads: a subscription's own where and the option's, over ``source``."""
+    remove: bool
+    """An exclusive stream of a queue deletes what it read; a subscription's passes it."""
+
+
+def _positions(db: Engine, queue: str, options: Options) -> _Positions | None:
+    """How a streaming read of ``queue`` reads by position, or None: by claimed rounds."""
+    spec = db.queue(queue).spec
+    if spec.kind == "topic":
+        raise ConfigurationError(
+            f"{queue!r} is a topic: stream a subscription of it (db.subscribe({queue!r}, "
+            "'NAME'), then option queue NAME)"
+        )
+    if spec.kind == "subscription" and spec.topic is not None:
+        if options.exclusive is False:
+            return None
+        where = " AND ".join(f"({w})" for w in (spec.selector, options.where) if w)
+        return _Positions(spec.topic, where or None, remove=False)
+    if not options.exclusive:
+        return None
+    if spec.isolation != "none":
+        raise ConfigurationError(
+            f"option exclusive reads queue {queue!r} by position, which its isolation "
+            f"{spec.isolation!r} does not allow (a lane's messages go one at a time): "
+            "leave the option out, and the stream takes the queue's messages by rounds"
+        )
+    return _Positions(queue, options.where, remove=True)
+
+
+@dataclass(frozen=True)
 class _Share(InputPartition):
     session: int
     after: int
     upto: int
     part: int
     parts: int
+    span: tuple[int, int] = (0, 0)
+    """A position stream's share of its range: the ids (after, upto] of its source."""
+    at: float = 0.0
+    """When the range was planned: what was due and unexpired then is read."""
+
+
+def _shares(after: int, upto: int, parts: int) -> list[tuple[int, int]]:
+    """(after, upto] cut into ``parts`` consecutive ranges (a range is read by id)."""
+    step = -(-(upto - after) // parts) if upto > after else 0
+    return [(min(upto, after + k * step), min(upto, after + (k + 1) * step)) for k in range(parts)]
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -241,40 +319,59 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.queue = options.need_queue()
         self.name = options.need_name("streaming read")
         self.cutoff: float | None = None
-        connection(options.url).selection(self.queue, options.where)
+        self.ceiling = NO_CEILING
+        self.touched = 0.0
+        db = connection(options.url)
+        db.selection(self.queue, options.where)
+        self.positions = _positions(db, self.queue, options)
+        if self.positions is not None:  # checked now, on the driver: not in a task
+            db.selection(self.positions.source, self.positions.where)
 
     def _backend(self) -> Backend:
         return connection(self.options.url).backend
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         # A new checkpoint starts after what the stream acknowledged: rounds it still
         # holds (a previous checkpoint's unfinished batch) come first.
-        return {"round": self._backend().open_stream(self.queue, self.name).acked}
+        backend = self._backend()
+        acked = backend.open_stream(self.queue, self.name).acked
+        if self.positions is None:
+            return {"round": acked}
+        return _offset(acked, backend.stream_pointer(self.queue), 0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
         # "Available now": what was enqueued before this moment, not what comes later.
-        self.cutoff = connection(self.options.url).clock.now()  # enqueued_at's clock
+        db = connection(self.options.url)
+        self.cutoff = db.clock.now()  # enqueued_at's clock
+        if self.positions is not None:  # ids follow commit order: the last one is the bound
+            pointer = db.backend.stream_pointer(self.queue)
+            last = db.backend.stream_last(self.positions.source, pointer)
+            self.ceiling = pointer if last is None else last
+
+    def _cap(self, limit: ReadLimit | None) -> int:
+        if isinstance(limit, ReadAllAvailable):
+            return 2**62
+        if isinstance(limit, ReadMaxRows):
+            return int(limit.max_rows)
+        return self.options.max_per_batch
 
     def latestOffset(
-        self, start: dict[str, int] | None = None, limit: ReadLimit | None = None
-    ) -> dict[str, int]:
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
         db = connection(self.options.url)
+        if self.positions is not None:
+            return self._latest_position(db, self.positions, start, self._cap(limit))
         backend = db.backend
         stream = backend.open_stream(self.queue, self.name)
         if start is not None:
             # Spark plans batch N+1 only once batch N is committed: what ends at
             # start is done, and acknowledging it now leaves nothing held in idle times.
-            acknowledge(db, self.queue, stream.session, stream.acked, start["round"])
+            self._acknowledge(db, stream, start)
         base = stream.acked if start is None else start["round"]
-        if isinstance(limit, ReadAllAvailable):
-            cap = 2**62
-        elif isinstance(limit, ReadMaxRows):
-            cap = limit.max_rows
-        else:
-            cap = self.options.max_per_batch
+        cap = self._cap(limit)
         held = backend.stream_held_count(stream.session, self.queue, base, stream.round)
         if held >= cap:
             return {"round": stream.round}
@@ -287,6 +384,71 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"round": round_}
         return {"round": max(stream.round, base) if held else base}
 
+    def _latest_position(
+        self, db: Engine, positions: _Positions, start: dict[str, Any] | None, cap: int
+    ) -> dict[str, Any]:
+        """The next batch of a position stream: rounds of what lies behind, then a range.
+
+        Messages behind the position are taken by claimed rounds, as a stream without
+        positions takes all: a subscription's own rows (pulled by a consumer before the
+        stream began), and in a queue messages that came back behind it (a release, or
+        on SQLite an id used again after the queue's last message went). The offset holds
+        the round, the position and when the range was planned (``at``): the batch
+        (start, end] is the rounds between and the range's messages due and unexpired at
+        end's ``at``, the same rows whenever it is read.
+        """
+        backend = db.backend
+        stream = backend.open_stream(self.queue, self.name)
+        if start is None:
+            start = _offset(stream.acked, backend.stream_pointer(self.queue), 0)
+            pointer = start["position"]
+        else:
+            pointer = self._acknowledge(db, stream, start)
+        base_round, base = start["round"], start.get("position")
+        if base is None:  # a checkpoint of this stream from before it read by position
+            return _offset(base_round, pointer, 0)
+        if pointer > base:
+            raise QueueInUse(
+                f"{self.queue!r} has moved past what streaming read {self.name!r} has read "
+                f"(position {pointer}, the query's {base}): a stream that reads by position "
+                "must be its only consumer, and one query with one checkpoint; with other "
+                "consumers, use option exclusive=false"
+            )
+        held = backend.stream_held_count(stream.session, self.queue, base_round, stream.round)
+        round_ = max(stream.round, base_round) if held else base_round
+        # The range's time travels in the offset as whole microseconds: a JSON integer
+        # reads back exactly, wherever Spark keeps it.
+        micros = round(db.clock.now() * 1_000_000)
+        room, position, now = cap - held, base, micros / 1_000_000
+        if room > 0 and not positions.remove:  # a subscription's own rows: the older ones
+            taken = self._take_behind(db, stream.session, stream.round + 1, None, room)
+            room -= taken
+            round_ = stream.round + 1 if taken else round_
+        if room > 0:
+            select = db.selection(positions.source, positions.where)
+            position, found = backend.stream_span(
+                positions.source, base, limit=room, ceiling=self.ceiling, now=now, select=select
+            )
+            # Caught up: what came back behind an exclusive stream's position goes by a round.
+            behind = positions.remove and found < room
+            if behind and self._take_behind(
+                db, stream.session, stream.round + 1, base, room - found
+            ):
+                round_ = stream.round + 1
+        if round_ == base_round and position == base:
+            return start
+        return _offset(round_, position, micros)
+
+    def _take_behind(self, db: Engine, session: int, round_: int, upto: int | None, n: int) -> int:
+        """Take up to ``n`` messages behind position ``upto`` (None: all) as ``round_``."""
+        select = db.selection(self.queue, self.options.where)
+        if not db.backend.stream_behind(self.queue, upto, limit=n, select=select):
+            return 0
+        taken = self._claim(db, session, round_, n)
+        if taken:
+            db.backend.set_stream_round(session, round_)
+        return taken
+
     def _claim(self, db: Engine, session: int, round_: int, wanted: int) -> int:
         """Claim up to ``wanted`` messages for ``round_``; how many it took."""
         where = self.options.where
@@ -294,10 +456,13 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bound = f"enqueued_at <= {self.cutoff!r}"
             where = f"({where}) AND {bound}" if where else bound
         select = db.selection(self.queue, where)
-        lanes = db.queue(self.queue).spec.isolation != "none"
+        spec = db.queue(self.queue).spec
+        lanes = spec.isolation != "none"
         taken = 0
         while taken < wanted:
             chunk = min(_CLAIM_CHUNK, wanted - taken)
+            if spec.kind == "subscription" and self.positions is None:
+                before_take(db.context, spec)  # its topic's next messages, up to its window
             if lanes:
                 # The engine's claim takes lanes' runs (and only it knows how); it
                 # returns the rows, which are read again in the tasks.
@@ -311,30 +476,80 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             taken += got
         return taken
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         after, upto = start["round"], end["round"]
-        if upto <= after:
+        first, last = start.get("position"), end.get("position")
+        span = (0, 0) if first is None or last is None else (first, last)
+        if upto <= after and span[1] <= span[0]:
             return []
         session = self._backend().open_stream(self.queue, self.name).session
         parts = self.options.partitions or 1
-        return [_Share(session, after, upto, k, parts) for k in range(parts)]
+        at = _seconds(end)
+        return [
+            _Share(session, after, upto, k, parts, piece, at)
+            for k, piece in enumerate(_shares(span[0], span[1], parts))
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Share)
-        backend, p = self._backend(), partition
-        share = {"part": p.part, "parts": p.parts}
-        rows = backend.stream_held(p.session, self.queue, p.after, p.upto, spooled=False, **share)
-        yield from to_batches(self.queue, rows, self.schema)
-        for table in backend.stream_spooled(p.session, p.after, p.upto, **share):
-            yield from table_batches(self.queue, table, self.schema)
+        db, p = connection(self.options.url), partition
+        backend = db.backend
+        if p.upto > p.after:
+            share = {"part": p.part, "parts": p.parts}
+            held = backend.stream_held(
+                p.session, self.queue, p.after, p.upto, spooled=False, **share
+            )
+            yield from to_batches(self.queue, held, self.schema)
+            for table in backend.stream_spooled(p.session, p.after, p.upto, **share):
+                yield from table_batches(self.queue, table, self.schema)
+        if self.positions is not None:
+            source = self.positions.source
+            select = db.selection(source, self.positions.where)
 
-    def commit(self, end: dict[str, int]) -> None:
+            def page(after: int, upto: int) -> list[Row]:
+                return backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
+
+            for rows in _pages(page, *p.span):
+                yield from read_batches(self.queue, rows, self.schema)
+
+    def commit(self, end: dict[str, Any]) -> None:
         db = connection(self.options.url)
-        stream = db.backend.open_stream(self.queue, self.name)
-        acknowledge(db, self.queue, stream.session, stream.acked, end["round"])
+        self._acknowledge(db, db.backend.open_stream(self.queue, self.name), end)
+
+    def _acknowledge(self, db: Engine, stream: StreamState, upto: dict[str, Any]) -> int:
+        """Settle what the batches up to ``upto`` took: Spark has committed them.
+
+        Their rounds are settled, and a position stream's pointer moves to ``upto``'s
+        position (an exclusive stream deleting what its ranges read). Returns the
+        pointer now (0 for a stream without positions).
+        """
+        backend, positions = db.backend, self.positions
+        reached = None
+        pointer = 0
+        if positions is not None:
+            pointer = backend.stream_pointer(self.queue)
+            # An idle subscription's stream still marks it as used, now and then.
+            touch = not positions.remove and time.monotonic() - self.touched >= TOUCH_EVERY
+            position = upto.get("position", pointer)
+            if position > pointer or (touch and position == pointer):
+                select = db.selection(positions.source, positions.where)
+                at = _seconds(upto)
+                reached = Reached(position, at, positions.remove, select)
+                pointer = position
+        if upto["round"] > stream.acked or reached is not None:
+            backend.stream_settle(
+                stream.session, self.queue, stream.acked, upto["round"], reached=reached
+            )
+            self.touched = time.monotonic()
+        return pointer
 
 
-def acknowledge(db: Engine, queue: str, session: int, acked: int, upto: int) -> None:
-    """Settle the stream's rounds (acked, upto]: Spark has committed them."""
-    if upto > acked:
-        db.backend.stream_settle(session, queue, acked, upto)
+def _offset(round_: int, position: int, at: int) -> dict[str, int]:
+    """A position stream's offset (a stream without positions has only the round):
+    ``at`` in microseconds of the clock messages are judged by."""
+    return {"round": round_, "position": position, "at": at}
+
+
+def _seconds(offset: dict[str, Any]) -> float:
+    """When an offset's range was planned, in seconds (as ``_latest_position`` had it)."""
+    return int(offset.get("at", 0)) / 1_000_000

@@ -222,6 +222,29 @@ DELETE FROM {schema}.streams WHERE session = :session;
 SELECT s.session FROM {schema}.streams AS s JOIN {schema}.queues AS q ON q.id = s.queue_id
 WHERE q.name = :name;
 
+-- name: stream_pointer
+-- A position stream's queue: how far it has read (a subscription: its place in its topic).
+SELECT pointer FROM {schema}.queues WHERE name = :queue;
+
+-- name: stream_last
+-- A queue's last message in (:after, :ceiling], pending ones aside (their ids are drawn
+-- before their commit, and replaced at it): a position stream passes every message up
+-- to it. From the top by id, not by queue (+queue_id).
+SELECT m.id FROM {schema}.messages AS m
+WHERE m.id > :after AND m.id <= :ceiling
+  AND +m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND m.state <> 0
+ORDER BY m.id DESC
+LIMIT 1;
+
+-- name: stream_first
+-- As stream_last, the first: a position stream's windows start there, not in the ids of
+-- other queues' messages before it.
+SELECT m.id FROM {schema}.messages AS m
+WHERE m.id > :after AND m.id <= :ceiling
+  AND +m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND m.state <> 0
+ORDER BY m.id
+LIMIT 1;
+
 -- name: sink_batch
 SELECT batch FROM {schema}.sinks WHERE name = :name;
 
@@ -233,8 +256,8 @@ DELETE FROM {schema}.sessions WHERE host = :host AND pid <= :batch;
 DELETE FROM {schema}.sinks WHERE name = :name;
 
 -- name: scan
--- A page of a batch read: as browse, by id within (after, upto].
-SELECT {message_columns} FROM {schema}.messages AS m
+-- A page of a batch read: as browse, by id within (after, upto]; a Spark read's rows.
+SELECT {read_columns} FROM {schema}.messages AS m
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
   AND id > :after AND id <= :upto
   AND (

@@ -605,6 +605,77 @@ WITH d AS (
     RETURNING lane)
 SELECT DISTINCT lane FROM d WHERE lane IS NOT NULL;
 
+-- fragment: read_columns
+-- A Spark read's row (sluice.backends.base.READ_COLUMNS): the message's id spelled out,
+-- a binary body as bytes, only what a Spark row shows.
+m.id, m.p_session || '/' || m.p_tx || '/' || m.p_num, m.priority, m.body, m.body_bytes,
+coalesce(m.content_type, 'application/json'), m.properties, m.type, m.grp, m.correlation_id,
+m.reply_to, m.attempts, m.enqueued_at, m.available_at, m.expires_at
+
+-- name: stream_span
+-- One window of a position stream's next range (Streams.stream_span): of the messages
+-- with ids in (%(after)s, %(upto)s] that are ready or waiting, unexpired at %(now)s and
+-- selected, how many, the last, and the first not due yet. By id, not by queue
+-- (+queue_id), and with no order to keep: the planner reads the window's id range,
+-- whatever it guesses of the queue's share of it (an ORDER BY ... LIMIT over a range
+-- it guessed small had it sort the whole table).
+SELECT count(*), max(s.id), min(CASE WHEN s.available_at > %(now)s THEN s.id END)
+FROM {schema}.messages AS s
+WHERE s.id > %(after)s AND s.id <= %(upto)s
+  AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.state IN (1, 5) AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select};
+
+-- name: stream_nth
+-- The id of a window's (stream_span's) %(skip)s+1-th message: where a range that wants no
+-- more ends.
+SELECT s.id FROM {schema}.messages AS s
+WHERE s.id > %(after)s AND s.id <= %(upto)s
+  AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.state IN (1, 5) AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select}
+ORDER BY s.id
+LIMIT 1 OFFSET %(skip)s;
+
+-- name: stream_rows
+-- A page of a position range (Streams.stream_rows): what was due and unexpired at %(at)s,
+-- by id; a message expired since (state 3) was read all the same.
+SELECT {read_columns} FROM (
+    SELECT * FROM {schema}.messages AS s
+    WHERE s.id > %(after)s AND s.id <= %(upto)s
+      AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+      AND s.state IN (1, 3, 5) AND s.available_at <= %(at)s
+      AND (s.expires_at IS NULL OR s.expires_at > %(at)s){select}
+    ORDER BY s.id
+    LIMIT %(limit)s) AS m
+ORDER BY m.id;
+
+-- name: stream_behind
+-- Ready messages a position stream takes by rounds, up to %(position)s
+-- (Streams.stream_behind). In the queue index's order, which the planner then
+-- follows, whatever it guesses of the queue's size (else: a scan of the table).
+SELECT count(*) FROM (
+    SELECT 1 FROM {schema}.messages AS s
+    WHERE s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s) AND s.state = 1
+      AND s.id <= %(position)s
+      AND s.available_at <= %(now)s AND (s.expires_at IS NULL OR s.expires_at > %(now)s){select}
+    ORDER BY s.priority DESC, s.id
+    LIMIT %(limit)s) AS behind;
+
+-- name: stream_remove
+-- An exclusive stream's acknowledged ranges, from the queue's pointer up to %(upto)s: what
+-- they read (as stream_rows reads it) goes, by id range.
+DELETE FROM {schema}.messages AS s
+WHERE s.id > (SELECT pointer FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.id <= %(upto)s
+  AND +s.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+  AND s.state IN (1, 3, 5) AND s.available_at <= %(at)s
+  AND (s.expires_at IS NULL OR s.expires_at > %(at)s){select};
+
+-- name: stream_advance
+-- A position stream's pointer moves on, never back; a subscription's counts as used.
+UPDATE {schema}.queues SET pointer = greatest(pointer, %(upto)s),
+    used_at = CASE WHEN kind = 'subscription' THEN %(now)s ELSE used_at END
+WHERE name = %(queue)s;
+
 -- name: stream_spool_insert
 INSERT INTO {schema}.stream_spool (session, round, chunk, n, data)
 VALUES (%(session)s, %(round)s, %(chunk)s, %(n)s, %(data)s);

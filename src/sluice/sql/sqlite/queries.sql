@@ -374,6 +374,74 @@ WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 2
   AND c_session = :session AND c_tx > :after AND c_tx <= :upto
 RETURNING lane;
 
+-- fragment: read_columns
+-- A Spark read's row (sluice.backends.base.READ_COLUMNS): the message's id spelled out,
+-- a binary body as bytes (SQLite keeps it in body), only what a Spark row shows.
+m.id, m.p_session || '/' || m.p_tx || '/' || m.p_num, m.priority, m.body, NULL,
+coalesce(m.content_type, 'application/json'), m.properties, m.type, m.grp, m.correlation_id,
+m.reply_to, m.attempts, m.enqueued_at, m.available_at, m.expires_at
+
+-- name: stream_span
+-- One window of a position stream's next range (Streams.stream_span): of the messages
+-- with ids in (:after, :upto] that are ready or waiting, unexpired at :now and
+-- selected, how many, the last, and the first not due yet. By id, not by queue
+-- (+queue_id), and with no order to keep: the planner reads the window's id range,
+-- whatever it guesses of the queue's share of it (an ORDER BY ... LIMIT over a range
+-- it guessed small had it sort the whole table).
+SELECT count(*), max(m.id), min(CASE WHEN m.available_at > :now THEN m.id END)
+FROM messages AS m
+WHERE m.id > :after AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 5) AND (m.expires_at IS NULL OR m.expires_at > :now){select};
+
+-- name: stream_nth
+-- The id of a window's (stream_span's) :skip+1-th message: where a range that wants no
+-- more ends.
+SELECT m.id FROM messages AS m
+WHERE m.id > :after AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 5) AND (m.expires_at IS NULL OR m.expires_at > :now){select}
+ORDER BY m.id
+LIMIT 1 OFFSET :skip;
+
+-- name: stream_rows
+-- A page of a position range (Streams.stream_rows): what was due and unexpired at :at,
+-- by id; a message expired since (state 3) was read all the same.
+SELECT {read_columns} FROM messages AS m
+WHERE m.id > :after AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 3, 5) AND m.available_at <= :at
+  AND (m.expires_at IS NULL OR m.expires_at > :at){select}
+ORDER BY m.id
+LIMIT :limit;
+
+-- name: stream_behind
+-- Ready messages a position stream takes by rounds, up to :position
+-- (Streams.stream_behind). In the queue index's order, which the planner then
+-- follows, whatever it guesses of the queue's size (else: a scan of the table).
+SELECT count(*) FROM (
+    SELECT 1 FROM messages AS m
+    WHERE m.queue_id = (SELECT id FROM queues WHERE name = :queue) AND m.state = 1
+      AND m.id <= :position
+      AND m.available_at <= :now AND (m.expires_at IS NULL OR m.expires_at > :now){select}
+    ORDER BY m.priority DESC, m.id
+    LIMIT :limit);
+
+-- name: stream_remove
+-- An exclusive stream's acknowledged ranges, from the queue's pointer up to :upto: what
+-- they read (as stream_rows reads it) goes, by id range.
+DELETE FROM messages AS m
+WHERE m.id > (SELECT pointer FROM queues WHERE name = :queue) AND m.id <= :upto
+  AND +m.queue_id = (SELECT id FROM queues WHERE name = :queue)
+  AND m.state IN (1, 3, 5) AND m.available_at <= :at
+  AND (m.expires_at IS NULL OR m.expires_at > :at){select};
+
+-- name: stream_advance
+-- A position stream's pointer moves on, never back; a subscription's counts as used.
+UPDATE queues SET pointer = max(pointer, :upto),
+                  used_at = CASE WHEN kind = 'subscription' THEN :now ELSE used_at END
+WHERE name = :queue;
+
 -- name: sink_record
 INSERT INTO sinks (name, batch, updated_at) VALUES (:name, :batch, :now)
 ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
