@@ -115,7 +115,8 @@ def test_a_subscription_streams_by_position_exactly_once_across_restarts(
     # Every subscription has passed the topic's messages: collection takes them all.
     while db.backend.collect("news"):
         pass
-    assert not any(news.stats().values())
+    # All collected, but for the topic's newest message, kept as done (its tombstone).
+    assert not any(n for state, n in news.stats().items() if state != "done")
 
 
 @pytest.mark.parametrize("queue", ["evens", "orders"])

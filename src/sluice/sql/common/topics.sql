@@ -101,9 +101,12 @@ WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state IN (1, 5){selector};
 -- name: laggards
 -- Selective subscriptions at their topic's lowest pointer: those that hold back its
 -- collection, and may pass the messages they will never receive without taking any.
+-- Not one a Spark stream reads by position: its uncommitted batch must read the same
+-- rows again on replay, so only its commit moves the pointer.
 SELECT s.name FROM {schema}.queues AS s
 WHERE s.kind = 'subscription' AND s.selector IS NOT NULL
   AND s.pointer = (SELECT min(o.pointer) FROM {schema}.queues AS o WHERE o.topic_id = s.topic_id)
+  AND NOT EXISTS (SELECT 1 FROM {schema}.streams AS st WHERE st.queue_id = s.id)
 ORDER BY s.name;
 
 -- name: next_selected
