@@ -25,8 +25,10 @@ FROM {schema}.queues AS s WHERE s.name = :name AND s.kind = 'subscription';
 
 -- name: topic_last
 -- The topic's last message past :pointer (a pull that took less than it could has
--- passed every message up to it).
-SELECT max(m.id) FROM {schema}.messages AS m WHERE m.id > :pointer AND +m.queue_id = :topic;
+-- passed every message up to it). Not an uncommitted enqueue (state 0): its id was
+-- drawn outside the commit lock, and a put still committing may have a lower one.
+SELECT max(m.id) FROM {schema}.messages AS m
+WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state <> 0;
 
 -- name: touch_subscription
 UPDATE {schema}.queues SET used_at = :now WHERE id = :subscription;
@@ -46,7 +48,8 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :topic);
 -- What may go from a topic: messages up to the lowest pointer of its subscriptions
 -- (all, where it has none), past the last collection (the topic's own pointer).
 SELECT t.id, t.pointer, (SELECT min(s.pointer) FROM {schema}.queues AS s WHERE s.topic_id = t.id),
-       (SELECT max(m.id) FROM {schema}.messages AS m WHERE m.id > t.pointer AND +m.queue_id = t.id),
+       (SELECT max(m.id) FROM {schema}.messages AS m
+        WHERE m.id > t.pointer AND +m.queue_id = t.id AND m.state <> 0),
        t.retention
 FROM {schema}.queues AS t WHERE t.name = :topic AND t.kind = 'topic';
 
@@ -116,7 +119,7 @@ SELECT (SELECT min(m.id) FROM {schema}.messages AS m
         WHERE m.id > :pointer AND m.id <= :upto AND +m.queue_id = :topic
           AND m.state IN (1, 5){selector}),
        (SELECT max(m.id) FROM {schema}.messages AS m
-        WHERE m.id > :pointer AND m.id <= :upto AND +m.queue_id = :topic);
+        WHERE m.id > :pointer AND m.id <= :upto AND +m.queue_id = :topic AND m.state <> 0);
 
 -- name: pass_pointer
 -- Passing messages is not using the subscription: used_at stays.
