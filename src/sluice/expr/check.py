@@ -46,6 +46,7 @@ from sluice.expr.syntax import quoted, refused
 
 __all__ = [
     "COLUMNS",
+    "Relations",
     "FUNCTIONS",
     "MAX_LENGTH",
     "MAX_NODES",
@@ -136,6 +137,33 @@ class Scope:
 
     properties: Mapping[str, Type] = field(default_factory=dict)
     """Declared properties and their types."""
+    relations: Relations | None = None
+    """A rule's reach beyond the triggering message (sluice.rules); None outside rules:
+    then property(), slicekey(), now(), relations and body constructors are refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relations:
+    """What a rule's expressions may read besides the triggering message (sluice.rules).
+
+    ``queue('q')`` is the messages kept in a declared queue, processed or not;
+    ``slice()`` the messages of the triggering message's slice since its last reset,
+    across the slicing's queues, and ``slicekey()`` that slice's key. Relations are
+    used in EXISTS (SELECT ... FROM rel AS a WHERE ...), in scalar subqueries
+    ((SELECT count(*) FROM rel AS a WHERE ...)) and in count(rel).
+    """
+
+    queues: frozenset[str] = frozenset()
+    """The queues queue('q') may name."""
+    slicing: str | None = None
+    """The slicing the rule is for (slice() and slicekey() allowed); None: refused."""
+    slice_type: Type | None = None
+    """The type of the slicing's property (slicekey()'s type)."""
+    slice_property: str | None = None
+    """The property the slicing is on."""
+    properties: Mapping[str, Type] = field(default_factory=dict)
+    """Declared rule properties: property('p') reads the triggering message's, and
+    ``a.props.p`` on a relation row reads as this type."""
 
 
 def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) -> Node:

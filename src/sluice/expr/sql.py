@@ -9,9 +9,9 @@ returns JSON text, ``->>`` a value). Constants are always bound parameters.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal, Protocol
 
 from sluice.errors import ExpressionError
 from sluice.expr.nodes import (
@@ -37,7 +37,27 @@ from sluice.expr.nodes import (
     XPath,
 )
 
-__all__ = ["Compiled", "Source", "SqlCompiler"]
+__all__ = ["Compiled", "RelationSource", "Source", "SqlCompiler"]
+
+
+class RelationSource(Protocol):
+    """Where a rule's relations are stored: given by the storage that runs the rules."""
+
+    def relation(
+        self,
+        kind: Literal["queue", "slice"],
+        queue: str | None,
+        alias: str,
+        key: str | None,
+        bind: Callable[[Any], str],
+    ) -> tuple[str, str]:
+        """(FROM items, WHERE condition) reading the relation's messages as rows named
+        ``alias`` (a messages row, like ``m``). ``queue``: the queue of queue('q');
+        ``key``: for slice(), the SQL of the slice's key as text (see
+        ``sluice.expr.check.slice_key``); ``bind`` binds a constant as a parameter."""
+
+    def queue_name(self, alias: str) -> str:
+        """SQL for the name of the queue the message ``alias`` is in (``a.queue``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +67,8 @@ class Source:
     alias: str = "m"
     properties: Mapping[str, str] = field(default_factory=dict)
     """Declared property name -> the stored column holding it."""
+    relations: RelationSource | None = None
+    """Where queue('q') and slice() read from; None: expressions use no relations."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,178 @@
+"""A rules application as sluice keeps it: queues, properties, slicings and rules.
+
+The definition language (``sluice.rules.language``) parses text into the
+statements below; ``sluice.rules.check`` applies them onto an ``Application``
+and checks everything that can be checked before a message arrives. The runner
+(``sluice.rules.runner``) executes a checked ``Application``. Expressions stay
+as their text here (with the line they start on): they are checked and
+compiled against the application they belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "PROPERTY_TYPES",
+    "SYSTEM_PROPERTIES",
+    "Action",
+    "Application",
+    "Branch",
+    "Drop",
+    "Enqueue",
+    "Expr",
+    "PropertyDef",
+    "QueueDef",
+    "Reset",
+    "RuleDef",
+    "SlicingDef",
+    "Statement",
+]
+
+PropertyType = Literal["text", "integer", "real", "boolean", "timestamp"]
+
+PROPERTY_TYPES: dict[str, Literal["text", "number", "boolean"]] = {
+    "text": "text",
+    "integer": "number",
+    "real": "number",
+    "boolean": "boolean",
+    "timestamp": "number",  # seconds since the epoch, by the engine clock
+}
+"""A property's declared type -> the expression type it reads as."""
+
+SYSTEM_PROPERTIES: dict[str, Literal["text", "number"]] = {
+    "rule": "text",  # the rule whose action created the message
+    "created_at": "number",  # when, by the engine clock
+    "trigger_id": "number",  # the triggering message's id
+    "trigger_queue": "text",  # and its queue
+}
+"""Properties sluice sets on every message a rule creates; nobody else may set them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expr:
+    """An expression as written, and the line of the file it starts on."""
+
+    text: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDef:
+    """``CREATE QUEUE name [KIND basic|echo] [MODE ...] [PRIORITY n] [TYPE ...]
+    [ERRORQUEUE q] [RETENTION duration]``."""
+
+    name: str
+    line: int
+    kind: Literal["basic", "echo"] = "basic"
+    mode: Literal["persistent", "transient"] = "persistent"
+    priority: int = 0
+    """The scheduler's order among queues: higher first."""
+    types: tuple[str, ...] = ()
+    error_queue: str | None = None
+    retention: float = 0.0
+    """Seconds a processed message is kept at least (and longer while a slice holds it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyDef:
+    """``CREATE PROPERTY name AS type [FIXED|INHERITED] QUEUE q, ... [VALUE expr]
+    [QUEUE q VALUE expr ...]``.
+
+    ``values`` maps each queue that has the property to the expression computing it
+    there (None: set explicitly, or inherited). A FIXED property is computed and
+    never set; an INHERITED one is copied from the triggering message unless set.
+    """
+
+    name: str
+    type: PropertyType
+    line: int
+    values: dict[str, Expr | None] = field(default_factory=dict)
+    fixed: bool = False
+    inherited: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SlicingDef:
+    """``CREATE SLICING name ON property``: one slice per distinct value."""
+
+    name: str
+    property: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """``ENQUEUE body INTO queue [WITH p = expr, ...]``."""
+
+    body: Expr
+    queue: str
+    properties: tuple[tuple[str, Expr], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """``RESET [slicing [KEY expr]]``: bare RESET, in a rule for a slicing, resets the
+    current slice; with a name, that slicing's slice whose key is ``key`` (default:
+    the triggering message's value of the slicing's property)."""
+
+    slicing: str | None = None
+    key: Expr | None = None
+    line: int = 0
+
+
+Action: TypeAlias = Enqueue | Reset
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """``IF condition THEN actions`` (``condition`` None: the final ELSE)."""
+
+    condition: Expr | None
+    actions: tuple[Action, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleDef:
+    """``CREATE RULE name FOR queue-or-slicing [ERRORQUEUE q] IF ... [ELSE IF ...] [ELSE ...]``.
+
+    The first branch whose condition holds runs; none may run.
+    """
+
+    name: str
+    target: str
+    line: int
+    branches: tuple[Branch, ...]
+    error_queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """``DROP RULE|SLICING|PROPERTY|QUEUE name``."""
+
+    kind: Literal["rule", "slicing", "property", "queue"]
+    name: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorQueueDef:
+    """``SET ERRORQUEUE q``: the file's error queue, for rules and queues that name none."""
+
+    queue: str
+    line: int
+
+
+Statement: TypeAlias = QueueDef | PropertyDef | SlicingDef | RuleDef | Drop | ErrorQueueDef
+
+
+@dataclass(frozen=True, slots=True)
+class Application:
+    """Everything applied so far, by name (statement order kept in ``rules``)."""
+
+    queues: dict[str, QueueDef] = field(default_factory=dict)
+    properties: dict[str, PropertyDef] = field(default_factory=dict)
+    slicings: dict[str, SlicingDef] = field(default_factory=dict)
+    rules: dict[str, RuleDef] = field(default_factory=dict)
+    error_queue: str | None = None
