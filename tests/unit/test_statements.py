@@ -43,6 +43,7 @@ SAMPLE = {
     "order": "priority, ",
     "value": "1",
     "selector": " AND m.priority > 0",
+    "columns": ", m.priority",
 }
 """What a template's holes get for the database to check it."""
 

@@ -36,6 +36,7 @@ from sluice.backends.records import (
     Lane,
     MessageRow,
     PropertyDef,
+    StoredProperty,
     Row,
     Selection,
     SessionInfo,
@@ -71,6 +72,7 @@ __all__ = [
     "MessageStore",
     "Outbox",
     "PropertyDef",
+    "StoredProperty",
     "Reached",
     "Retention",
     "Row",
@@ -258,6 +260,12 @@ class Catalog(Protocol):
 
     def queue_properties(self, queue: str) -> list[PropertyDef]:
         """The properties declared on a queue, with their slots."""
+
+    def stored_properties(self, queue: str) -> list[StoredProperty]:
+        """The properties a queue's messages carry in their properties JSON, by name."""
+
+    def set_stored_properties(self, queue: str, properties: Sequence[StoredProperty]) -> None:
+        """Replace a queue's stored properties (one transaction); QueueNotFound if none."""
 
 
 class ChangeFeed(Protocol):

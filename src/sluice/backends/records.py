@@ -32,6 +32,7 @@ __all__ = [
     "Row",
     "Selection",
     "SessionInfo",
+    "StoredProperty",
     "StagedPart",
     "StreamState",
     "Unchanged",
@@ -257,6 +258,21 @@ class PropertyDef:
     expression: str
     type: str
     slot: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredProperty:
+    """A property a queue's messages carry in their properties JSON (any number of them).
+
+    ``expression`` computes it at enqueue (None: set by the producer, or by a rule);
+    ``type`` is text, integer, real, boolean or timestamp (seconds since the epoch) and
+    every value set is checked against it; a ``fixed`` one is computed only.
+    """
+
+    name: str
+    type: str
+    expression: str | None
+    fixed: bool
 
 
 @dataclass(frozen=True, slots=True)

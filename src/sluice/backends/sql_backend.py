@@ -20,6 +20,7 @@ from sluice.backends.records import (
     Lane,
     PropertyDef,
     Row,
+    StoredProperty,
     Unchanged,
     isolation_in_use,
     queue_in_use,
@@ -168,7 +169,12 @@ class SqlBackend(ABC):
                 self._drop_stream_rows(conn, session)
                 conn.execute(self._q["stream_delete"], {"session": session})
                 conn.execute(self._q["close_session"], {"session": session})
-            for statement in ("delete_queue_messages", "delete_queue_properties", "delete_queue"):
+            for statement in (
+                "delete_queue_messages",
+                "delete_queue_properties",
+                "delete_queue_stored_properties",
+                "delete_queue",
+            ):
                 conn.execute(self._q[statement], params)
 
     def get_queue(self, name: str) -> QueueSpec | None:
@@ -217,6 +223,20 @@ class SqlBackend(ABC):
 
     def queue_properties(self, queue: str) -> list[PropertyDef]:
         return [PropertyDef(*r) for r in self._read_rows("queue_properties", {"queue": queue})]
+
+    def stored_properties(self, queue: str) -> list[StoredProperty]:
+        rows = self._read_rows("stored_properties", {"queue": queue})
+        return [StoredProperty(name, kind, expression, bool(fixed)) for name, kind, expression, fixed in rows]
+
+    def set_stored_properties(self, queue: str, properties: Sequence[StoredProperty]) -> None:
+        with self._transaction() as conn:
+            if not conn.execute(self._q["lock_queue_row"], {"name": queue}).fetchall():
+                raise QueueNotFound(f"queue {queue!r} does not exist")
+            conn.execute(self._q["delete_stored_properties"], {"queue": queue})
+            for p in properties:
+                params = {"queue": queue, "name": p.name, "type": p.type,
+                          "expression": p.expression, "fixed": p.fixed}  # fmt: skip
+                conn.execute(self._q["insert_stored_property"], params)
 
     # --- Spark streams and sinks: the parts both dialects keep alike ------------------
     def set_stream_round(self, session: int, round: int) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.backends.base import SLOTS, PropertyDef, Selection
+from sluice.backends.base import SLOTS, PropertyDef, Selection, StoredProperty
 from sluice.catalog import ANY_TYPE, QueueSpec
 from sluice.errors import ConfigurationError, ExpressionError
 from sluice.expr import Node, Scope, Type, compile_python, parse, parse_order
@@ -35,10 +35,17 @@ class QueueContent:
     definitions: Mapping[Node, str]
     """A declared property's checked expression -> its name, to read it from its slot."""
     slots: Mapping[str, str]
+    stored: Sequence[tuple[StoredProperty, Callable[[Row], Any] | None]] = ()
+    """Properties carried in the properties JSON, with the evaluator of computed ones."""
     selections: dict[tuple[str | None, tuple[str, ...]], Selection] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, spec: QueueSpec, properties: Sequence[PropertyDef]) -> QueueContent:
+    def build(
+        cls,
+        spec: QueueSpec,
+        properties: Sequence[PropertyDef],
+        stored: Sequence[StoredProperty] = (),
+    ) -> QueueContent:
         priority = {
             type_name: compile_python(parse(expression, want="number"))
             for type_name, expression in spec.priority
@@ -57,12 +64,16 @@ class QueueContent:
             scope=Scope({p.name: p.type for p in properties}),  # type: ignore[misc]
             definitions=definitions,
             slots={p.name: p.slot for p in properties},
+            stored=tuple(
+                (p, None if p.expression is None else compile_python(parse(p.expression)))
+                for p in stored
+            ),
         )
 
     @property
     def plain(self) -> bool:
         """Nothing to check or compute at enqueue: the fast path applies."""
-        return not (self.spec.types or self.priority or self.values)
+        return not (self.spec.types or self.priority or self.values or self.stored)
 
     def priority_function(self, type_name: str | None) -> Callable[[Row], Any] | None:
         if type_name is not None and type_name in self.priority:

@@ -134,7 +134,9 @@ class EngineContext:
         spec = self.spec(name)
         content = self._contents.get(name)
         if content is None or content.spec is not spec:
-            content = QueueContent.build(spec, self.backend.queue_properties(name))
+            content = QueueContent.build(
+                spec, self.backend.queue_properties(name), self.backend.stored_properties(name)
+            )
             self._contents[name] = content
         return content
 

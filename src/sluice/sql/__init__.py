@@ -31,11 +31,11 @@ from importlib import resources
 __all__ = ["HOLES", "Template", "migrations", "schema", "statements", "templates"]
 
 DIALECTS = ("sqlite", "postgresql")
-HOLES = frozenset({"select", "order", "value", "selector"})
+HOLES = frozenset({"select", "order", "value", "selector", "columns"})
 """The holes a statement may leave for run time (see the module docstring)."""
 _SELECTION = frozenset({"select", "order"})
 
-_FILES = ("queries.sql", "topics.sql", "jobs.sql")
+_FILES = ("queries.sql", "topics.sql", "jobs.sql", "rules.sql")
 """Per folder: the queue engine's statements, then those of jobs and tasks."""
 _FOLDERS = ("common", "{dialect}")
 

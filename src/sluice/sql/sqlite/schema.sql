@@ -227,3 +227,27 @@ CREATE TABLE metrics (
 -- then delivery order; only task messages (n1, the job priority, is set on every task).
 CREATE INDEX messages_tasks ON messages
     (queue_id, state, n1 DESC, n2 DESC, n4 DESC, n3 DESC, priority DESC, id) WHERE n1 IS NOT NULL;
+
+-- Declarative rules (0007_rules.sql): stored properties, slices, the applied application.
+CREATE TABLE stored_properties (
+    queue_id   INTEGER NOT NULL,
+    name       TEXT    NOT NULL,
+    type       TEXT    NOT NULL
+        CHECK (type IN ('text', 'integer', 'real', 'boolean', 'timestamp')),
+    expression TEXT,
+    fixed      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue_id, name)
+);
+CREATE TABLE slice_members (
+    slicing    TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    message_id INTEGER NOT NULL,
+    PRIMARY KEY (slicing, key, message_id)
+) WITHOUT ROWID;
+CREATE INDEX slice_members_message ON slice_members (message_id);
+CREATE TABLE rules_catalog (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    version     INTEGER NOT NULL,
+    application TEXT    NOT NULL,
+    applied_at  REAL    NOT NULL
+);

@@ -1,0 +1,81 @@
+-- Declarative rules (sluice.rules, docs/rules.md): the stored properties of queues, the
+-- applied application, slices, and the rules engine's unit of work.
+
+-- name: stored_properties
+SELECT sp.name, sp.type, sp.expression, sp.fixed
+FROM {schema}.stored_properties AS sp
+WHERE sp.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+ORDER BY sp.name;
+
+-- name: delete_stored_properties
+DELETE FROM {schema}.stored_properties
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue);
+
+-- name: delete_queue_stored_properties
+DELETE FROM {schema}.stored_properties
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :name);
+
+-- name: insert_stored_property
+INSERT INTO {schema}.stored_properties (queue_id, name, type, expression, fixed)
+SELECT id, :name, :type, :expression, :fixed FROM {schema}.queues WHERE name = :queue;
+
+-- name: rules_catalog_read
+SELECT version, application FROM {schema}.rules_catalog WHERE id = 1;
+
+-- name: rules_catalog_write
+INSERT INTO {schema}.rules_catalog (id, version, application, applied_at)
+VALUES (1, :version, :application, :now)
+ON CONFLICT (id) DO UPDATE SET version = excluded.version,
+                               application = excluded.application,
+                               applied_at = excluded.applied_at;
+
+-- name: rules_queue_ids
+SELECT name, id FROM {schema}.queues;
+
+-- name: rules_kept_count
+-- Messages a queue keeps (any state but pending): a property's type may not change
+-- under them.
+SELECT count(*) FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state <> 0;
+
+-- name: rules_reset
+DELETE FROM {schema}.slice_members WHERE slicing = :slicing AND key = :key;
+
+-- name: rules_forget_slicing
+DELETE FROM {schema}.slice_members WHERE slicing = :slicing;
+
+-- name: rules_done
+-- The processed messages: kept (done, state 6) for slices and retention to decide.
+UPDATE {schema}.messages SET state = 6, settled_at = :now
+WHERE id IN {rules_ids} AND state = 1;
+
+-- name: rules_defer
+-- An echo message not yet due: it waits until then.
+UPDATE {schema}.messages SET available_at = :due WHERE id = :id AND state = 1;
+
+-- name: rules_evaluate
+-- The values every rule of a batch needs, one row per triggering message m, in the
+-- order the messages were taken.
+SELECT m.id, m.properties{columns}
+FROM {schema}.messages AS m
+WHERE m.id IN {rules_ids}
+ORDER BY m.priority DESC, m.id;
+
+-- name: rules_join
+-- The processed messages join the slices of their queue's slicing ({value}: the key).
+INSERT INTO {schema}.slice_members (slicing, key, message_id)
+SELECT :slicing, {value}, m.id
+FROM {schema}.messages AS m
+WHERE m.id IN {rules_ids} AND m.queue_id IN {rules_queues} AND {value} IS NOT NULL
+ON CONFLICT DO NOTHING;
+
+-- name: rules_remove
+-- Removal of processed messages nobody needs: past their queue's retention, and held by
+-- no slice (every slice that held them was reset). Bounded: a batch at a time.
+DELETE FROM {schema}.messages
+WHERE id IN (SELECT m.id FROM {schema}.messages AS m
+             WHERE m.queue_id = :queue_id AND m.state = 6 AND m.settled_at <= :before
+               AND NOT EXISTS (SELECT 1 FROM {schema}.slice_members AS s
+                               WHERE s.message_id = m.id)
+             ORDER BY m.settled_at
+             LIMIT :limit);

@@ -1,0 +1,19 @@
+-- fragment: rules_ids
+(SELECT unnest(%(ids)s::bigint[]))
+
+-- fragment: rules_queues
+(SELECT unnest(%(queues)s::integer[]))
+
+-- name: rules_take
+-- The next messages of a queue the rules engine processes: due, in delivery order;
+-- locked until this transaction ends, skipping those another engine is processing.
+SELECT id, properties, enqueued_at FROM {schema}.messages
+WHERE queue_id = %(queue_id)s AND state = 1 AND available_at <= %(now)s
+ORDER BY priority DESC, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: rules_lock
+-- Messages whose rules read relations are processed by one engine at a time per queue
+-- (their outcome may depend on each other): a lock held until the transaction ends.
+SELECT pg_advisory_xact_lock(%(lock_class)s, %(queue_id)s);
