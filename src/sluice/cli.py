@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 import sluice
-from sluice import admin, cli_jobs, demo
+from sluice import admin, cli_jobs, cli_rules, demo
 from sluice.catalog import ISOLATION_LEVELS, Durability
 from sluice.engine.topics import Start
 from sluice.message import Message, Position
@@ -358,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice[spark])")
     )
     cli_jobs.add_commands(add)
+    cli_rules.add_commands(add)
     return parser
 
 

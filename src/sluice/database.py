@@ -19,6 +19,8 @@ from sluice.jobs import model
 from sluice.jobs.manager import Jobs
 from sluice.jobs.task import TaskFunction
 from sluice.jobs.worker import DEFAULT_GRACE, DEFAULT_POLL, Worker
+from sluice.rules.engine import Rules
+from sluice.rules.model import Application
 
 __all__ = ["Database"]
 
@@ -45,9 +47,29 @@ class Database(Engine):
         self._jobs: Jobs | None = None
         self._jobs_lock = threading.Lock()
         self._task_functions: dict[str, TaskFunction] = {}
+        self._rules: Rules | None = None
 
     def __enter__(self) -> Database:
         return self
+
+    # --- declarative rules (docs/rules.md) --------------------------------------------
+    @property
+    def rules(self) -> Rules:
+        """The rules application of this database: ``apply``, ``run``, ``run_until_idle``."""
+        with self._jobs_lock:
+            if self._rules is None:
+                self._rules = Rules(self)
+            return self._rules
+
+    def apply(self, text: str) -> Application:
+        """Apply a rules definition (docs/rules.md); the same as ``db.rules.apply(text)``."""
+        return self.rules.apply(text)
+
+    def close(self) -> None:
+        """Stop the rules engine if it runs here, then end the session. Idempotent."""
+        if self._rules is not None:
+            self._rules.stop()
+        super().close()
 
     # --- jobs and tasks (docs/jobs.md) -------------------------------------------------
     @property

@@ -22,8 +22,9 @@ method is called with a lock of the caller's held.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sluice.backends.records import (
     MESSAGE_COLUMNS,
@@ -36,21 +37,23 @@ from sluice.backends.records import (
     Lane,
     MessageRow,
     PropertyDef,
-    StoredProperty,
     Row,
     Selection,
     SessionInfo,
     StagedPart,
+    StoredProperty,
     StreamState,
     lane_of,
 )
 from sluice.backends.topics import Backlog
 from sluice.catalog import QueueSpec
 from sluice.clock import Clock
-from sluice.expr.sql import SqlCompiler
+from sluice.expr.sql import RelationSource, SqlCompiler
 
 if TYPE_CHECKING:
     import pyarrow as pa  # sluice[spark]
+
+T = TypeVar("T")
 
 __all__ = [
     "MESSAGE_COLUMNS",
@@ -72,15 +75,17 @@ __all__ = [
     "MessageStore",
     "Outbox",
     "PropertyDef",
-    "StoredProperty",
     "Reached",
     "Retention",
     "Row",
+    "RuleStore",
+    "RuleUnit",
     "Selection",
     "SessionInfo",
     "Sessions",
     "Sinks",
     "StagedPart",
+    "StoredProperty",
     "StreamState",
     "Streams",
     "Topics",
@@ -560,6 +565,51 @@ class Topics(Protocol):
         ...
 
 
+class RuleUnit(Protocol):
+    """One database transaction of the rules engine."""
+
+    def rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run the named statement (rules.sql); its rows."""
+
+    def write(self, name: str, params: Mapping[str, Any]) -> int:
+        """Run the named statement; how many rows it changed."""
+
+    def filled(self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]) -> list[Row]:
+        """Run the named template with its holes filled by compiled expressions."""
+
+    def ids(self, values: Sequence[int]) -> Any:
+        """A list of ids as this dialect binds it (the ``{rules_ids}`` fragment's ``ids``)."""
+
+    def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
+        """Insert ready messages exactly as a queue transaction's commit would."""
+
+    def exclusive(self, queue_id: int) -> None:
+        """From here to the unit's end, no other engine processes this queue's messages
+        (where engines run concurrently; SQLite's writers are serial anyway)."""
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A part of the unit that a failure inside undoes alone (the error propagates)."""
+
+
+class RuleStore(Protocol):
+    """The rules engine's storage (sluice.rules; backends/rules.py, rules.sql)."""
+
+    def rules_unit(self, work: Callable[[RuleUnit], T], *, durable: bool = True) -> T:
+        """Run ``work`` in one database transaction: all of it happens, or none."""
+
+    def rules_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run one read-only named statement of rules.sql on its own."""
+
+    def rules_write(self, name: str, params: Mapping[str, Any]) -> int:
+        """Run one named statement of rules.sql as its own transaction."""
+
+    def rules_compiler(self, relations: RelationSource | None, prefix: str = ...) -> SqlCompiler:
+        """A compiler of rule expressions over the triggering message ``m``."""
+
+    def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
+        """Where a rule's relations are: ``slicing`` the one its slice() reads."""
+
+
 class Outbox(Protocol):
     """Queue transactions inside the caller's own database transaction (PostgreSQL)."""
 
@@ -582,6 +632,7 @@ class Backend(
     JobsStatements,
     Topics,
     Retention,
+    RuleStore,
     Protocol,
 ):
     """Queue storage: every capability above, plus its dialect and its optional outbox."""

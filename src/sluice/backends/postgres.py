@@ -41,6 +41,7 @@ from sluice.backends.records import (
     SessionInfo,
     browse_params,
 )
+from sluice.backends.rules import SqlRules
 from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
 from sluice.backends.topics import SqlTopics
@@ -68,7 +69,7 @@ from sluice.backends.postgres_maintenance import (
 from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_outbox import PostgresOutbox
 from sluice.backends.postgres_queries import load_queries
-from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
+from sluice.backends.postgres_schema import LOCK_CLASS, RULES_LOCK_CLASS, migrate, quote_schema
 from sluice.backends.postgres_settings import PostgresSettings
 from sluice.backends.postgres_statements import (
     Expected,
@@ -98,7 +99,7 @@ _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's
 _MAX_SELECTIONS = 256
 
 
-class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
+class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend):
     """Queue storage in a PostgreSQL schema (see the module docstring)."""
 
     dialect = "postgresql"
@@ -367,6 +368,33 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, Backend):
 
     def _compiler(self, source: Source, prefix: str) -> PostgresCompiler:
         return PostgresCompiler(source, schema=self._schema_sql, prefix=prefix)
+
+    # --- the rules engine's dialect parts (backends/rules.py) --------------------------
+    @property
+    def _rules_schema(self) -> str:
+        return f"{self._schema_sql}."
+
+    def _rules_enqueue(
+        self, conn: psycopg.Connection[Any], session: int, tx: int, envelopes: Sequence[Envelope]
+    ) -> None:
+        plan = CommitPlan(session=session, tx=tx, enqueues=envelopes)
+        try:
+            for name, params in commit_statements(plan, in_caller_tx=True):
+                conn.execute(self._q[name], params)
+        except psycopg.Error as exc:
+            error = translate(exc)
+            if isinstance(error, Expected) and error.what == "queue not found":
+                raise self.queue_not_found(envelopes) from None
+            raise
+
+    def _rules_ids(self, values: Sequence[int]) -> list[int]:
+        return list(values)
+
+    def _rules_exclusive(self, conn: psycopg.Connection[Any], queue_id: int) -> None:
+        conn.execute(self._q["rules_lock"], {"lock_class": RULES_LOCK_CLASS, "queue_id": queue_id})
+
+    def _rules_committed(self, queues: set[str]) -> None:
+        self._notifier.signal(queues)
 
     def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """The name of the query shaped by ``select``, and the selection's parameters.

@@ -18,6 +18,7 @@ from sluice.errors import ConfigurationError, SchemaTooNew, StorageError
 __all__ = [
     "CREDIT_LOCK_CLASS",
     "LOCK_CLASS",
+    "RULES_LOCK_CLASS",
     "MESSAGES_TABLE",
     "SchemaState",
     "create_current",
@@ -30,6 +31,9 @@ __all__ = [
 LOCK_CLASS = 0x736C6963
 """The first key of every sluice advisory lock ("slic"), apart from other applications' locks."""
 CREDIT_LOCK_CLASS = LOCK_CLASS + 1
+"""Advisory locks counting a capped queue's credit (docs/delivery.md), by queue id."""
+RULES_LOCK_CLASS = LOCK_CLASS + 2
+"""Advisory locks serialising the rules engines of a queue whose rules read relations."""
 """The first key of a queue's credit lock (the second is the queue's id): apart from its
 commit lock, so claims of a capped queue never wait for its enqueues."""
 

@@ -226,7 +226,10 @@ class SqlBackend(ABC):
 
     def stored_properties(self, queue: str) -> list[StoredProperty]:
         rows = self._read_rows("stored_properties", {"queue": queue})
-        return [StoredProperty(name, kind, expression, bool(fixed)) for name, kind, expression, fixed in rows]
+        return [
+            StoredProperty(name, kind, expression, bool(fixed))
+            for name, kind, expression, fixed in rows
+        ]
 
     def set_stored_properties(self, queue: str, properties: Sequence[StoredProperty]) -> None:
         with self._transaction() as conn:

@@ -31,6 +31,7 @@ from sluice.backends.records import (
     message_row,
     run_steps,
 )
+from sluice.backends.rules import SqlRules
 from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
@@ -69,7 +70,7 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
 
 
-class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
+class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"
@@ -275,6 +276,23 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, Backend):
 
     def _compiler(self, source: Source, prefix: str) -> SQLiteCompiler:
         return SQLiteCompiler(source, prefix=prefix)
+
+    # --- the rules engine's dialect parts (backends/rules.py) --------------------------
+    _rules_schema = ""
+
+    def _rules_enqueue(
+        self, conn: sqlite3.Connection, session: int, tx: int, envelopes: Sequence[Envelope]
+    ) -> None:
+        self._insert(conn, session, tx, envelopes, state=MessageState.READY)
+
+    def _rules_ids(self, values: Sequence[int]) -> str:
+        return ids(values)
+
+    def _rules_exclusive(self, conn: sqlite3.Connection, queue_id: int) -> None:
+        pass  # BEGIN IMMEDIATE: one writer at a time already
+
+    def _rules_committed(self, queues: set[str]) -> None:
+        pass  # other processes hear of every commit through the WAL (sqlite_notify)
 
     def _selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """A query shaped by a selection, and the selection's parameters (cached)."""

@@ -24,9 +24,9 @@ __all__ = [
     "check_text",
     "encode_properties",
     "plain_bodies",
+    "plain_envelopes",
     "property_value",
     "stored_values",
-    "plain_envelopes",
     "typed_envelope",
 ]
 
@@ -119,9 +119,11 @@ def typed_envelope(
             value = evaluate(row)
             values[index] = float(value) if kind == "boolean" and value is not None else value
         keys = tuple(values)
-    encoded = base.properties
-    if content.stored:
-        encoded = encode_json(stored_values(content, row, properties or {}))
+    encoded = (
+        encode_json(stored_values(content, row, properties or {}))
+        if content.stored
+        else base.properties
+    )
     # By position, in Envelope's field order: half the cost of _replace, once per message.
     return Envelope(
         base.queue,

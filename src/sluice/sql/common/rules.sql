@@ -56,7 +56,7 @@ UPDATE {schema}.messages SET available_at = :due WHERE id = :id AND state = 1;
 -- name: rules_evaluate
 -- The values every rule of a batch needs, one row per triggering message m, in the
 -- order the messages were taken.
-SELECT m.id, m.properties{columns}
+SELECT m.id, m.properties, {rules_body}{columns}
 FROM {schema}.messages AS m
 WHERE m.id IN {rules_ids}
 ORDER BY m.priority DESC, m.id;
@@ -66,7 +66,7 @@ ORDER BY m.priority DESC, m.id;
 INSERT INTO {schema}.slice_members (slicing, key, message_id)
 SELECT :slicing, {value}, m.id
 FROM {schema}.messages AS m
-WHERE m.id IN {rules_ids} AND m.queue_id IN {rules_queues} AND {value} IS NOT NULL
+WHERE m.id IN {rules_ids} AND {value} IS NOT NULL
 ON CONFLICT DO NOTHING;
 
 -- name: rules_remove

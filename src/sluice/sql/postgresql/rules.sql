@@ -1,8 +1,9 @@
 -- fragment: rules_ids
 (SELECT unnest(%(ids)s::bigint[]))
 
--- fragment: rules_queues
-(SELECT unnest(%(queues)s::integer[]))
+-- fragment: rules_body
+-- A message's body as the rules engine reads it: content type, text, bytes.
+m.content_type, m.body, m.body_bytes
 
 -- name: rules_take
 -- The next messages of a queue the rules engine processes: due, in delivery order;

@@ -2,8 +2,9 @@
 -- A list of message ids, bound as a JSON array.
 (SELECT value FROM json_each(:ids))
 
--- fragment: rules_queues
-(SELECT value FROM json_each(:queues))
+-- fragment: rules_body
+-- A message's body as the rules engine reads it: content type, text, bytes.
+m.content_type, m.body, NULL
 
 -- name: rules_take
 -- The next messages of a queue the rules engine processes: due, in delivery order.

@@ -1,0 +1,177 @@
+"""The rules engine's storage in the SQL backends (sluice.rules; SQL in rules.sql).
+
+The rules engine processes a batch of a queue's messages in one database
+transaction: it takes them, evaluates every rule against them with one SELECT of
+compiled expressions, enqueues what the rules produce, joins and resets slices and
+marks the batch processed; a failure anywhere leaves nothing done. ``RuleUnit`` is
+that transaction as the engine sees it: named statements, templates filled with
+compiled expressions, and enqueues exactly as a queue transaction's commit makes them.
+``MessageRelations`` tells the expression compiler where ``queue('q')`` and
+``slice()`` are stored.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Literal, TypeVar
+
+from sluice.backends.base import RuleUnit
+from sluice.backends.records import Envelope, Row
+from sluice.expr.sql import RelationSource, Source, SqlCompiler
+from sluice.sql import Template
+
+__all__ = ["KEPT_STATES", "MessageRelations", "SqlRules"]
+
+T = TypeVar("T")
+
+KEPT_STATES = "(1, 2, 5, 6)"
+"""The states of a message a relation sees: ready, claimed, waiting and done (kept)."""
+
+
+class MessageRelations(RelationSource):
+    """``queue('q')`` and ``slice()`` over the messages and slice_members tables."""
+
+    def __init__(self, schema: str, queue_ids: Mapping[str, int], slicing: str | None) -> None:
+        self._schema = schema
+        self._queue_ids = queue_ids
+        self._slicing = slicing
+
+    def relation(
+        self,
+        kind: Literal["queue", "slice"],
+        queue: str | None,
+        alias: str,
+        key: str | None,
+        bind: Callable[[Any], str],
+    ) -> tuple[str, str]:
+        messages = f"{self._schema}messages AS {alias}"
+        kept = f"{alias}.state IN {KEPT_STATES}"
+        if kind == "queue":
+            assert queue is not None  # the checker names a declared queue
+            return messages, f"{alias}.queue_id = {bind(self._queue_ids.get(queue, -1))} AND {kept}"
+        # slice() is only in rules for a slicing, and comes with its key.
+        assert self._slicing is not None
+        assert key is not None
+        member = f"{alias}_member"
+        joined = (
+            f"{self._schema}slice_members AS {member} "
+            f"JOIN {messages} ON {alias}.id = {member}.message_id"
+        )
+        return (
+            joined,
+            f"{member}.slicing = {bind(self._slicing)} AND {member}.key = {key} AND {kept}",
+        )
+
+    def queue_name(self, alias: str) -> str:
+        return f"(SELECT q.name FROM {self._schema}queues AS q WHERE q.id = {alias}.queue_id)"
+
+
+class SqlRules:
+    """The rules engine's storage for a SQL backend (a mixin; the SQL in rules.sql)."""
+
+    _q: dict[str, str]
+    _templates: dict[str, Template]
+    _rules_savepoints = itertools.count()
+
+    @abstractmethod
+    def _transaction(self, *, durable: bool = True) -> AbstractContextManager[Any]: ...
+
+    @abstractmethod
+    def _read_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]: ...
+
+    @abstractmethod
+    def _write_rows(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int: ...
+
+    @abstractmethod
+    def _compiler(self, source: Source, prefix: str) -> SqlCompiler: ...
+
+    @abstractmethod
+    def _rules_enqueue(
+        self, conn: Any, session: int, tx: int, envelopes: Sequence[Envelope]
+    ) -> None:
+        """Insert ready messages on ``conn`` as a commit would (the dialect's way)."""
+
+    @abstractmethod
+    def _rules_ids(self, values: Sequence[int]) -> Any: ...
+
+    @abstractmethod
+    def _rules_exclusive(self, conn: Any, queue_id: int) -> None: ...
+
+    @abstractmethod
+    def _rules_committed(self, queues: set[str]) -> None:
+        """After a unit that enqueued into ``queues`` committed: tell other processes."""
+
+    @property
+    @abstractmethod
+    def _rules_schema(self) -> str:
+        """The prefix of table names in compiled SQL ('' or the quoted schema and a dot)."""
+
+    # --- the capability ----------------------------------------------------------------
+    def rules_unit(self, work: Callable[[RuleUnit], T], *, durable: bool = True) -> T:
+        """Run ``work`` in one database transaction: all of it happens, or none."""
+        gained: set[str] = set()
+        with self._transaction(durable=durable) as conn:
+            result = work(_Unit(self, conn, gained))
+        if gained:
+            self._rules_committed(gained)
+        return result
+
+    def rules_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run one read-only named statement of rules.sql on its own."""
+        return self._read_rows(name, params)
+
+    def rules_write(self, name: str, params: Mapping[str, Any]) -> int:
+        """Run one named statement of rules.sql as its own transaction."""
+        return self._write_rows(name, params)
+
+    def rules_compiler(self, relations: RelationSource | None, prefix: str = "r") -> SqlCompiler:
+        """A compiler of rule expressions over the triggering message ``m``."""
+        return self._compiler(Source(alias="m", relations=relations), prefix)
+
+    def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
+        """Where a rule's relations are: ``slicing`` the one its slice() reads."""
+        return MessageRelations(self._rules_schema, queue_ids, slicing)
+
+
+class _Unit:
+    def __init__(self, backend: SqlRules, conn: Any, gained: set[str]) -> None:
+        self._backend = backend
+        self._conn = conn
+        self._gained = gained
+
+    def rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        cur = self._conn.execute(self._backend._q[name], params)
+        return list(cur.fetchall()) if cur.description else []
+
+    def write(self, name: str, params: Mapping[str, Any]) -> int:
+        return int(self._conn.execute(self._backend._q[name], params).rowcount)
+
+    def filled(self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]) -> list[Row]:
+        cur = self._conn.execute(self._backend._templates[name].fill(**holes), params)
+        return list(cur.fetchall()) if cur.description else []
+
+    def ids(self, values: Sequence[int]) -> Any:
+        return self._backend._rules_ids(values)
+
+    def exclusive(self, queue_id: int) -> None:
+        self._backend._rules_exclusive(self._conn, queue_id)
+
+    def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
+        if envelopes:
+            self._backend._rules_enqueue(self._conn, session, tx, envelopes)
+            self._gained.update(e.queue for e in envelopes)
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        name = f"rule_{next(self._backend._rules_savepoints)}"
+        self._conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+            self._conn.execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        self._conn.execute(f"RELEASE SAVEPOINT {name}")

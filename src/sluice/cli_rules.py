@@ -1,0 +1,62 @@
+"""``sluice apply`` and ``sluice run``: a rules application from the command line
+(docs/rules.md)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+import sluice
+from sluice.errors import ConfigurationError
+
+__all__ = ["add_commands"]
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"cannot read the rules file {path!r}: {exc}") from None
+
+
+def cmd_apply(args: argparse.Namespace, db: sluice.Database) -> int:
+    app = db.apply(_read(args.file))
+    print(
+        f"applied {args.file}: {len(app.queues)} queue(s), {len(app.properties)} "
+        f"property(ies), {len(app.slicings)} slicing(s), {len(app.rules)} rule(s)"
+    )
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
+    if args.file:
+        db.apply(_read(args.file))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        db.context.wakeups.notify()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print("sluice run: running the rules; SIGTERM or Ctrl-C to stop", file=sys.stderr, flush=True)
+    stats = db.rules.run(batch=args.batch, stop=stop)
+    print(
+        f"sluice run: stopped after {stats.processed} message(s) processed, "
+        f"{stats.produced} produced, {stats.errors} error(s), {stats.removed} removed",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+    p = add("apply", cmd_apply, "apply a rules definition file (docs/rules.md)")
+    p.add_argument("file", help="the definition: CREATE QUEUE / PROPERTY / SLICING / RULE ...")
+    p = add("run", cmd_run, "run the rules and echo timers until SIGTERM (docs/rules.md)")
+    p.add_argument("file", nargs="?", help="apply this definition first")
+    p.add_argument("--batch", type=int, default=256, help="messages per transaction")

@@ -1,0 +1,257 @@
+"""``db.rules``: apply a rules application, and run it (docs/rules.md).
+
+The application lives in the database: ``apply`` checks a file against what is
+applied already, creates and changes the queues and properties it declares and
+stores the result with a new version; every engine that runs the rules (this
+process's or ``sluice run`` elsewhere) sees the new version before its next batch
+and goes on with it, so messages not yet processed get the new rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from sluice.backends.records import StoredProperty
+from sluice.engine.database import Engine
+from sluice.errors import ConfigurationError, QueueInUse, SluiceError, StorageError
+from sluice.rules import codec
+from sluice.rules.check import apply_statements
+from sluice.rules.language import parse_statements
+from sluice.rules.model import Application, QueueDef
+from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
+from sluice.rules.runner import BatchResult, process_batch, remove_unneeded
+
+__all__ = ["RunStats", "Rules"]
+
+log = logging.getLogger(__name__)
+
+BATCH = 256
+"""Messages per transaction by default: enough to pay for the commit many times over."""
+
+_RELOAD_EVERY = 0.5
+"""Seconds between looks at the applied version while running."""
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What a run did."""
+
+    processed: int = 0
+    errors: int = 0
+    produced: int = 0
+    removed: int = 0
+    batches: int = 0
+
+    def add(self, result: BatchResult) -> None:
+        self.processed += result.processed
+        self.errors += result.errors
+        self.produced += sum(result.produced.values())
+        self.batches += 1
+
+
+class Rules:
+    """The rules of one Database: ``apply`` a definition, ``run`` it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._context = engine.context
+        self._lock = threading.RLock()
+        self._version = -1
+        self._app = Application()
+        self._plans: list[QueuePlan] = []
+        self._queue_ids: dict[str, int] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # --- the application --------------------------------------------------------------
+    @property
+    def application(self) -> Application:
+        """The applied application (as of the last look at the database)."""
+        self.reload()
+        return self._app
+
+    def apply(self, text: str) -> Application:
+        """Apply a definition: the statements of ``text`` on top of what is applied.
+
+        Idempotent: applying the same text again changes nothing. Every static
+        mistake raises RuleDefinitionError with its line; a change that would break
+        what runs (a property's type changed while its queues keep messages) raises
+        ConfigurationError. Nothing is changed then.
+        """
+        backend = self._engine.backend
+        with self._lock:
+            version, current = self._stored()
+            app = apply_statements(current, parse_statements(text))
+            self._check_data(current, app)
+            # Compiled before anything changes: a mistake only a compiler finds is refused
+            # here, not at the first message.
+            ids = {name: 0 for name in app.queues}
+            compile_application(app, backend, ids)
+            self._make_queues(current, app)
+            self._store_properties(current, app)
+            for name in set(current.slicings) - set(app.slicings):
+                backend.rules_write("rules_forget_slicing", {"slicing": name})
+            params = {"version": version + 1, "application": codec.encode(app),
+                      "now": self._context.clock.now()}  # fmt: skip
+            backend.rules_write("rules_catalog_write", params)
+            self._version = -1  # compile anew at the next look
+        return app
+
+    def _stored(self) -> tuple[int, Application]:
+        rows = self._engine.backend.rules_read("rules_catalog_read", {})
+        if not rows:
+            return 0, Application()
+        version, text = rows[0]
+        return int(version), codec.decode(text)
+
+    def _check_data(self, current: Application, app: Application) -> None:
+        """Refuse a property's change of type while a queue of it keeps messages."""
+        backend = self._engine.backend
+        for name, new in app.properties.items():
+            old = current.properties.get(name)
+            if old is None or old.type == new.type:
+                continue
+            for queue in sorted(set(old.values) & set(new.values)):
+                kept = backend.rules_read("rules_kept_count", {"queue": queue})[0][0]
+                if kept:
+                    raise ConfigurationError(
+                        f"line {new.line}: property {name!r} cannot change from {old.type} "
+                        f"to {new.type}: queue {queue!r} keeps {kept} messages that have it"
+                    )
+
+    def _make_queues(self, current: Application, app: Application) -> None:
+        engine = self._engine
+        for name in sorted(set(current.queues) - set(app.queues)):
+            try:
+                engine.drop_queue(name)
+            except QueueInUse as exc:
+                raise ConfigurationError(f"queue {name!r} cannot be dropped: {exc}") from None
+        for queue in [*app.queues.values(), QueueDef(SYSTEM_ERRORS, 0)]:
+            spec = engine.backend.get_queue(queue.name)
+            if spec is None:
+                engine.create_queue(queue.name, durability=queue.mode, types=queue.types)
+            elif tuple(spec.types) != tuple(queue.types) and queue.name != SYSTEM_ERRORS:
+                engine.alter_queue(queue.name, types=queue.types)
+
+    def _store_properties(self, current: Application, app: Application) -> None:
+        backend = self._engine.backend
+        for queue in sorted(app.queues):
+            stored = [
+                StoredProperty(name, p.type, None if p.values[queue] is None
+                               else p.values[queue].text, p.fixed)  # type: ignore[union-attr]
+                for name, p in sorted(app.properties.items())
+                if queue in p.values
+            ]  # fmt: skip
+            if stored != backend.stored_properties(queue):
+                backend.set_stored_properties(queue, stored)
+                self._context.forget(queue)
+
+    def reload(self) -> bool:
+        """Read the applied version; compile it if it changed. True if it did."""
+        backend = self._engine.backend
+        rows = backend.rules_read("rules_catalog_read", {})
+        version = int(rows[0][0]) if rows else 0
+        if version == self._version:
+            return False
+        with self._lock:
+            app = codec.decode(rows[0][1]) if rows else Application()
+            ids = {str(name): int(ref) for name, ref in backend.rules_read("rules_queue_ids", {})}
+            self._plans = compile_application(app, backend, ids)
+            self._app, self._queue_ids, self._version = app, ids, version
+        return True
+
+    # --- running -----------------------------------------------------------------------
+    def run_until_idle(self, *, batch: int = BATCH) -> RunStats:
+        """Process every due message, then remove what nobody needs; return what was done.
+
+        Messages that rules produce on the way are processed too. Echo messages not
+        yet due by the engine clock wait (move a ManualClock and call again).
+        """
+        stats = RunStats()
+        self.reload()
+        idle: set[str] = set()
+        while self._round(batch, idle, stats):
+            pass
+        stats.removed = self.remove()
+        return stats
+
+    def _round(self, batch: int, idle: set[str], stats: RunStats) -> bool:
+        """One batch of the highest-priority queue with work; False if none had any."""
+        for plan in self._plans:
+            if plan.name in idle:
+                continue
+            result = process_batch(self._context, self._app, plan, batch)
+            stats.add(result)
+            if result.processed + result.deferred < batch:
+                idle.add(plan.name)
+            idle.difference_update(result.produced)
+            if result.processed:
+                return True  # from the top again: higher priorities first
+        return False
+
+    def remove(self) -> int:
+        """Remove processed messages past retention that no live slice holds (bounded)."""
+        return remove_unneeded(self._context, self._app, self._queue_ids)
+
+    def run(self, *, batch: int = BATCH, stop: threading.Event | None = None,
+            poll: float = 1.0) -> RunStats:  # fmt: skip
+        """Run until ``stop`` is set (or ``stop()`` is called): rules, echo timers and
+        removal, waiting for news between batches."""
+        stop = stop or self._stop
+        stats = RunStats()
+        wakeups = self._context.wakeups
+        idle: set[str] = set()
+        looked = 0.0
+        while not stop.is_set():
+            if time.monotonic() - looked > _RELOAD_EVERY:
+                looked = time.monotonic()
+                try:
+                    if self.reload():
+                        idle.clear()
+                    stats.removed += self.remove()
+                except (SluiceError, StorageError) as exc:
+                    log.warning("rules: reload or removal failed, retrying: %s", exc)
+            token = wakeups.token()
+            try:
+                worked = self._round(batch, idle, stats)
+            except (SluiceError, StorageError) as exc:
+                log.warning("rules: a batch failed and was rolled back, retrying: %s", exc)
+                stop.wait(0.2)
+                continue
+            if worked:
+                continue
+            timeout = min(poll, self._next_due())
+            wakeups.wait(token, timeout, [p.name for p in self._plans] or ["-"])
+            idle.clear()
+        return stats
+
+    def _next_due(self) -> float:
+        """Real seconds until the next delayed message of a processed queue is due."""
+        clock = self._context.clock
+        best = float("inf")
+        for plan in self._plans:
+            due = self._engine.backend.next_due(plan.name)
+            if due is not None:
+                best = min(best, clock.real_seconds(max(due - clock.now(), 0.0)))
+        return best
+
+    def start(self, *, batch: int = BATCH) -> None:
+        """Run in a background thread until ``stop()``."""
+        if self._thread is not None and self._thread.is_alive():
+            raise ConfigurationError("the rules engine runs already; stop() it first")
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self.run, kwargs={"batch": batch}, name="sluice-rules", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the background run after its current batch, and wait for it."""
+        self._stop.set()
+        self._context.wakeups.notify()  # out of its wait now
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None

@@ -1,0 +1,295 @@
+"""An application compiled for one database: per processed queue, one SELECT that
+evaluates every rule of a batch, and what to do with its columns.
+
+A queue is processed by the rules engine when rules are for it, or for a slicing
+on a property it has. Each rule expression becomes a column of the queue's
+evaluation SELECT over the triggering message ``m``, in the backend's dialect, its
+constants bound as parameters; ``now`` is bound at each run. A queue whose rules
+read no relation and reset no slice is evaluated a batch at a time (one SELECT,
+one insert of what it produces): the outcome cannot depend on the order. Others
+are evaluated a message at a time, each seeing what the one before did, still in
+one transaction per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sluice.backends.base import RuleStore
+from sluice.errors import ConfigurationError, ExpressionError
+from sluice.expr import Node, Scope, Type, parse
+from sluice.expr.check import Relations, builds_xml, key_text, slice_key
+from sluice.expr.nodes import Path
+from sluice.expr.sql import RelationSource, SqlCompiler
+from sluice.rules.model import (
+    PROPERTY_TYPES,
+    SYSTEM_PROPERTIES,
+    Application,
+    Enqueue,
+    Expr,
+    QueueDef,
+    Reset,
+    RuleDef,
+)
+
+__all__ = [
+    "SYSTEM_ERRORS",
+    "BodyKind",
+    "PlannedBranch",
+    "PlannedEnqueue",
+    "PlannedReset",
+    "PlannedRule",
+    "QueuePlan",
+    "compile_application",
+    "processed_queues",
+    "rules_for",
+]
+
+SYSTEM_ERRORS = "sluice_rule_errors"
+"""The error queue of last resort: for failures no rule, queue or file names one for."""
+
+BodyKind = Literal["json", "xml", "text", "value", "same", "scalar"]
+"""How a column becomes a body: a JSON object or array, XML text, text, a JSON scalar,
+the triggering message's own body (``ENQUEUE body``), or a JSON value of unknown type
+(read through a one-element array)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEnqueue:
+    queue: str
+    body: int | None
+    """The column of the body (None: the triggering message's own body)."""
+    kind: BodyKind
+    properties: tuple[tuple[str, int], ...]
+    """(property, its column) set by WITH."""
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedReset:
+    slicing: str
+    key: int
+    """The column of the slice's key, as text."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedBranch:
+    condition: int | None
+    actions: tuple[PlannedEnqueue | PlannedReset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRule:
+    rule: RuleDef
+    slicing: str | None
+    key: int | None
+    """For a rule for a slicing: the column of the message's slice key (NULL: the
+    message is in no slice of it, and the rule does not run)."""
+    branches: tuple[PlannedBranch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """The slices a processed message joins: one per slicing on a property it has."""
+
+    slicing: str
+    key_sql: str
+    params: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class QueuePlan:
+    """How the rules engine processes one queue."""
+
+    definition: QueueDef
+    queue_id: int
+    rules: list[PlannedRule] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    """SQL of each evaluated column, in order (the SELECT has id, properties and the
+    body's three columns before them)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    joins: list[Join] = field(default_factory=list)
+    sequential: bool = False
+    """Evaluated a message at a time (rules read relations or reset slices)."""
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def echo(self) -> bool:
+        return self.definition.kind == "echo"
+
+    def columns_sql(self) -> str:
+        return "".join(f", {sql} AS c{n}" for n, sql in enumerate(self.columns))
+
+
+def rules_for(app: Application, queue: str) -> list[RuleDef]:
+    """The rules that process messages of ``queue``: its own, then its slicings', in
+    the order they were defined."""
+    properties = {name for name, p in app.properties.items() if queue in p.values}
+    slicings = {s.name for s in app.slicings.values() if s.property in properties}
+    return [r for r in app.rules.values() if r.target == queue or r.target in slicings]
+
+
+def processed_queues(app: Application) -> list[QueueDef]:
+    """The queues the rules engine consumes, highest PRIORITY first: those with rules,
+    and echo queues."""
+    found = [q for q in app.queues.values() if q.kind == "echo" or rules_for(app, q.name)]
+    return sorted(found, key=lambda q: -q.priority)
+
+
+def compile_application(
+    app: Application, backend: RuleStore, queue_ids: Mapping[str, int]
+) -> list[QueuePlan]:
+    """Every processed queue's plan; ConfigurationError if a queue is missing."""
+    plans = []
+    for definition in processed_queues(app):
+        if definition.name not in queue_ids:
+            raise ConfigurationError(
+                f"queue {definition.name!r} of the rules application does not exist; apply "
+                "the application again"
+            )
+        plans.append(_plan(app, backend, queue_ids, definition))
+    return plans
+
+
+class _Recording(RelationSource):
+    """A RelationSource that remembers whether an expression read a relation."""
+
+    def __init__(self, inner: RelationSource) -> None:
+        self.inner = inner
+        self.used = False
+
+    def relation(self, *args: Any, **kwargs: Any) -> tuple[str, str]:
+        self.used = True
+        return self.inner.relation(*args, **kwargs)
+
+    def queue_name(self, alias: str) -> str:
+        return self.inner.queue_name(alias)
+
+
+def _plan(
+    app: Application, backend: RuleStore, queue_ids: Mapping[str, int], definition: QueueDef
+) -> QueuePlan:
+    plan = QueuePlan(definition, queue_ids[definition.name])
+    types: dict[str, Type] = {n: PROPERTY_TYPES[p.type] for n, p in app.properties.items()}
+    types.update(SYSTEM_PROPERTIES)
+    for slicing in app.slicings.values():
+        prop = app.properties[slicing.property]
+        if definition.name in prop.values:
+            compiler = backend.rules_compiler(None, prefix=f"j{len(plan.joins)}_")
+            sql = compiler.compile(slice_key(prop.name, PROPERTY_TYPES[prop.type]))
+            plan.joins.append(Join(slicing.name, sql, dict(compiler.params)))
+    for n, rule in enumerate(rules_for(app, definition.name)):
+        slicing = app.slicings.get(rule.target)
+        slice_type = None if slicing is None else PROPERTY_TYPES[app.properties[slicing.property].type]
+        relations = _Recording(
+            backend.rules_relations(queue_ids, None if slicing is None else slicing.name)
+        )
+        scope = Scope(
+            types,
+            relations=Relations(
+                queues=frozenset(app.queues),
+                slicing=None if slicing is None else slicing.name,
+                slice_type=slice_type,
+                slice_property=None if slicing is None else slicing.property,
+                properties=types,
+            ),
+        )
+        compiler = backend.rules_compiler(relations, prefix=f"r{n}_")
+        parsed = _Parser(scope, rule)
+
+        def node_column(node: Node, compiler: SqlCompiler = compiler) -> int:
+            return _add(plan, compiler.compile(node))
+
+        key = None
+        if slicing is not None:
+            prop = app.properties[slicing.property]
+            key = node_column(slice_key(prop.name, PROPERTY_TYPES[prop.type]))
+        branches = []
+        for branch in rule.branches:
+            condition = (
+                None
+                if branch.condition is None
+                else node_column(parsed(branch.condition, "boolean"))
+            )
+            actions: list[PlannedEnqueue | PlannedReset] = []
+            for action in branch.actions:
+                if isinstance(action, Enqueue):
+                    actions.append(_enqueue(app, action, parsed, node_column))
+                else:
+                    plan.sequential = True  # a reset changes what later messages see
+                    actions.append(_reset(app, action, rule, parsed, node_column))
+            branches.append(PlannedBranch(condition, tuple(actions)))
+        plan.rules.append(PlannedRule(rule, None if slicing is None else slicing.name, key, tuple(branches)))
+        plan.params.update(compiler.params)
+        plan.sequential = plan.sequential or relations.used
+    return plan
+
+
+def _add(plan: QueuePlan, sql: str) -> int:
+    plan.columns.append(sql)
+    return len(plan.columns) - 1
+
+
+class _Parser:
+    """Checks a rule's expressions against its scope; errors name the rule and line."""
+
+    def __init__(self, scope: Scope, rule: RuleDef) -> None:
+        self.scope = scope
+        self.rule = rule
+
+    def __call__(self, expr: Expr, want: Type | None) -> Node:
+        try:
+            return parse(expr.text, self.scope, want=want)
+        except ExpressionError as exc:
+            raise ConfigurationError(f"line {expr.line}: rule {self.rule.name!r}: {exc}") from None
+
+
+def _enqueue(
+    app: Application, action: Enqueue, parsed: _Parser, node_column: Callable[[Node], int]
+) -> PlannedEnqueue:
+    line = action.body.line
+    properties = []
+    for name, expr in action.properties:
+        prop = app.properties.get(name)
+        want: Type | None = (
+            PROPERTY_TYPES[prop.type] if prop is not None else SYSTEM_PROPERTIES.get(name)
+        )
+        properties.append((name, node_column(parsed(expr, want))))
+    if action.body.text.strip().lower() == "body":
+        return PlannedEnqueue(action.queue, None, "same", tuple(properties), line)
+    node = parsed(action.body, None)
+    kind: BodyKind
+    if node.type == "json":
+        kind = "json"
+    elif builds_xml(node):
+        kind = "xml"
+    elif node.type == "text":
+        kind = "text"
+    elif isinstance(node, Path) or node.type == "any":
+        # A JSON value whose type the data decides: read as a one-element array.
+        kind = "scalar"
+        node = parsed(Expr(f"json_array({action.body.text})", line), "json")
+    else:
+        kind = "value"
+    return PlannedEnqueue(action.queue, node_column(node), kind, tuple(properties), line)
+
+
+def _reset(
+    app: Application,
+    action: Reset,
+    rule: RuleDef,
+    parsed: _Parser,
+    node_column: Callable[[Node], int],
+) -> PlannedReset:
+    name = action.slicing or rule.target
+    slicing = app.slicings[name]
+    prop = app.properties[slicing.property]
+    kind = PROPERTY_TYPES[prop.type]
+    if action.key is None:
+        return PlannedReset(name, node_column(slice_key(prop.name, kind)))
+    return PlannedReset(name, node_column(key_text(parsed(action.key, kind))))

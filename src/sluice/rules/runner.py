@@ -1,0 +1,425 @@
+"""The rules engine at work: a batch of a queue's messages per database transaction.
+
+For each batch the engine takes the queue's next due messages, joins them to their
+slices, evaluates every rule against one snapshot (one SELECT for the batch, or one
+per message where the rules read relations or reset slices), enqueues what the
+chosen branches produce, resets slices and marks the batch processed: all in one
+transaction, so a message is processed exactly once and a crash leaves no trace.
+A failure while processing a message (a produced message its target refuses, a
+NULL body, a missing queue, an expression the database cannot evaluate) rolls back
+that message's actions alone and puts an error message in its error queue instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.backends.base import Backend, Envelope, RuleUnit
+from sluice.engine.context import EngineContext
+from sluice.engine.enqueue import typed_envelope
+from sluice.errors import MessageError, QueueNotFound, SluiceError, StorageError
+from sluice.expr.xml import parse_xml
+from sluice.message import JSON, XML, decode_json, is_json, is_xml
+from sluice.rules.model import Application, RuleDef
+from sluice.rules.plan import (
+    SYSTEM_ERRORS,
+    PlannedEnqueue,
+    PlannedReset,
+    PlannedRule,
+    QueuePlan,
+)
+
+__all__ = ["BatchResult", "Failure", "process_batch", "remove_unneeded"]
+
+_FIXED_COLUMNS = 5
+"""id, properties, content_type, body, body bytes: then the plan's columns."""
+
+
+@dataclass(slots=True)
+class BatchResult:
+    processed: int = 0
+    errors: int = 0
+    produced: dict[str, int] = field(default_factory=dict)
+    deferred: int = 0
+    """Echo messages found not yet due: they wait until they are."""
+
+
+class Failure(SluiceError):
+    """Processing one message failed: its actions are undone, an error message is sent."""
+
+    def __init__(self, kind: str, text: str, rule: RuleDef | None) -> None:
+        super().__init__(text)
+        self.kind = kind
+        self.rule = rule
+
+
+@dataclass(frozen=True, slots=True)
+class _Trigger:
+    id: int
+    queue: str
+    properties: dict[str, Any]
+    content_type: str
+    body: Any
+    """The body as a rule forwards it: JSON decoded, text and XML as str, else bytes."""
+
+
+class _Batch:
+    """One unit of work: what it has produced so far, and the numbers of its messages."""
+
+    def __init__(
+        self,
+        context: EngineContext,
+        app: Application,
+        plan: QueuePlan,
+        unit: RuleUnit,
+        now: float,
+    ) -> None:
+        self.context = context
+        self.app = app
+        self.plan = plan
+        self.unit = unit
+        self.now = now
+        self.session, self.tx = context.next_transaction()
+        self.num = 0
+        self.result = BatchResult()
+
+    # --- the unit ------------------------------------------------------------------
+    def run(self, limit: int) -> BatchResult:
+        plan, unit = self.plan, self.unit
+        if plan.sequential:
+            unit.exclusive(plan.queue_id)
+        taken = unit.rows(
+            "rules_take", {"queue_id": plan.queue_id, "now": self.now, "limit": limit}
+        )
+        ids = [int(r[0]) for r in taken]
+        if not ids:
+            return self.result
+        if plan.echo:
+            ids = self._echo_due(taken)
+        elif plan.sequential:
+            for ref in ids:
+                self._messages([ref])
+        else:
+            self._messages(ids)
+        if ids:
+            unit.write("rules_done", {"ids": unit.ids(ids), "now": self.now})
+        self.result.processed = len(ids)
+        return self.result
+
+    def _messages(self, ids: list[int]) -> None:
+        """Join, evaluate, decide and write for ``ids``; per message if a part fails."""
+        unit = self.unit
+        for join in self.plan.joins:
+            params = {**join.params, "slicing": join.slicing, "ids": unit.ids(ids)}
+            unit.filled("rules_join", {"value": join.key_sql}, params)
+        try:
+            with unit.savepoint():
+                rows = self._evaluate(ids)
+                decided = [(row, self._decide(row)) for row in rows]
+                with unit.savepoint():
+                    self._write([d for _, d in decided if not isinstance(d, Failure)])
+        except StorageError as exc:
+            if len(ids) > 1:
+                for ref in ids:  # find the one the database cannot process
+                    self._messages_alone(ref)
+                return
+            self._fail(self._bare_trigger(ids[0]), Failure("evaluation", str(exc), None))
+            return
+        for row, outcome in decided:
+            if isinstance(outcome, Failure):
+                self._fail(self._trigger(row), outcome)
+
+    def _messages_alone(self, ref: int) -> None:
+        # The joins ran already for the whole batch; evaluation is per message now.
+        try:
+            with self.unit.savepoint():
+                (row,) = self._evaluate([ref])
+                outcome = self._decide(row)
+                if not isinstance(outcome, Failure):
+                    self._write([outcome])
+        except StorageError as exc:
+            self._fail(self._bare_trigger(ref), Failure("evaluation", str(exc), None))
+            return
+        if isinstance(outcome, Failure):
+            self._fail(self._trigger(row), outcome)
+
+    def _evaluate(self, ids: list[int]) -> list[Sequence[Any]]:
+        plan = self.plan
+        params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
+        return list(self.unit.filled("rules_evaluate", {"columns": plan.columns_sql()}, params))
+
+    # --- deciding --------------------------------------------------------------------
+    def _decide(self, row: Sequence[Any]) -> _Actions | Failure:
+        """What the rules do for one message: its resets and envelopes, or its failure."""
+        trigger = self._trigger(row)
+        actions = _Actions()
+        for planned in self.plan.rules:
+            try:
+                self._rule(planned, row, trigger, actions)
+            except Failure as failure:
+                return failure
+            except (MessageError, QueueNotFound) as exc:
+                kind = "queue" if isinstance(exc, QueueNotFound) else "message"
+                return Failure(kind, str(exc), planned.rule)
+        return actions
+
+    def _rule(
+        self, planned: PlannedRule, row: Sequence[Any], trigger: _Trigger, actions: _Actions
+    ) -> None:
+        values = row[_FIXED_COLUMNS:]
+        if planned.key is not None and values[planned.key] is None:
+            return  # the message is in no slice of this rule's slicing
+        for branch in planned.branches:
+            if branch.condition is not None and not values[branch.condition]:
+                continue
+            for action in branch.actions:
+                if isinstance(action, PlannedReset):
+                    key = values[action.key]
+                    if key is not None:
+                        actions.resets.append((action.slicing, str(key)))
+                else:
+                    actions.envelopes.append(self._envelope(planned.rule, action, values, trigger))
+            return
+
+    def _envelope(
+        self, rule: RuleDef, action: PlannedEnqueue, values: Sequence[Any], trigger: _Trigger
+    ) -> Envelope:
+        body, content_type = self._body(rule, action, values, trigger)
+        target = self.app.queues.get(action.queue)
+        properties: dict[str, Any] = {}
+        for name, prop in self.app.properties.items():
+            if prop.inherited and action.queue in prop.values and name in trigger.properties:
+                properties[name] = trigger.properties[name]
+        for name, column in action.properties:
+            value = values[column]
+            if value is None:
+                properties.pop(name, None)
+            else:
+                properties[name] = _json_value(value, self.app, name)
+        properties |= {
+            "rule": rule.name,
+            "created_at": self.now,
+            "trigger_id": trigger.id,
+            "trigger_queue": trigger.queue,
+        }
+        available = self.now
+        if target is not None and target.kind == "echo":
+            available = _echo_time(properties, self.now)
+        return self._typed(action.queue, body, content_type, properties, available)
+
+    def _body(
+        self, rule: RuleDef, action: PlannedEnqueue, values: Sequence[Any], trigger: _Trigger
+    ) -> tuple[Any, str | None]:
+        if action.kind == "same":
+            return trigger.body, trigger.content_type
+        assert action.body is not None
+        value = values[action.body]
+        if value is None:
+            raise Failure(
+                "body",
+                f"line {action.line}: the body of the message for {action.queue!r} is NULL",
+                rule,
+            )
+        if action.kind == "json":
+            return (json.loads(value) if isinstance(value, str) else value), JSON
+        if action.kind == "scalar":
+            (inner,) = json.loads(value) if isinstance(value, str) else value
+            return inner, JSON
+        if action.kind == "xml":
+            return _canonical_xml(value), XML
+        if action.kind == "text":
+            return str(value), None
+        if isinstance(value, bool | int | float):
+            return value, JSON
+        return value, None
+
+    def _typed(
+        self,
+        queue: str,
+        body: Any,
+        content_type: str | None,
+        properties: dict[str, Any],
+        available: float,
+    ) -> Envelope:
+        content = self.context.content(queue)  # QueueNotFound: a Failure of kind "queue"
+        self.num += 1
+        base = Envelope(queue, 0, 0, "", content_type or "", None, None, None,
+                        self.now, available, None, None, None, None, None)  # fmt: skip
+        return typed_envelope(
+            self.context.types, content, base, num=self.num, body=body, priority=None,
+            properties=properties,
+        )  # fmt: skip
+
+    # --- writing ---------------------------------------------------------------------
+    def _write(self, decided: Sequence[_Actions]) -> None:
+        unit = self.unit
+        for actions in decided:
+            for slicing, key in actions.resets:
+                unit.write("rules_reset", {"slicing": slicing, "key": key})
+        envelopes = [e for actions in decided for e in actions.envelopes]
+        unit.enqueue(self.session, self.tx, envelopes)
+        for e in envelopes:
+            self.result.produced[e.queue] = self.result.produced.get(e.queue, 0) + 1
+
+    def _fail(self, trigger: _Trigger, failure: Failure) -> None:
+        """Send the error message for ``trigger``; the trigger counts as processed."""
+        rule = failure.rule
+        document = {
+            "error": failure.kind,
+            "rule": None if rule is None else rule.name,
+            "message": str(failure),
+            "at": self.now,
+            "trigger": {
+                "id": trigger.id,
+                "queue": trigger.queue,
+                "content_type": trigger.content_type,
+                "body": trigger.body if not isinstance(trigger.body, bytes) else None,
+            },
+        }
+        properties = {"trigger_id": trigger.id, "trigger_queue": trigger.queue,
+                      "created_at": self.now, "rule": None if rule is None else rule.name}  # fmt: skip
+        properties = {k: v for k, v in properties.items() if v is not None}
+        chosen = [
+            rule.error_queue if rule is not None else None,
+            self.plan.definition.error_queue,
+            self.app.error_queue,
+            SYSTEM_ERRORS,
+        ]
+        for queue in [q for q in chosen if q is not None]:
+            try:
+                with self.unit.savepoint():
+                    envelope = self._typed(queue, document, JSON, properties, self.now)
+                    self.unit.enqueue(self.session, self.tx, [envelope])
+            except (SluiceError, StorageError):
+                continue  # refused there (a type, a missing queue): the next one takes it
+            self.result.produced[queue] = self.result.produced.get(queue, 0) + 1
+            self.result.errors += 1
+            return
+        raise StorageError(f"no error queue took the error of message {trigger.id}: {failure}")
+
+    # --- echo ------------------------------------------------------------------------
+    def _echo_due(self, taken: Sequence[Sequence[Any]]) -> list[int]:
+        """Echo messages: those due go to their target now; the others wait till then."""
+        due = []
+        for ref, properties, enqueued_at in taken:
+            props = json.loads(properties) if properties else {}
+            when = _echo_time(props, float(enqueued_at))
+            if when > self.now:
+                self.unit.write("rules_defer", {"id": ref, "due": when})
+                self.result.deferred += 1
+            else:
+                due.append(int(ref))
+        for ref in due:
+            (row,) = self._evaluate([ref])
+            trigger = self._trigger(row)
+            target = trigger.properties.get("echo_target")
+            properties = {
+                k: v for k, v in trigger.properties.items()
+                if k not in ("echo_target", "echo_after", "echo_at")
+            }  # fmt: skip
+            properties |= {"trigger_id": trigger.id, "trigger_queue": trigger.queue,
+                           "created_at": self.now}  # fmt: skip
+            try:
+                if not isinstance(target, str):
+                    raise Failure("echo", f"echo message {ref} has no text echo_target", None)
+                with self.unit.savepoint():
+                    envelope = self._typed(
+                        target, trigger.body, trigger.content_type, properties, self.now
+                    )
+                    self.unit.enqueue(self.session, self.tx, [envelope])
+                self.result.produced[target] = self.result.produced.get(target, 0) + 1
+            except (SluiceError, StorageError) as exc:
+                failure = exc if isinstance(exc, Failure) else Failure("echo", str(exc), None)
+                self._fail(trigger, failure)
+        return due
+
+    # --- reading the trigger -----------------------------------------------------------
+    def _trigger(self, row: Sequence[Any]) -> _Trigger:
+        ref, properties, content_type, text, data = row[:_FIXED_COLUMNS]
+        content_type = content_type or JSON
+        raw: Any = data if data is not None else text
+        if isinstance(raw, memoryview):
+            raw = bytes(raw)
+        if is_json(content_type):
+            body = decode_json(raw)
+        elif isinstance(raw, bytes) and (is_xml(content_type) or content_type.startswith("text/")):
+            body = raw.decode("utf-8")
+        else:
+            body = raw
+        props = json.loads(properties) if properties else {}
+        return _Trigger(int(ref), self.plan.name, props, content_type, body)
+
+    def _bare_trigger(self, ref: int) -> _Trigger:
+        """The message alone, read without the rules' columns (which failed)."""
+        params = {"ids": self.unit.ids([ref])}
+        (row,) = self.unit.filled("rules_evaluate", {"columns": ""}, params)
+        return self._trigger(row)
+
+
+@dataclass(slots=True)
+class _Actions:
+    resets: list[tuple[str, str]] = field(default_factory=list)
+    envelopes: list[Envelope] = field(default_factory=list)
+
+
+def _json_value(value: Any, app: Application, name: str) -> Any:
+    """A WITH value as the properties JSON holds it (booleans from SQLite's 0 and 1)."""
+    prop = app.properties.get(name)
+    if prop is not None and prop.type == "boolean" and isinstance(value, int):
+        return bool(value)
+    return value
+
+
+def _echo_time(properties: Mapping[str, Any], since: float) -> float:
+    """When an echo message is due: ``echo_at``, else ``echo_after`` seconds after ``since``."""
+    at = properties.get("echo_at")
+    if isinstance(at, int | float) and not isinstance(at, bool):
+        return float(at)
+    after = properties.get("echo_after")
+    if isinstance(after, int | float) and not isinstance(after, bool):
+        return since + float(after)
+    return since
+
+
+def _canonical_xml(text: Any) -> str:
+    """XML text in one form (C14N) whichever database built it."""
+    from lxml import etree  # noqa: PLC0415  (lxml is optional: only XML bodies need it)
+
+    root = parse_xml(text if isinstance(text, str | bytes) else str(text))
+    canonical: bytes = etree.tostring(root, method="c14n")
+    return canonical.decode("utf-8")
+
+
+def process_batch(
+    context: EngineContext, app: Application, plan: QueuePlan, limit: int
+) -> BatchResult:
+    """Process up to ``limit`` due messages of ``plan``'s queue in one transaction."""
+    backend: Backend = context.backend
+    durable = plan.definition.mode == "persistent"
+
+    def work(unit: RuleUnit) -> BatchResult:
+        return _Batch(context, app, plan, unit, context.clock.now()).run(limit)
+
+    result = backend.rules_unit(work, durable=durable)
+    for queue, count in result.produced.items():
+        context.wakeups.notify(queue, count)
+    return result
+
+
+def remove_unneeded(
+    context: EngineContext, app: Application, queue_ids: Mapping[str, int], limit: int = 1000
+) -> int:
+    """Remove processed messages past retention that no slice holds, a batch per queue."""
+    removed = 0
+    now = context.clock.now()
+    for queue in app.queues.values():
+        ref = queue_ids.get(queue.name)
+        if ref is None:
+            continue
+        params = {"queue_id": ref, "before": now - queue.retention, "limit": limit}
+        removed += context.backend.rules_write("rules_remove", params)
+    return removed
+

@@ -1,0 +1,289 @@
+"""Declarative rules: the behaviour every backend must show (docs/rules.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import sluice
+from sluice import ManualClock
+from sluice.errors import ConfigurationError, MessageError, RuleDefinitionError
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def clock(db: sluice.Database) -> ManualClock:
+    db.clock = clock = ManualClock(T0)
+    return clock
+
+
+def bodies(db: sluice.Database, queue: str) -> list[Any]:
+    """What a queue holds now, processed or not, in order (browsing takes nothing)."""
+    return [m.body for m in db.queue(queue).browse(limit=1000)] + [
+        m.body for m in db.queue(queue).browse(state="done", limit=1000)
+    ]
+
+
+def ready(db: sluice.Database, queue: str) -> list[Any]:
+    return [m.body for m in db.queue(queue).browse(limit=1000)]
+
+
+ROUTING = """
+-- one message in, three out, one computed property
+CREATE QUEUE orders;
+CREATE QUEUE billing;
+CREATE QUEUE shipping;
+CREATE QUEUE audit;
+CREATE PROPERTY total AS real QUEUE billing, shipping, audit VALUE body.total;
+CREATE RULE route FOR orders
+  IF body.total > 0 THEN
+    ENQUEUE json_object('order', body.id, 'total', body.total) INTO billing,
+    ENQUEUE json_object('order', body.id) INTO shipping,
+    ENQUEUE json_object('order', body.id, 'seen', now()) INTO audit
+  ELSE
+    ENQUEUE json_object('refused', body.id) INTO audit;
+"""
+
+
+def test_a_routing_rule_enqueues_its_actions_once_with_computed_properties(
+    db: sluice.Database, clock: ManualClock
+) -> None:
+    db.apply(ROUTING)
+    orders = db.queue("orders")
+    orders.put_many([{"id": n, "total": n * 10.0} for n in range(5)])
+    stats = db.rules.run_until_idle()
+    assert stats.processed == 5
+    assert ready(db, "billing") == [{"order": n, "total": n * 10.0} for n in range(1, 5)]
+    assert ready(db, "shipping") == [{"order": n} for n in range(1, 5)]
+    assert ready(db, "audit") == [{"refused": 0}] + [{"order": n, "seen": T0} for n in range(1, 5)]
+    billed = db.queue("billing").browse(limit=10)
+    assert [m.properties["total"] for m in billed] == [10.0, 20.0, 30.0, 40.0]
+    first = billed[0].properties
+    assert first["rule"] == "route" and first["trigger_queue"] == "orders"
+    assert first["created_at"] == T0
+    # Processed once: running again does nothing more.
+    assert db.rules.run_until_idle().processed == 0
+    assert len(ready(db, "billing")) == 4
+
+
+def test_applying_the_same_file_twice_changes_nothing(db: sluice.Database) -> None:
+    first = db.apply(ROUTING)
+    second = db.apply(ROUTING)
+    assert first == second
+    db.queue("orders").put({"id": 1, "total": 1.0})
+    assert db.rules.run_until_idle().processed == 1
+    assert len(ready(db, "billing")) == 1
+
+
+def test_a_changed_rule_applies_to_messages_not_yet_processed(db: sluice.Database) -> None:
+    db.apply(ROUTING)
+    db.queue("orders").put({"id": 1, "total": 1.0})
+    db.rules.run_until_idle()
+    db.apply(
+        "CREATE RULE route FOR orders IF true THEN ENQUEUE json_object('v2', body.id) INTO audit;"
+    )
+    db.queue("orders").put({"id": 2, "total": 1.0})
+    db.rules.run_until_idle()
+    assert ready(db, "audit")[-1] == {"v2": 2}
+    assert len(ready(db, "billing")) == 1
+
+
+def test_static_mistakes_are_refused_with_their_line(db: sluice.Database) -> None:
+    with pytest.raises(RuleDefinitionError, match="line 3"):
+        db.apply("CREATE QUEUE a;\nCREATE QUEUE b;\nCREATE RULE r FOR a IF true THEN ENQUEUE 1 INTO nowhere;")
+    with pytest.raises(RuleDefinitionError, match="slice"):
+        db.apply("CREATE QUEUE a;\nCREATE RULE r FOR a IF slicekey() = 'x' THEN RESET;")
+    # Nothing of a refused file was applied.
+    assert db.backend.get_queue("a") is None
+
+
+SLICES = """
+CREATE QUEUE parts;
+CREATE QUEUE assembled;
+CREATE PROPERTY orderID AS text QUEUE parts VALUE body.order;
+CREATE SLICING byOrder ON orderID;
+CREATE RULE assemble FOR byOrder
+  IF (SELECT count(*) FROM slice() AS s) = 3 THEN
+    ENQUEUE json_object('order', slicekey(),
+                        'sum', (SELECT sum(s.body.n) FROM slice() AS s)) INTO assembled,
+    RESET;
+"""
+
+
+def test_a_slicing_joins_parallel_messages_and_reset_starts_a_new_lifetime(
+    db: sluice.Database,
+) -> None:
+    db.apply(SLICES)
+    parts = db.queue("parts")
+    for n in range(1, 7):
+        parts.put({"order": "a" if n % 2 else "b", "n": n})
+    db.rules.run_until_idle()
+    assert ready(db, "assembled") == [{"order": "a", "sum": 9}, {"order": "b", "sum": 12}]
+    # After the reset, the slice starts empty: three more are needed.
+    parts.put_many([{"order": "a", "n": 10}, {"order": "a", "n": 20}])
+    db.rules.run_until_idle()
+    assert len(ready(db, "assembled")) == 2
+    parts.put({"order": "a", "n": 30})
+    db.rules.run_until_idle()
+    assert ready(db, "assembled")[-1] == {"order": "a", "sum": 60}
+
+
+def test_retention_removes_processed_messages_only_once_no_slice_holds_them(
+    db: sluice.Database, clock: ManualClock
+) -> None:
+    db.apply(SLICES)
+    parts = db.queue("parts")
+    parts.put_many([{"order": "a", "n": 1}, {"order": "a", "n": 2}, {"order": "b", "n": 1}])
+    db.rules.run_until_idle()
+    # Two of slice a and one of b are held: nothing is removed.
+    assert len(db.queue("parts").browse(state="done", limit=10)) == 3
+    parts.put({"order": "a", "n": 3})
+    stats = db.rules.run_until_idle()  # a is complete and reset: its three may go
+    assert stats.removed == 3
+    left = db.queue("parts").browse(state="done", limit=10)
+    assert [m.body for m in left] == [{"order": "b", "n": 1}]
+
+
+ECHO = """
+CREATE QUEUE timers KIND echo;
+CREATE QUEUE due;
+CREATE PROPERTY echo_target AS text QUEUE timers;
+CREATE PROPERTY echo_after AS real QUEUE timers;
+"""
+
+
+def test_an_echo_queue_returns_a_message_to_its_target_once_at_its_time(
+    db: sluice.Database, clock: ManualClock
+) -> None:
+    db.apply(ECHO)
+    db.queue("timers").put({"remind": 1}, properties={"echo_target": "due", "echo_after": 60})
+    db.rules.run_until_idle()
+    assert ready(db, "due") == []
+    clock.advance(59)
+    db.rules.run_until_idle()
+    assert ready(db, "due") == []
+    clock.advance(1)
+    db.rules.run_until_idle()
+    db.rules.run_until_idle()
+    assert ready(db, "due") == [{"remind": 1}]
+    (fired,) = db.queue("due").browse(limit=10)
+    assert "echo_target" not in fired.properties
+
+
+def test_a_runtime_failure_becomes_an_error_message_and_the_trigger_does_not_loop(
+    db: sluice.Database,
+) -> None:
+    db.apply(
+        """
+        SET ERRORQUEUE fileErrors;
+        CREATE QUEUE fileErrors;
+        CREATE QUEUE inbox ERRORQUEUE inboxErrors;
+        CREATE QUEUE inboxErrors;
+        CREATE QUEUE out;
+        CREATE QUEUE out2;
+        CREATE PROPERTY qty AS integer QUEUE out;
+        CREATE RULE copy FOR inbox IF true THEN
+            ENQUEUE json_object('n', body.n) INTO out WITH qty = body.n,
+            ENQUEUE json_object('n', body.n) INTO out2;
+        """
+    )
+    inbox = db.queue("inbox")
+    inbox.put_many([{"n": 1}, {"n": 2.5}, {"n": 3}])
+    stats = db.rules.run_until_idle()
+    assert stats.processed == 3 and stats.errors == 1
+    # The failing message's actions are all undone, the others done.
+    assert ready(db, "out") == [{"n": 1}, {"n": 3}]
+    assert ready(db, "out2") == [{"n": 1}, {"n": 3}]
+    (error,) = ready(db, "inboxErrors")
+    assert error["error"] == "message" and error["rule"] == "copy"
+    assert "integer" in error["message"]
+    assert error["trigger"]["queue"] == "inbox" and error["trigger"]["body"] == {"n": 2.5}
+    assert ready(db, "fileErrors") == []
+    assert db.rules.run_until_idle().processed == 0
+
+
+def test_error_queues_may_have_rules(db: sluice.Database) -> None:
+    db.apply(
+        """
+        CREATE QUEUE inbox ERRORQUEUE errs;
+        CREATE QUEUE errs;
+        CREATE QUEUE alerts;
+        CREATE RULE fail FOR inbox IF true THEN ENQUEUE body.missing INTO alerts;
+        CREATE RULE deadLink FOR errs IF true THEN
+            ENQUEUE json_object('alert', body.rule, 'kind', body.error) INTO alerts;
+        """
+    )
+    db.queue("inbox").put({"n": 1})
+    db.rules.run_until_idle()
+    assert ready(db, "alerts") == [{"alert": "fail", "kind": "body"}]
+
+
+def test_a_fixed_property_cannot_be_set_by_a_producer(db: sluice.Database) -> None:
+    db.apply(
+        "CREATE QUEUE q; CREATE PROPERTY k AS text FIXED QUEUE q VALUE upper(body.name);"
+    )
+    q = db.queue("q")
+    q.put({"name": "ab"})
+    assert q.browse(limit=1)[0].properties == {"k": "AB"}
+    with pytest.raises(MessageError, match="FIXED"):
+        q.put({"name": "cd"}, properties={"k": "x"})
+
+
+def test_a_property_type_cannot_change_while_messages_keep_it(db: sluice.Database) -> None:
+    db.apply("CREATE QUEUE q; CREATE PROPERTY k AS text QUEUE q VALUE body.name;")
+    db.queue("q").put({"name": "ab"})
+    with pytest.raises(ConfigurationError, match="keeps 1 message"):
+        db.apply("CREATE PROPERTY k AS integer QUEUE q VALUE body.n;")
+
+
+def test_relations_read_kept_messages_of_other_queues(db: sluice.Database) -> None:
+    db.apply(
+        """
+        CREATE QUEUE blocked;
+        CREATE QUEUE requests;
+        CREATE QUEUE accepted;
+        CREATE QUEUE refused;
+        CREATE PROPERTY customer AS text QUEUE blocked, requests VALUE body.customer;
+        CREATE RULE check FOR requests
+          IF EXISTS (SELECT 1 FROM queue('blocked') AS b
+                     WHERE b.props.customer = property('customer'))
+          THEN ENQUEUE body INTO refused
+          ELSE ENQUEUE body INTO accepted;
+        """
+    )
+    db.queue("blocked").put({"customer": "c2"})
+    db.queue("requests").put_many([{"customer": c} for c in ("c1", "c2", "c3")])
+    db.rules.run_until_idle()
+    assert ready(db, "accepted") == [{"customer": "c1"}, {"customer": "c3"}]
+    assert ready(db, "refused") == [{"customer": "c2"}]
+
+
+def test_queue_priority_orders_the_scheduler(db: sluice.Database) -> None:
+    db.apply(
+        """
+        CREATE QUEUE low PRIORITY 1;
+        CREATE QUEUE high PRIORITY 5;
+        CREATE QUEUE log;
+        CREATE RULE l FOR low IF true THEN ENQUEUE json_object('q', 'low') INTO log;
+        CREATE RULE h FOR high IF true THEN ENQUEUE json_object('q', 'high') INTO log;
+        """
+    )
+    db.queue("low").put(1)
+    db.queue("high").put(1)
+    db.rules.run_until_idle()
+    assert ready(db, "log") == [{"q": "high"}, {"q": "low"}]
+
+
+def test_the_rules_run_in_the_background_until_stopped(db: sluice.Database) -> None:
+    db.apply(ROUTING)
+    db.rules.start()
+    try:
+        db.queue("orders").put({"id": 1, "total": 5.0})
+        with db.transaction() as tx:
+            (m,) = tx.dequeue("billing", wait=10)
+            assert m.body == {"order": 1, "total": 5.0}
+    finally:
+        db.rules.stop()
+
