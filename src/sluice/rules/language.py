@@ -25,17 +25,21 @@
 - Durations: a number of seconds (``30``), or a number and a unit: ``s``,
   ``sec``, ``second(s)``; ``m``, ``min``, ``minute(s)``; ``h``, ``hour(s)``; ``d``,
   ``day(s)``; ``w``, ``week(s)``, with or without a space (``30s``, ``5 minutes``).
-  ``forever`` keeps processed messages until purged, as a queue's
-  ``retention="forever"`` does.
+  ``forever`` (``math.inf`` in ``QueueDef.retention``) keeps processed messages
+  until purged, as a queue's ``retention="forever"`` does.
 - Expressions are sluice's SQL expressions (docs/expressions.md). The parser does
   not read them: it takes the text up to the keyword that may follow in that
   place, outside parentheses, brackets, strings, quoted names and
   ``CASE ... END``: ``THEN`` after an IF condition, ``INTO`` after an ENQUEUE body,
   ``,``, ``ELSE`` or the statement's end after a WITH value or a RESET key, ``QUEUE``
   or the end after a VALUE. A word after ``.`` (``body.end``) or before ``(``
-  (``queue('q')``) is never such a keyword. Each expression is kept as its text,
+  (``queue('q')``) is never such a keyword. ``;`` ends an expression anywhere, and
+  so do CREATE and DROP outside brackets (a ';' was forgotten), and ENQUEUE or
+  RESET in an IF condition (THEN was). Each expression is kept as its text,
   blanks and comments folded to one space, with the line it starts on; the
   checks (``sluice.rules.check``) parse it.
+- In a WITH list, ``, ENQUEUE`` or ``, RESET`` starts the next action (unless ``=``
+  follows: ``WITH reset = 1`` sets a property named reset).
 """
 
 from __future__ import annotations
@@ -87,7 +91,8 @@ def parse_statements(text: str) -> list[Statement]:
     """
     if not isinstance(text, str):
         raise RuleDefinitionError(f"a rules definition is text, not {type(text).__name__}")
-    return _Parser(text).statements()
+    # An editor's byte order mark is no statement.
+    return _Parser(text.removeprefix("\ufeff")).statements()
 
 
 class _Parser:
@@ -294,7 +299,8 @@ class _Parser:
             return RuleDef(name, target, line, (Branch(None, self.actions()),), error_queue)
         branches: list[Branch] = []
         while self.accept("IF"):
-            condition = self.expression("THEN", what="the IF condition")
+            # ENQUEUE and RESET are no expression's words: there THEN was forgotten.
+            condition = self.expression("THEN", "ENQUEUE", "RESET", what="the IF condition")
             self.expect("THEN", "THEN after the IF condition")
             branches.append(Branch(condition, self.actions()))
             if not self.accept("ELSE"):
