@@ -301,6 +301,7 @@ _PREFIX = "CREATE QUEUE a;\n-- line 2\n"
         ("DROP QUEUE", "expected the name of the queue to drop, found the end of the text"),
         ("SET QUEUE q", "expected ERRORQUEUE after SET"),
         ("CREATE QUEUE b CREATE QUEUE c", "expected ';' at the end of the statement (is a"),
+        ("CREATE QUEUE b RETENTION 5\nCREATE QUEUE c", "(is a ';' missing?), found 'CREATE'"),
         ("CREATE RULE r FOR q ENQUEUE 1 INTO c WITH p = 1\nCREATE QUEUE c", "(is a ';' missing"),
         ("CREATE QUEUE b TYPE 'x", "unterminated string"),
         ('CREATE QUEUE "b', "unterminated quoted name"),

@@ -119,11 +119,11 @@ class _Parser:
 
     def expect(self, keyword: str, expected: str) -> Token:
         if not self.at(keyword):
-            raise self.expected(f"{expected}")
+            raise self.expected(expected)
         return self.next()
 
     def expected(self, what: str, token: Token | None = None) -> RuleDefinitionError:
-        """ "expected <what>, found <the next token>" at the token's line."""
+        """``expected <what>, found <token>`` at the token's line (the next one's)."""
         return unexpected(token or self.peek(), what)
 
     def name(self, what: str) -> str:
@@ -136,7 +136,7 @@ class _Parser:
             if not name:
                 raise RuleDefinitionError(f'{what} "" is empty', line=token.line)
             return name
-        raise self.expected(f"{what}")
+        raise self.expected(what)
 
     def names(self, what: str) -> list[str]:
         names = [self.name(what)]
@@ -152,8 +152,8 @@ class _Parser:
                 continue
             statements.append(self.statement())
             if self.peek().kind != "eof":
-                ended = self.at(*_STATEMENT_STARTS) and " (is a ';' missing?)"
-                self.expect(";", f"';' at the end of the statement{ended or ''}")
+                missing = " (is a ';' missing?)" if self.at(*_STATEMENT_STARTS) else ""
+                self.expect(";", f"';' at the end of the statement{missing}")
         return statements
 
     def statement(self) -> Statement:
@@ -245,7 +245,7 @@ class _Parser:
             raise self.expected("a duration after RETENTION: 30s, 5 minutes, 7 days or forever")
         seconds = float(self.next().text)
         unit = self.peek()
-        if unit.kind == "word" and unit.keyword not in _QUEUE_OPTIONS:
+        if unit.kind == "word" and unit.keyword not in (*_QUEUE_OPTIONS, *_STATEMENT_STARTS):
             if unit.keyword not in _UNITS:
                 raise self.expected("a duration unit: s, min, h, d or w", unit)
             seconds *= _UNITS[self.next().keyword]
