@@ -5,6 +5,8 @@ every expression checked in its rule's scope, each reported at its line."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sluice.errors import ExpressionError, RuleDefinitionError
 from sluice.expr.check import Relations, Scope, parse
@@ -138,11 +140,11 @@ CREATE RULE forkRequest FOR offerRequests
 CREATE RULE creditCheck FOR finance ERRORQUEUE crmErrors
     IF EXISTS (SELECT 1 FROM queue('invoices') AS i
                WHERE i.props.customerID = property('customerID') AND i.props.paid = false)
-    THEN ENQUEUE xmlelement(name check, xmlattributes(property('requestID') AS requestID,
-                                                     'finance' AS by)) INTO results
+    THEN ENQUEUE xmlelement(name creditResult, xmlattributes(property('requestID') AS requestID,
+                                                     'finance' AS checker)) INTO results
             WITH verdict = false
-    ELSE ENQUEUE xmlelement(name check, xmlattributes(property('requestID') AS requestID,
-                                                      'finance' AS by)) INTO results
+    ELSE ENQUEUE xmlelement(name creditResult, xmlattributes(property('requestID') AS requestID,
+                                                      'finance' AS checker)) INTO results
             WITH verdict = true;
 
 CREATE RULE joinChecks FOR requestMsgs
@@ -553,3 +555,58 @@ def test_rule_forms_in_their_scope() -> None:
              THEN ENQUEUE xmlelement(name x, xmlattributes(property('k') AS k)) INTO q"""
     )
     assert sorted(app.rules) == ["a", "b"]
+
+
+# --- hostile definitions ----------------------------------------------------------------
+def test_deep_parentheses_in_an_expression() -> None:
+    depth = 3000
+    error = refused(_BASE + f"CREATE RULE r FOR q IF {'(' * depth}true{')' * depth} THEN RESET s")
+    assert error.line == 5
+    assert str(error).startswith("line 5: rule 'r' IF condition: ")
+
+
+_STATEMENTS = [
+    "CREATE QUEUE q",
+    "CREATE QUEUE out ERRORQUEUE q",
+    "CREATE QUEUE e KIND echo",
+    'CREATE QUEUE "x y"',
+    "CREATE PROPERTY k AS text QUEUE q, out VALUE body.k",
+    "CREATE PROPERTY k AS integer FIXED QUEUE q",
+    "CREATE PROPERTY n AS integer INHERITED QUEUE out",
+    "CREATE PROPERTY echo_target AS text QUEUE e",
+    "CREATE PROPERTY echo_at AS timestamp QUEUE e",
+    "CREATE PROPERTY rule AS text QUEUE q",
+    "CREATE SLICING s ON k",
+    "CREATE SLICING q ON n",
+    "CREATE RULE r FOR q IF body.a = 1 THEN ENQUEUE body INTO out WITH n = 1 ELSE RESET s",
+    "CREATE RULE r FOR s IF props.k = 'a' THEN RESET ELSE ENQUEUE NULL INTO out",
+    "CREATE RULE t FOR out ENQUEUE 1 INTO e WITH echo_target = 'q', echo_at = now()",
+    "CREATE RULE t FOR e RESET",
+    "CREATE RULE u FOR q ERRORQUEUE out IF body.a + 1 THEN RESET s KEY 1",
+    "DROP QUEUE q",
+    "DROP QUEUE IF EXISTS out",
+    "DROP PROPERTY k",
+    "DROP SLICING s",
+    "DROP RULE IF EXISTS r",
+    "DROP RULE t",
+    "SET ERRORQUEUE out",
+    "SET ERRORQUEUE nowhere",
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_STATEMENTS), max_size=12), st.booleans())
+def test_fuzz_apply_raises_only_definition_errors(statements: list[str], on_base: bool) -> None:
+    current = applied(_BASE) if on_base else Application()
+    text = ";\n".join(statements)
+    error: RuleDefinitionError | None = None
+    try:
+        app = applied(text, current)
+    except RuleDefinitionError as exc:
+        error = exc
+    if error is not None:
+        assert error.line is None or 1 <= error.line <= max(len(statements), 5)
+        return
+    check_application(app)  # what was accepted passes the checks on its own
+    if not any(s.startswith("DROP") and "IF EXISTS" not in s for s in statements):
+        assert applied(text, app) == app  # and applying it again changes nothing
