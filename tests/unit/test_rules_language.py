@@ -219,7 +219,7 @@ def test_subqueries_inside_conditions() -> None:
     r = rule("""CREATE RULE r FOR s
         IF (SELECT count(*) FROM slice() AS m WHERE m.props.ok = true) = 3
            AND NOT EXISTS (SELECT 1 FROM queue('q') AS a WHERE a.props.x IN (1, 2))
-        THEN ENQUEUE xmlelement(name offer, xmlattributes(slicekey() AS id)) INTO out, RESET""")
+        THEN ENQUEUE xmlelement('offer', xmlattributes(slicekey() AS id)) INTO out, RESET""")
     condition = r.branches[0].condition
     assert condition is not None
     assert condition.line == 2
