@@ -9,6 +9,7 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     SluiceError
     ├── ConfigurationError          bad URL, option or setting
     │   ├── ExpressionError         an expression that does not parse or is not allowed
+    │   ├── RuleDefinitionError     a rules definition (sluice.rules) with a mistake, at a line
     │   └── TypeDefinitionError     a message type that cannot be defined as given
     ├── StorageError                the database failed or cannot be used
     │   ├── NotASluiceDatabase      the file exists but is not a sluice database
@@ -52,6 +53,7 @@ __all__ = [
     "QueueExists",
     "QueueInUse",
     "QueueNotFound",
+    "RuleDefinitionError",
     "SchemaTooNew",
     "SluiceError",
     "StorageError",
@@ -77,6 +79,19 @@ class ConfigurationError(SluiceError):
 
 class ExpressionError(ConfigurationError):
     """The expression does not parse, or uses something outside the expression language."""
+
+
+class RuleDefinitionError(ConfigurationError):
+    """The rules definition has a mistake; fix the statement the message points at."""
+
+    line: int | None
+    """The line of the definition text the mistake is on; None when no line applies."""
+
+    def __init__(self, message: str | None = None, *, line: int | None = None) -> None:
+        self.line = line
+        if message is not None and line is not None:
+            message = f"line {line}: {message}"
+        super().__init__(message)
 
 
 class TypeDefinitionError(ConfigurationError):

@@ -149,11 +149,14 @@ class RuleDef:
 
 @dataclass(frozen=True, slots=True)
 class Drop:
-    """``DROP RULE|SLICING|PROPERTY|QUEUE name``."""
+    """``DROP RULE|SLICING|PROPERTY|QUEUE [IF EXISTS] name``."""
 
     kind: Literal["rule", "slicing", "property", "queue"]
     name: str
     line: int
+    if_exists: bool = False
+    """IF EXISTS: dropping what is not there does nothing, so a file that drops stays
+    idempotent; without it that is an error."""
 
 
 @dataclass(frozen=True, slots=True)
