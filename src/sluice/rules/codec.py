@@ -7,6 +7,7 @@ from a file), so an apply in one process reaches `sluice run` in another.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from sluice.errors import ConfigurationError
@@ -52,7 +53,10 @@ def decode(text: str) -> Application:
             f"the rules application was stored in format {data.get('format')!r}, which this "
             "version of sluice does not read; upgrade sluice"
         )
-    queues = [QueueDef(**{**q, "types": tuple(q["types"])}) for q in data["queues"]]
+    queues = [
+        QueueDef(**{**q, "types": tuple(q["types"]), "retention": _seconds(q["retention"])})
+        for q in data["queues"]
+    ]
     properties = [
         PropertyDef(
             name=p["name"],
@@ -99,7 +103,8 @@ def _queue(q: QueueDef) -> dict[str, Any]:
         "priority": q.priority,
         "types": list(q.types),
         "error_queue": q.error_queue,
-        "retention": q.retention,
+        # JSON has no infinity (PostgreSQL's jsonb refuses Python's Infinity).
+        "retention": "forever" if math.isinf(q.retention) else q.retention,
     }
 
 
@@ -152,6 +157,10 @@ def _action(data: dict[str, Any]) -> Action:
             tuple((name, _expr(e)) for name, e in data["with"]),
         )
     return Reset(data["reset"], None if data["key"] is None else _expr(data["key"]), data["line"])
+
+
+def _seconds(value: float | str) -> float:
+    return math.inf if value == "forever" else float(value)
 
 
 def _expr(data: list[Any]) -> Expr:

@@ -23,6 +23,7 @@ from sluice.expr import Node, Scope, Type, parse
 from sluice.expr.check import Relations, builds_xml, key_text, slice_key
 from sluice.expr.nodes import Path
 from sluice.expr.sql import RelationSource, SqlCompiler
+from sluice.rules.check import rules_of
 from sluice.rules.model import (
     PROPERTY_TYPES,
     SYSTEM_PROPERTIES,
@@ -44,7 +45,6 @@ __all__ = [
     "QueuePlan",
     "compile_application",
     "processed_queues",
-    "rules_for",
 ]
 
 SYSTEM_ERRORS = "sluice_rule_errors"
@@ -126,18 +126,10 @@ class QueuePlan:
         return "".join(f", {sql} AS c{n}" for n, sql in enumerate(self.columns))
 
 
-def rules_for(app: Application, queue: str) -> list[RuleDef]:
-    """The rules that process messages of ``queue``: its own, then its slicings', in
-    the order they were defined."""
-    properties = {name for name, p in app.properties.items() if queue in p.values}
-    slicings = {s.name for s in app.slicings.values() if s.property in properties}
-    return [r for r in app.rules.values() if r.target == queue or r.target in slicings]
-
-
 def processed_queues(app: Application) -> list[QueueDef]:
     """The queues the rules engine consumes, highest PRIORITY first: those with rules,
     and echo queues."""
-    found = [q for q in app.queues.values() if q.kind == "echo" or rules_for(app, q.name)]
+    found = [q for q in app.queues.values() if q.kind == "echo" or rules_of(app, q.name)]
     return sorted(found, key=lambda q: -q.priority)
 
 
@@ -183,7 +175,7 @@ def _plan(
             compiler = backend.rules_compiler(None, prefix=f"j{len(plan.joins)}_")
             sql = compiler.compile(slice_key(prop.name, PROPERTY_TYPES[prop.type]))
             plan.joins.append(Join(slicing.name, sql, dict(compiler.params)))
-    for n, rule in enumerate(rules_for(app, definition.name)):
+    for n, rule in enumerate(rules_of(app, definition.name)):
         slicing = app.slicings.get(rule.target)
         slice_type = None if slicing is None else PROPERTY_TYPES[app.properties[slicing.property].type]
         relations = _Recording(
