@@ -20,12 +20,16 @@ from sqlglot.dialects.dialect import Dialect
 
 from sluice.errors import ExpressionError
 from sluice.expr import syntax
+from sluice.expr.check_rules import RULE_CALLS, Relations, RulesChecker, check_keys, slice_key
+from sluice.expr.coercion import SCALARS as _SCALARS
+from sluice.expr.coercion import as_type as _as
+from sluice.expr.coercion import cast_to as _cast
+from sluice.expr.coercion import common_type as _common
 from sluice.expr.nodes import (
+    COLUMNS,
     ArrayAgg,
     Binary,
     Case,
-    Cast,
-    Coerce,
     Column,
     Compare,
     Func,
@@ -38,6 +42,7 @@ from sluice.expr.nodes import (
     Not,
     Path,
     Prop,
+    Subquery,
     Type,
     Var,
     XPath,
@@ -46,14 +51,15 @@ from sluice.expr.syntax import quoted, refused
 
 __all__ = [
     "COLUMNS",
-    "Relations",
     "FUNCTIONS",
     "MAX_LENGTH",
     "MAX_NODES",
+    "Relations",
     "Scope",
     "check",
     "parse",
     "parse_order",
+    "slice_key",
 ]
 
 MAX_LENGTH: Final = 10_000
@@ -63,19 +69,6 @@ _MAX_DEPTH: Final = 64
 
 MAX_NODES: Final = 20_000
 """The most parts a checked expression may have, counting each use of a shared one."""
-
-COLUMNS: Final[Mapping[str, Type]] = {
-    "priority": "number",
-    "enqueued_at": "number",
-    "available_at": "number",
-    "expires_at": "number",
-    "attempts": "number",
-    "type": "text",
-    "correlation_id": "text",
-    "reply_to": "text",
-    "content_type": "text",
-}
-"""A message's own fields, as expressions see them (times in seconds since the epoch)."""
 
 FUNCTIONS: Final[Mapping[str, tuple[tuple[Type, ...], int, Type]]] = {
     # name: (argument types, how many of them are required, result type)
@@ -127,6 +120,10 @@ class _Dialect(Dialect):
     turn calls into its own node kinds; the allow-list below decides instead.
     """
 
+    # An ORDER BY key without NULLS FIRST/LAST then parses as NULLS LAST, what the
+    # language does: only an explicit NULLS FIRST can be told apart, and refused.
+    NULL_ORDERING = "nulls_are_last"
+
     class Parser(sqlglot_parser.Parser):
         FUNCTIONS: ClassVar[dict[str, Any]] = {}
 
@@ -139,31 +136,8 @@ class Scope:
     """Declared properties and their types."""
     relations: Relations | None = None
     """A rule's reach beyond the triggering message (sluice.rules); None outside rules:
-    then property(), slicekey(), now(), relations and body constructors are refused."""
-
-
-@dataclass(frozen=True, slots=True)
-class Relations:
-    """What a rule's expressions may read besides the triggering message (sluice.rules).
-
-    ``queue('q')`` is the messages kept in a declared queue, processed or not;
-    ``slice()`` the messages of the triggering message's slice since its last reset,
-    across the slicing's queues, and ``slicekey()`` that slice's key. Relations are
-    used in EXISTS (SELECT ... FROM rel AS a WHERE ...), in scalar subqueries
-    ((SELECT count(*) FROM rel AS a WHERE ...)) and in count(rel).
-    """
-
-    queues: frozenset[str] = frozenset()
-    """The queues queue('q') may name."""
-    slicing: str | None = None
-    """The slicing the rule is for (slice() and slicekey() allowed); None: refused."""
-    slice_type: Type | None = None
-    """The type of the slicing's property (slicekey()'s type)."""
-    slice_property: str | None = None
-    """The property the slicing is on."""
-    properties: Mapping[str, Type] = field(default_factory=dict)
-    """Declared rule properties: property('p') reads the triggering message's, and
-    ``a.props.p`` on a relation row reads as this type."""
+    then property(), slicekey(), relations and body constructors are refused, and
+    now() is the wall clock (in rules: the engine clock, the parameter ``now``)."""
 
 
 def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) -> Node:
@@ -225,10 +199,10 @@ def _first_line(exc: BaseException) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", message[0]) if message else type(exc).__name__
 
 
-class _Checker:
+class _Checker(RulesChecker):
     def __init__(self, scope: Scope) -> None:
+        super().__init__(scope.relations, scope.properties)
         self.scope = scope
-        self.vars: list[str] = []
 
     def node(self, e: exp.Expression, depth: int) -> Node:  # noqa: PLR0911, PLR0912  (one case per kind)
         if depth > _MAX_DEPTH:
@@ -285,12 +259,26 @@ class _Checker:
             return self.case(e, d)
         if isinstance(e, exp.Cast | exp.TryCast):
             return self.cast(e, d)
+        if isinstance(e, exp.Exists):
+            return self.exists(e, d) if self.relations is not None else self.refuse(e)
+        if isinstance(e, exp.Subquery):
+            return self.subquery(e, d) if self.relations is not None else self.refuse(e)
+        if isinstance(e, exp.JSONObject):
+            return self.json_object(e, d)
+        if isinstance(e, exp.XMLElement):
+            return self.xml_element(e, d)
         if isinstance(e, exp.Anonymous):
             return self.call(e.name, list(e.expressions), e, d)
         if isinstance(e, exp.Func) and not isinstance(e, exp.AggFunc | exp.Predicate):
             # Calls sqlglot parses into its own node kinds even so (floor, round, ...).
             return self.call(e.sql_name(), syntax.arguments(e), e, d)
-        raise ExpressionError(f"{quoted(e)!r} is not allowed in an expression ({refused(e)})")
+        return self.refuse(e)
+
+    def refuse(self, e: exp.Expression) -> Node:
+        reason = refused(e)
+        if self.relations is None and isinstance(e, exp.Exists | exp.Subquery):
+            reason += "; subqueries over queue() and slice() are for rules only"
+        raise ExpressionError(f"{quoted(e)!r} is not allowed in an expression ({reason})")
 
     def typed(self, e: exp.Expression, want: Type, depth: int) -> Node:
         return _as(self.node(e, depth), want, quoted(e))
@@ -303,20 +291,15 @@ class _Checker:
             raise ExpressionError(f"{quoted(e)!r}: a path starts with a name")
         if head in self.vars:
             return Path(Var(head), steps)
-        for step in steps:
-            # SQLite matches a key as written in the stored JSON, where such a key
-            # can be spelt neither quoted nor bare (see sluice.expr.sqlite._label).
-            if isinstance(step, str) and '"' in step and ("." in step or "[" in step):
-                raise ExpressionError(
-                    f"{quoted(e)!r}: a key holding both a double quote and '.' or '[' "
-                    "cannot be used in a path"
-                )
+        if head in self.rows:
+            return self.row_reference(e, head, steps)
+        check_keys(e, steps)
         if head in ("body", "props"):
-            return Path(head, steps)  # type: ignore[arg-type]
+            return self.props(Path(head, steps))  # type: ignore[arg-type]
         if steps:
             raise ExpressionError(
-                f"{quoted(e)!r} reaches outside the message: paths start with body, props "
-                "or an array function's variable"
+                f"{quoted(e)!r} reaches outside the message: paths start with body, props, "
+                "an array function's variable or (in rules) a subquery's relation"
             )
         if head in COLUMNS:
             return Column(head, COLUMNS[head])
@@ -348,7 +331,19 @@ class _Checker:
     def is_null(self, e: exp.Is, depth: int, *, negated: bool) -> Node:
         if not isinstance(e.expression, exp.Null):
             raise ExpressionError(f"{quoted(e)!r}: only IS NULL and IS NOT NULL are supported")
-        return IsNull(self.node(e.this, depth), negated != syntax.negated(e))
+        arg = self.node(e.this, depth)
+        if isinstance(arg, Subquery) and arg.type == "any" and arg.value is not None:
+            # (SELECT a.body.x ...) IS NULL: whether the first row's value is (JSON) null.
+            present = IsNull(arg.value, negated=True)
+            arg = Subquery(
+                "first",
+                arg.relation,
+                Case(((present, Lit(1, "number")),), None, "number"),
+                arg.where,
+                arg.order,
+                "number",
+            )
+        return IsNull(arg, negated != syntax.negated(e))
 
     def in_list(self, e: exp.In, depth: int, *, negated: bool) -> Node:
         if e.args.get("query") or e.args.get("unnest") or e.args.get("field"):
@@ -421,7 +416,7 @@ class _Checker:
             # converts between known types.
             node = Func(
                 "coalesce",
-                tuple(_cast(Coerce(arg, source), target) for source in _SCALARS),
+                tuple(_cast(_as(arg, source, quoted(e)), target) for source in _SCALARS),
                 target,
             )
         else:
@@ -431,12 +426,18 @@ class _Checker:
         return node
 
     # --- calls -----------------------------------------------------------------------
-    def call(self, called: str, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
+    def call(  # noqa: PLR0911  (one case per kind of function)
+        self, called: str, args: list[exp.Expression], e: exp.Expression, depth: int
+    ) -> Node:
         name = _ALIASES.get(called.lower(), called.lower())
+        if name == "count" and len(args) == 1 and (counted := self.count_of(args[0], e)):
+            return counted
         if name in _AGGREGATES:
             return self.aggregate(name, args, e, depth)
         if name in _XPATH:
-            return _xpath(name, args, e)
+            return self.xpath(name, args, e)
+        if name in RULE_CALLS:
+            return self.rule_call(name, args, e, depth)
         if name == "coalesce":
             return self.coalesce(args, e, depth)
         if name == "json_array_length":
@@ -444,7 +445,7 @@ class _Checker:
         if name == "now":
             if args:
                 raise ExpressionError(f"{quoted(e)!r}: now takes no arguments")
-            return Func("now", (), "number")
+            return self.now() if self.relations is not None else Func("now", (), "number")
         if name not in FUNCTIONS:
             raise ExpressionError(f"{quoted(e)!r}: function {name!r} is not allowed")
         types, required, result = FUNCTIONS[name]
@@ -513,26 +514,24 @@ class _Checker:
                 f"{quoted(e)!r}: {name!r} already names an element of an enclosing array "
                 "function; give the inner lambda another variable"
             )
+        if name in self.rows:
+            raise ExpressionError(
+                f"{quoted(e)!r}: {name!r} already names an enclosing subquery's relation; "
+                "give the lambda another variable"
+            )
         return Var(name)
 
+    def xpath(self, name: str, args: list[exp.Expression], e: exp.Expression) -> Node:
+        is_body, row = self.body_of(args[0]) if len(args) == 2 else (False, None)
+        if not is_body:
+            raise ExpressionError(f"{quoted(e)!r}: write {name}(body, '/an/xpath')")
+        path = args[1]
+        if not (isinstance(path, exp.Literal) and path.is_string):
+            raise ExpressionError(f"{quoted(e)!r}: the XPath must be a quoted text literal")
+        from sluice.expr.xml import check_xpath  # noqa: PLC0415  (lxml is optional: only XPath needs it)
 
-_SCALARS: Final[tuple[Type, ...]] = ("number", "text", "boolean")
-
-
-def _cast(arg: Node, target: Type) -> Node:
-    return arg if arg.type == target else Cast(arg, arg.type, target)
-
-
-def _xpath(name: str, args: list[exp.Expression], e: exp.Expression) -> Node:
-    if len(args) != 2 or syntax.parts_or_none(args[0]) != ["body"]:
-        raise ExpressionError(f"{quoted(e)!r}: write {name}(body, '/an/xpath')")
-    path = args[1]
-    if not (isinstance(path, exp.Literal) and path.is_string):
-        raise ExpressionError(f"{quoted(e)!r}: the XPath must be a quoted text literal")
-    from sluice.expr.xml import check_xpath  # noqa: PLC0415  (lxml is optional: only XPath needs it)
-
-    check_xpath(path.this)
-    return XPath(path.this, _XPATH[name])
+        check_xpath(path.this)
+        return XPath(path.this, _XPATH[name], row)
 
 
 def _size(node: Node, seen: dict[int, int]) -> int:
@@ -549,36 +548,3 @@ def _size(node: Node, seen: dict[int, int]) -> int:
                     total += _size(child, seen)  # type: ignore[arg-type]
     seen[id(node)] = total
     return total
-
-
-def _common(nodes: list[Node], text: str) -> Type:
-    """The type values must share to be compared or chosen between."""
-    known = {n.type for n in nodes if n.type != "any"}
-    if "json" in known:
-        raise ExpressionError(f"{text!r}: an object or array cannot be compared or chosen")
-    if len(known) > 1:
-        raise ExpressionError(
-            f"{text!r} mixes {' and '.join(sorted(known))}; CAST one side to the other's type"
-        )
-    if not known:
-        if all(isinstance(n, Lit) for n in nodes):
-            return "text"  # NULL = NULL and the like: any type gives NULL
-        raise ExpressionError(
-            f"{text!r}: cannot tell whether the JSON values are numbers or text here; "
-            "CAST one of them, e.g. CAST(body.x AS DOUBLE)"
-        )
-    return known.pop()
-
-
-def _as(node: Node, want: Type, text: str) -> Node:
-    if node.type == want:
-        return node
-    if node.type == "any":
-        if isinstance(node, Lit):
-            return Lit(None, want)
-        return Coerce(node, want)
-    raise ExpressionError(f"{text!r} is {_a(node.type)}, where {_a(want)} is expected")
-
-
-def _a(kind: Type) -> str:
-    return {"json": "an object or array", "any": "a JSON value"}.get(kind, f"a {kind}")

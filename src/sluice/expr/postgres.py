@@ -3,10 +3,12 @@ for XML, and the helper functions of sluice's schema where a cast could fail."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 from sluice.expr.nodes import ArrayAgg, Path, Type
-from sluice.expr.sql import Source, SqlCompiler
+from sluice.expr.sql import Source
+from sluice.expr.sql_rules import RulesSqlCompiler
+from sluice.expr.xml import node_selection
 
 __all__ = ["PostgresCompiler"]
 
@@ -35,7 +37,7 @@ _INT_MAX: Final = 2_147_483_647
 _XML_ESCAPES: Final = (("&lt;", "'<'"), ("&gt;", "'>'"), ("&#x0d;", "chr(13)"), ("&amp;", "'&'"))
 
 
-class PostgresCompiler(SqlCompiler):
+class PostgresCompiler(RulesSqlCompiler):
     def __init__(self, source: Source | None = None, *, schema: str, prefix: str = "x") -> None:
         super().__init__(source, prefix=prefix)
         self.schema = schema
@@ -49,8 +51,8 @@ class PostgresCompiler(SqlCompiler):
         cast = {"number": "float8", "boolean": "boolean"}.get(kind, "text")
         return f"{self.bind(value)}::{cast}"
 
-    def column(self, name: str) -> str:
-        a = self.source.alias
+    def column(self, name: str, alias: str) -> str:
+        a = alias
         if name == "content_type":
             return f"coalesce({a}.content_type, 'application/json')"
         if name in ("priority", "attempts"):
@@ -59,7 +61,7 @@ class PostgresCompiler(SqlCompiler):
 
     def _value(self, path: Path) -> str:
         """The jsonb value at ``path`` (NULL where there is none)."""
-        a = self.source.alias
+        a = self.alias(path.row)
         if path.root == "body":
             sql = f"(CASE WHEN {_IS_JSON.format(a=a)} THEN {a}.body::jsonb END)"
         elif path.root == "props":
@@ -173,14 +175,9 @@ class PostgresCompiler(SqlCompiler):
     def text_order(self, sql: str) -> str:
         return f'({sql} COLLATE "C")'
 
-    def xpath(self, path: str, kind: Type) -> str:
-        a = self.source.alias
+    def xpath(self, path: str, kind: Type, alias: str) -> str:
         wrapped = {"text": "string", "number": "number", "boolean": "boolean"}[kind]
-        # Only an XML body has nodes: a text body that happens to parse has none.
-        xml = (
-            f"(CASE WHEN {_IS_XML.format(a=a)} AND xml_is_well_formed_document({a}.body) "
-            f"THEN {a}.body::xml END)"
-        )
+        xml = _xml(alias)
         value = f"(xpath({self.bind(f'{wrapped}({path})')}::text, {xml}))[1]::text"
         if kind == "number":  # NaN and infinities are no numbers
             number = f"({value})::float8"
@@ -194,3 +191,43 @@ class PostgresCompiler(SqlCompiler):
         for escaped, char in _XML_ESCAPES:
             value = f"replace({value}, '{escaped}', {char})"
         return f"coalesce({value}, CASE WHEN {xml} IS NOT NULL THEN '' END)"
+
+    # --- rules -----------------------------------------------------------------------
+    def parameter(self, name: str, kind: Type) -> str:
+        return f"({self.placeholder(name)})::float8"
+
+    def row_id(self, alias: str) -> str:
+        return f"{alias}.id::float8"
+
+    def json_build(self, kind: Literal["object", "array"], args: list[str]) -> str:
+        return f"(jsonb_build_{kind}({', '.join(args)}))::text"
+
+    def json_item(self, sql: str, kind: Type) -> str:
+        # Every other value is typed (float8, text, boolean): jsonb_build_* maps the type.
+        return f"({sql})::jsonb" if kind == "json" else sql
+
+    def json_raw(self, path: Path) -> str:
+        return self._value(path)
+
+    def rows_aggregate(self, op: str, value: str) -> str:
+        if op == "count":
+            return "count(*)::float8"
+        return f"coalesce(sum({value}), 0)" if op == "sum" else f"{op}({value})"
+
+    def xml_nodes(self, path: str, alias: str) -> str:
+        selected = f"xpath({self.bind(node_selection(path))}::text, {_xml(alias)})"
+        # Text and attribute nodes come back escaped as XML text, elements serialised.
+        return f"array_to_string(({selected})::text[], '')"
+
+    def char(self, code: int) -> str:
+        return f"chr({code})"
+
+
+def _xml(alias: str) -> str:
+    """The body of ``alias`` as xml; NULL unless it is an XML body (a text body that
+    happens to parse has no nodes)."""
+    a = alias
+    return (
+        f"(CASE WHEN {_IS_XML.format(a=a)} AND xml_is_well_formed_document({a}.body) "
+        f"THEN {a}.body::xml END)"
+    )

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any, Final, TypeAlias
 
+from sluice.errors import ExpressionError
 from sluice.expr.nodes import (
     ArrayAgg,
     Binary,
@@ -27,16 +28,26 @@ from sluice.expr.nodes import (
     Func,
     In,
     IsNull,
+    JsonArray,
+    JsonObject,
     Like,
     Lit,
     Logic,
     Node,
     Not,
+    Param,
     Path,
     Prop,
+    Subquery,
     Type,
+    XmlConcat,
+    XmlElement,
+    XmlForest,
+    XmlNodes,
     XPath,
+    builds_xml,
 )
+from sluice.expr.xml import escape_attribute, escape_text, select_nodes
 from sluice.message import is_xml
 
 __all__ = ["Evaluator", "Row", "compile_python"]
@@ -44,7 +55,8 @@ __all__ = ["Evaluator", "Row", "compile_python"]
 Row: TypeAlias = Mapping[str, Any]
 """What an expression sees of a message: ``body`` (the decoded JSON value, None for a
 body that is not JSON), ``raw`` (the stored body, for XPath), ``props`` (a dict), the
-fields named in ``sluice.expr.check.COLUMNS`` and ``properties`` (declared ones)."""
+fields named in ``sluice.expr.check.COLUMNS`` and ``properties`` (declared ones).
+In rules, ``now`` too: the engine clock that now() reads (seconds since the epoch)."""
 
 Evaluator: TypeAlias = Callable[[Row, Mapping[str, Any]], Any]
 
@@ -58,7 +70,12 @@ _DATETIME: Final = re.compile(
 
 
 def compile_python(node: Node) -> Callable[[Row], Any]:
-    """A function computing ``node`` for one message."""
+    """A function computing ``node`` for one message.
+
+    Rules' forms give Python values: a JSON object or array as a dict or list, XML
+    as text. Relations (``queue('q')``, ``slice()``) are read in the database only:
+    ExpressionError.
+    """
     fn = _compile(node)
     empty: Mapping[str, Any] = {}
     return lambda row: fn(row, empty)
@@ -108,6 +125,23 @@ def _compile(node: Node) -> Evaluator:  # noqa: PLR0911, PLR0912  (one case per 
         return _aggregate(node)
     if isinstance(node, XPath):
         return _xpath(node.type, node.path)
+    if isinstance(node, Param):
+        return _param(node.name)
+    if isinstance(node, Subquery):
+        raise ExpressionError(
+            "queue() and slice() are read in the database only: the rules engine runs "
+            "this expression in SQL, not in Python"
+        )
+    if isinstance(node, JsonObject):
+        items = [(key, _compile(value)) for key, value in node.items]
+        return lambda row, env: {key: value(row, env) for key, value in items}
+    if isinstance(node, JsonArray):
+        values = [_compile(value) for value in node.items]
+        return lambda row, env: [value(row, env) for value in values]
+    if isinstance(node, XmlElement | XmlForest | XmlConcat):
+        return _xml(node)
+    if isinstance(node, XmlNodes):
+        return _xml_nodes(node.path)
     raise AssertionError(f"unknown node {node!r}")
 
 
@@ -497,3 +531,56 @@ def _xpath(kind: Type, path: str) -> Evaluator:
         return evaluate_xpath(kind, path, row.get("raw"))
 
     return xpath
+
+
+def _param(name: str) -> Evaluator:
+    def param(row: Row, env: Mapping[str, Any]) -> Any:
+        if name not in row:
+            raise ExpressionError(f"{name}() in a rule reads the row's {name!r}, which is missing")
+        return row[name]
+
+    return param
+
+
+def _xml(node: XmlElement | XmlForest | XmlConcat) -> Evaluator:
+    """XML built as text, exactly as ``sluice.expr.sql_rules`` builds it in SQL."""
+    if isinstance(node, XmlConcat):
+        parts = [_xml_part(c) for c in node.items]
+        return lambda row, env: "".join(p(row, env) or "" for p in parts)
+    if isinstance(node, XmlForest):
+        forest = [(name, _xml_part(value)) for name, value in node.items]
+        return lambda row, env: "".join(
+            f"<{name}>{v}</{name}>" for name, p in forest if (v := p(row, env)) is not None
+        )
+    name = node.name
+    attributes = [(key, _compile(value)) for key, value in node.attributes]
+    content = [_xml_part(c) for c in node.content]
+
+    def element(row: Row, env: Mapping[str, Any]) -> str:
+        attrs = "".join(
+            f' {key}="{escape_attribute(v)}"'
+            for key, value in attributes
+            if (v := value(row, env)) is not None
+        )
+        inner = "".join(p(row, env) or "" for p in content)
+        return f"<{name}{attrs}>{inner}</{name}>"
+
+    return element
+
+
+def _xml_part(node: Node) -> Evaluator:
+    """Content: XML as it is, text escaped (None stays None)."""
+    fn = _compile(node)
+    if builds_xml(node):
+        return fn
+    return lambda row, env: None if (v := fn(row, env)) is None else escape_text(v)
+
+
+def _xml_nodes(path: str) -> Evaluator:
+    def nodes(row: Row, env: Mapping[str, Any]) -> str | None:
+        content_type = row.get("content_type")
+        if not (isinstance(content_type, str) and is_xml(content_type)):
+            return None
+        return select_nodes(path, row.get("raw"))
+
+    return nodes

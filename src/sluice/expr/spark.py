@@ -167,8 +167,8 @@ class SparkCompiler(SqlCompiler):
         return f"aggregate(array({value}), CAST(NULL AS {sql_type}), ({acc}, {var}) -> {body(var)})"
 
     # --- the message -----------------------------------------------------------------
-    def column(self, name: str) -> str:
-        a = self.source.alias
+    def column(self, name: str, alias: str) -> str:
+        a = alias
         if name == "content_type":
             return f"coalesce({a}.content_type, 'application/json')"
         if name in ("priority", "attempts"):
@@ -177,7 +177,7 @@ class SparkCompiler(SqlCompiler):
 
     def _root(self, path: Path) -> str:
         """The VARIANT a path starts from (NULL for a body that is not JSON)."""
-        a = self.source.alias
+        a = self.alias(path.row)
         if isinstance(path.root, Var):
             return self.var(path.root)
         if path.root == "body":
@@ -436,8 +436,8 @@ class SparkCompiler(SqlCompiler):
         # Spark's LIKE escapes with a backslash; the language has no escape character.
         return f"({sql} LIKE {self.bind(pattern.replace(chr(92), chr(92) * 2))})"
 
-    def xpath(self, path: str, kind: Type) -> str:
-        a = self.source.alias
+    def xpath(self, path: str, kind: Type, alias: str) -> str:
+        a = alias
         wrapped = {"text": "string", "number": "number", "boolean": "boolean"}[kind]
         function = {"text": "xpath_string", "number": "xpath_double"}.get(kind, "xpath_boolean")
         # Spark's xpath raises on text that is not XML: only XML bodies are read

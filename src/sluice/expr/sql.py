@@ -15,6 +15,7 @@ from typing import Any, Final, Literal, Protocol
 
 from sluice.errors import ExpressionError
 from sluice.expr.nodes import (
+    RULES_ONLY,
     ArrayAgg,
     Binary,
     Case,
@@ -54,7 +55,14 @@ class RelationSource(Protocol):
         """(FROM items, WHERE condition) reading the relation's messages as rows named
         ``alias`` (a messages row, like ``m``). ``queue``: the queue of queue('q');
         ``key``: for slice(), the SQL of the slice's key as text (see
-        ``sluice.expr.check.slice_key``); ``bind`` binds a constant as a parameter."""
+        ``sluice.expr.check.slice_key``); ``bind`` binds a constant as a parameter.
+
+        The compiler splices them as ``SELECT ... FROM {from} WHERE ({where}) AND
+        (...)``, in a subquery of the expression (correlated with ``m``). ``alias``
+        is unique in the compiled SQL; more names the FROM items need are best made
+        from it (``{alias}_s``). Every column of ``sluice.expr.check.COLUMNS``,
+        ``body``, ``properties`` and ``id`` must be readable as ``{alias}.<column>``.
+        """
 
     def queue_name(self, alias: str) -> str:
         """SQL for the name of the queue the message ``alias`` is in (``a.queue``)."""
@@ -93,14 +101,17 @@ class SqlCompiler(ABC):
         self.params: dict[str, Any] = {}
         self._prefix = prefix
         self._vars: dict[str, str] = {}
+        self._rows: dict[str, str] = {}
+        """``Relation.row`` -> the SQL alias of its rows, while compiling its subquery."""
+        self._aliases = 0
 
     # --- what each dialect provides --------------------------------------------------
     @abstractmethod
     def placeholder(self, name: str) -> str: ...
 
     @abstractmethod
-    def column(self, name: str) -> str:
-        """A message field of ``sluice.expr.check.COLUMNS`` as SQL."""
+    def column(self, name: str, alias: str) -> str:
+        """A message field of ``sluice.expr.check.COLUMNS`` of the row ``alias`` as SQL."""
 
     @abstractmethod
     def json_typed(self, path: Path, kind: Type) -> str:
@@ -119,7 +130,20 @@ class SqlCompiler(ABC):
     def function(self, name: str, args: list[str]) -> str: ...
 
     @abstractmethod
-    def xpath(self, path: str, kind: Type) -> str: ...
+    def xpath(self, path: str, kind: Type, alias: str) -> str:
+        """XPath over the body of the row ``alias``."""
+
+    def rules_node(self, node: Node) -> str:
+        """A node only rules have (``sluice.expr.nodes.RULES_ONLY``): see sql_rules."""
+        raise ExpressionError(
+            f"{type(node).__name__.lower()}: relations, now() of the engine clock and body "
+            f"constructors are for rules, which run on SQLite and PostgreSQL; "
+            f"{type(self).__name__} cannot compile them"
+        )
+
+    def row_field(self, name: str, alias: str) -> str:
+        """``a.id`` or ``a.queue`` of a relation's row: see sql_rules."""
+        return self.rules_node(Column(name, "any", alias))
 
     def text_order(self, sql: str) -> str:
         """Text as compared and sorted: by code point on every engine."""
@@ -143,6 +167,15 @@ class SqlCompiler(ABC):
     def var(self, var: Var) -> str:
         return self._vars[var.name]
 
+    def alias(self, row: str | None) -> str:
+        """The SQL name of a message's row: a relation's (``Relation.row``), or ``m``'s."""
+        return self.source.alias if row is None else self._rows[row]
+
+    def new_alias(self, stem: str) -> str:
+        """A table alias no other part of this compilation uses."""
+        self._aliases += 1
+        return f"_{stem}{self._aliases}"
+
     def compile(self, node: Node) -> str:
         """``node`` as SQL of this dialect, its constants bound in ``params``.
 
@@ -161,7 +194,9 @@ class SqlCompiler(ABC):
         if isinstance(node, Lit):
             return self.literal(node.value, node.type)
         if isinstance(node, Column):
-            return self.column(node.name)
+            if node.name in ("id", "queue"):
+                return self.row_field(node.name, self.alias(node.row))
+            return self.column(node.name, self.alias(node.row))
         if isinstance(node, Prop):
             stored = f"{self.source.alias}.{self.source.properties[node.name]}"
             # Boolean properties are stored as numbers, 1 or 0.
@@ -217,7 +252,9 @@ class SqlCompiler(ABC):
             finally:
                 del self._vars[node.var.name]
         if isinstance(node, XPath):
-            return self.xpath(node.path, node.type)
+            return self.xpath(node.path, node.type, self.alias(node.row))
+        if isinstance(node, RULES_ONLY):
+            return self.rules_node(node)
         raise AssertionError(f"unknown node {node!r}")
 
     def order_key(self, node: Node, descending: bool) -> list[str]:

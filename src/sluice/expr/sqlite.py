@@ -9,13 +9,13 @@ import sqlite3
 import threading
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from sluice.errors import ExpressionError
 from sluice.expr import python
 from sluice.expr.nodes import ArrayAgg, Node, Path, Type
-from sluice.expr.sql import SqlCompiler
-from sluice.expr.xml import evaluate_xpath
+from sluice.expr.sql_rules import RulesSqlCompiler
+from sluice.expr.xml import evaluate_xpath, select_nodes
 from sluice.message import encode_json, is_xml
 
 __all__ = ["SQLiteCompiler", "register_functions"]
@@ -55,7 +55,7 @@ def _label(key: str) -> str:
     return f'."{written}"' if '"' not in written else f".{written}"
 
 
-class SQLiteCompiler(SqlCompiler):
+class SQLiteCompiler(RulesSqlCompiler):
     _nesting = 0
 
     def compile(self, node: Node) -> str:
@@ -75,15 +75,15 @@ class SQLiteCompiler(SqlCompiler):
     def placeholder(self, name: str) -> str:
         return f":{name}"
 
-    def column(self, name: str) -> str:
-        a = self.source.alias
+    def column(self, name: str, alias: str) -> str:
+        a = alias
         if name == "content_type":
             return f"coalesce({a}.content_type, 'application/json')"
         return f"{a}.{name}"
 
     def _document(self, path: Path) -> tuple[str, str | None]:
         """(JSON text, path) of a JSON value; path None: a json_each element itself."""
-        a = self.source.alias
+        a = self.alias(path.row)
         if path.root == "body":
             doc = f"(CASE WHEN {_IS_JSON.format(a=a)} THEN {a}.body END)"
         elif path.root == "props":
@@ -169,10 +169,39 @@ class SQLiteCompiler(SqlCompiler):
         )
         return f"({sql} GLOB {self.bind(glob)})"
 
-    def xpath(self, path: str, kind: Type) -> str:
-        a = self.source.alias
+    def xpath(self, path: str, kind: Type, alias: str) -> str:
+        a = alias
         # content_type is NULL for JSON, which makes the call NULL: no nodes.
         return f"sluice_xpath({self.bind(kind)}, {self.bind(path)}, {a}.body, {a}.content_type)"
+
+    # --- rules -----------------------------------------------------------------------
+    def json_build(self, kind: Literal["object", "array"], args: list[str]) -> str:
+        return f"json_{kind}({', '.join(args)})"
+
+    def json_item(self, sql: str, kind: Type) -> str:
+        if kind == "json":  # JSON text, marked as JSON so that it is nested, not quoted
+            return f"json({sql})"
+        if kind == "boolean":  # SQLite's booleans are the numbers 1 and 0
+            return f"json(CASE {sql} WHEN 1 THEN 'true' WHEN 0 THEN 'false' END)"
+        return sql
+
+    def json_raw(self, path: Path) -> str:
+        doc, where = self._document(path)
+        assert where is not None  # constructors are refused inside lambdas
+        # -> gives the value's JSON text (NULL where there is none): strings stay strings.
+        return f"json({doc} -> {where})"
+
+    def rows_aggregate(self, op: str, value: str) -> str:
+        if op == "count":
+            return "count(*)"
+        return f"{'total' if op == 'sum' else op}({value})"
+
+    def xml_nodes(self, path: str, alias: str) -> str:
+        a = alias
+        return f"sluice_xpath_nodes({self.bind(path)}, {a}.body, {a}.content_type)"
+
+    def char(self, code: int) -> str:
+        return f"char({code})"
 
 
 @lru_cache(maxsize=1)
@@ -213,6 +242,10 @@ def _xpath(kind: str, path: str, body: str | bytes, content_type: str) -> Any:
     return evaluate_xpath(kind, path, body) if is_xml(content_type) else None
 
 
+def _xpath_nodes(path: str, body: str | bytes, content_type: str) -> str | None:
+    return select_nodes(path, body) if is_xml(content_type) else None
+
+
 def _integral(fn: Callable[[float], int]) -> Callable[[float], float]:
     # From 2**52 on every double is whole (and SQLite's integers stop at 2**63).
     return lambda x: x if abs(x) >= 2**52 else fn(x)
@@ -246,6 +279,7 @@ def register_functions(conn: sqlite3.Connection) -> None:
         "sluice_to_number": ((1,), python._to_number),
         "sluice_number_text": ((1,), python._to_text),
         "sluice_xpath": ((4,), _xpath),
+        "sluice_xpath_nodes": ((3,), _xpath_nodes),
     }
     for name, (arities, fn) in functions.items():
         for arity in arities:

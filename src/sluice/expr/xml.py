@@ -1,15 +1,27 @@
 """XML bodies: parsed safely (no entity expansion, no files, no network) and read with XPath 1.0;
-XML Schemas compiled from one self-contained document."""
+XML Schemas compiled from one self-contained document; text escaped and nodes selected
+for the XML that rules build."""
 
 from __future__ import annotations
 
+import copy
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from sluice.errors import ExpressionError, InvalidBody, TypeDefinitionError
 
-__all__ = ["check_xpath", "evaluate_xpath", "parse_xml", "parse_xml_schema"]
+__all__ = [
+    "check_node_xpath",
+    "check_xpath",
+    "escape_attribute",
+    "escape_text",
+    "evaluate_xpath",
+    "node_selection",
+    "parse_xml",
+    "parse_xml_schema",
+    "select_nodes",
+]
 
 _XSD = "{http://www.w3.org/2001/XMLSchema}"
 # Schema elements that pull in another document by its schemaLocation.
@@ -138,3 +150,83 @@ def evaluate_xpath(kind: str, path: str, body: str | bytes | None) -> str | floa
         # document alive; the caller gets the text only.
         return str(value)
     return value  # type: ignore[no-any-return]
+
+
+# What canonical XML (C14N) escapes: in text & < > and CR; in an attribute's value
+# (in double quotes) & < " and the white space a parser would otherwise normalise.
+# sluice.expr.sql_rules escapes the same characters in SQL.
+_TEXT_ESCAPES: Final = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("\r", "&#xD;"))
+_ATTRIBUTE_ESCAPES: Final = (
+    ("&", "&amp;"),
+    ("<", "&lt;"),
+    ('"', "&quot;"),
+    ("\t", "&#x9;"),
+    ("\n", "&#xA;"),
+    ("\r", "&#xD;"),
+)
+
+
+def escape_text(text: str) -> str:
+    """``text`` as XML character data, escaped as canonical XML writes it."""
+    for char, escaped in _TEXT_ESCAPES:
+        text = text.replace(char, escaped)
+    return text
+
+
+def escape_attribute(text: str) -> str:
+    """``text`` as an attribute value in double quotes, escaped as canonical XML writes it."""
+    for char, escaped in _ATTRIBUTE_ESCAPES:
+        text = text.replace(char, escaped)
+    return text
+
+
+def node_selection(path: str) -> str:
+    """The XPath ``xpath_nodes`` evaluates for ``path``: the same nodes, but the
+    document element in place of the root node, so that selecting ``/`` gives an
+    element (not a document with its XML declaration) on every engine."""
+    return f"({path})[count(.|/) != 1] | ({path})[count(.|/) = 1]/*"
+
+
+@lru_cache(maxsize=256)
+def check_node_xpath(path: str) -> str:
+    """``path`` if it is XPath 1.0 that selects nodes, else ExpressionError."""
+    etree = _lxml()
+    check_xpath(path)
+    # XPath 1.0's result type follows from the expression alone: try it on any document.
+    try:
+        result = check_xpath(path)(etree.fromstring(b"<x/>"))
+        check_xpath(node_selection(path))
+    except etree.XPathError as exc:
+        raise ExpressionError(f"{path!r} cannot select nodes: {exc}") from None
+    if not isinstance(result, list):
+        kind = {bool: "boolean", float: "number"}.get(type(result), "string")
+        raise ExpressionError(
+            f"{path!r} gives a {kind}, not nodes: xpath_nodes selects nodes "
+            "(read values with xpath, xpath_number or xpath_boolean)"
+        )
+    return path
+
+
+def select_nodes(path: str, body: str | bytes | None) -> str | None:
+    """The nodes ``path`` selects in the XML ``body``, serialised one after the other
+    (text and attribute values escaped as text); '' when none, None if not XML."""
+    if body is None:
+        return None
+    etree = _lxml()
+    try:
+        root = _read(body)
+        nodes = check_xpath(node_selection(path))(root)
+    except (InvalidBody, etree.XPathError):
+        return None
+    return "".join(_serialised(etree, node) for node in nodes)
+
+
+def _serialised(etree: Any, node: Any) -> str:
+    if isinstance(node, str):  # a text node or an attribute's value
+        return escape_text(str(node))
+    if isinstance(node.tag, str):
+        # An element declares the namespaces it and its descendants use, and no
+        # others, as PostgreSQL's xpath() writes it.
+        node = copy.deepcopy(node)
+        etree.cleanup_namespaces(node)
+    return etree.tostring(node, encoding="unicode", with_tail=False)  # type: ignore[no-any-return]
