@@ -357,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     _pipeline_parser(
         add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice[spark])")
     )
-    cli_jobs.add_commands(add)
-    cli_rules.add_commands(add)
+    for module in (cli_jobs, cli_rules):
+        module.add_commands(add)
     return parser
 
 

@@ -7,7 +7,8 @@ nothing uncommitted ever showed, and a single reader that aborts saw the
 messages in commit order. Then the orders example (``demo_orders``) shows
 content-aware queuing: typed orders, a priority function and a selective
 ordering dequeue; and the mass-mailing example (``demo_mailing``) a week of a
-throttled mailer: jobs, a time-of-week profile, late jobs and SMTP.
+throttled mailer: jobs, a time-of-week profile, late jobs and SMTP; and last Demaq's
+procurement process on the rules engine (``demo_procurement``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 import sluice
 from sluice.demo_mailing import MailingReport, format_mailing, run_mailing_demo
+from sluice.demo_procurement import ProcurementReport, format_procurement, run_procurement_demo
 from sluice.demo_orders import OrdersReport, format_orders, run_orders_demo
 
 __all__ = ["DemoReport", "run_demo"]
@@ -53,12 +55,14 @@ class DemoReport:
     error_queue: int = 0
     orders: OrdersReport = field(default_factory=OrdersReport)
     mailing: MailingReport = field(default_factory=MailingReport)
+    procurement: ProcurementReport = field(default_factory=ProcurementReport)
 
     @property
     def ok(self) -> bool:
         return (
             self.orders.ok
             and self.mailing.ok
+            and self.procurement.ok
             and self.delivered == self.committed
             and not (self.delivered_twice or self.never_delivered or self.uncommitted_seen)
             and self.ordered_reader_in_commit_order
@@ -121,6 +125,8 @@ class _Demo:
         self.summarise(report)
         report.orders = run_orders_demo(db)
         report.mailing = run_mailing_demo(db, readers=self.readers, subscribers=self.readers // 5)
+        # Last: it moves the database's clock a month ahead.
+        report.procurement = run_procurement_demo(db)
         return report
 
     def produce(self, p: int) -> None:
@@ -241,6 +247,7 @@ def format_report(report: DemoReport) -> str:
         f"{check[report.ordered_reader_in_commit_order]}",
         format_orders(report.orders),
         format_mailing(report.mailing),
+        format_procurement(report.procurement),
         f"  result: {'all checks passed' if report.ok else 'CHECKS FAILED'}",
     ]
     return "\n".join(lines)

@@ -61,7 +61,8 @@ def test_a_routing_rule_enqueues_its_actions_once_with_computed_properties(
     billed = db.queue("billing").browse(limit=10)
     assert [m.properties["total"] for m in billed] == [10.0, 20.0, 30.0, 40.0]
     first = billed[0].properties
-    assert first["rule"] == "route" and first["trigger_queue"] == "orders"
+    assert first["rule"] == "route"
+    assert first["trigger_queue"] == "orders"
     assert first["created_at"] == T0
     # Processed once: running again does nothing more.
     assert db.rules.run_until_idle().processed == 0
@@ -92,7 +93,10 @@ def test_a_changed_rule_applies_to_messages_not_yet_processed(db: sluice.Databas
 
 def test_static_mistakes_are_refused_with_their_line(db: sluice.Database) -> None:
     with pytest.raises(RuleDefinitionError, match="line 3"):
-        db.apply("CREATE QUEUE a;\nCREATE QUEUE b;\nCREATE RULE r FOR a IF true THEN ENQUEUE 1 INTO nowhere;")
+        db.apply(
+            "CREATE QUEUE a;\nCREATE QUEUE b;\n"
+            "CREATE RULE r FOR a IF true THEN ENQUEUE 1 INTO nowhere;"
+        )
     with pytest.raises(RuleDefinitionError, match="slice"):
         db.apply("CREATE QUEUE a;\nCREATE RULE r FOR a IF slicekey() = 'x' THEN RESET;")
     # Nothing of a refused file was applied.
@@ -192,14 +196,17 @@ def test_a_runtime_failure_becomes_an_error_message_and_the_trigger_does_not_loo
     inbox = db.queue("inbox")
     inbox.put_many([{"n": 1}, {"n": 2.5}, {"n": 3}])
     stats = db.rules.run_until_idle()
-    assert stats.processed == 3 and stats.errors == 1
+    assert stats.processed == 3
+    assert stats.errors == 1
     # The failing message's actions are all undone, the others done.
     assert ready(db, "out") == [{"n": 1}, {"n": 3}]
     assert ready(db, "out2") == [{"n": 1}, {"n": 3}]
     (error,) = ready(db, "inboxErrors")
-    assert error["error"] == "message" and error["rule"] == "copy"
+    assert error["error"] == "message"
+    assert error["rule"] == "copy"
     assert "integer" in error["message"]
-    assert error["trigger"]["queue"] == "inbox" and error["trigger"]["body"] == {"n": 2.5}
+    assert error["trigger"]["queue"] == "inbox"
+    assert error["trigger"]["body"] == {"n": 2.5}
     assert ready(db, "fileErrors") == []
     assert db.rules.run_until_idle().processed == 0
 
@@ -221,9 +228,7 @@ def test_error_queues_may_have_rules(db: sluice.Database) -> None:
 
 
 def test_a_fixed_property_cannot_be_set_by_a_producer(db: sluice.Database) -> None:
-    db.apply(
-        "CREATE QUEUE q; CREATE PROPERTY k AS text FIXED QUEUE q VALUE upper(body.name);"
-    )
+    db.apply("CREATE QUEUE q; CREATE PROPERTY k AS text FIXED QUEUE q VALUE upper(body.name);")
     q = db.queue("q")
     q.put({"name": "ab"})
     assert q.browse(limit=1)[0].properties == {"k": "AB"}
@@ -286,4 +291,3 @@ def test_the_rules_run_in_the_background_until_stopped(db: sluice.Database) -> N
             assert m.body == {"order": 1, "total": 5.0}
     finally:
         db.rules.stop()
-

@@ -18,8 +18,8 @@ from sluice.errors import ConfigurationError, SchemaTooNew, StorageError
 __all__ = [
     "CREDIT_LOCK_CLASS",
     "LOCK_CLASS",
-    "RULES_LOCK_CLASS",
     "MESSAGES_TABLE",
+    "RULES_LOCK_CLASS",
     "SchemaState",
     "create_current",
     "latest_version",

@@ -24,7 +24,7 @@ from sluice.rules.model import Application, QueueDef
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
 from sluice.rules.runner import BatchResult, process_batch, remove_unneeded
 
-__all__ = ["RunStats", "Rules"]
+__all__ = ["Rules", "RunStats"]
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class Rules:
             self._check_data(current, app)
             # Compiled before anything changes: a mistake only a compiler finds is refused
             # here, not at the first message.
-            ids = {name: 0 for name in app.queues}
+            ids = dict.fromkeys(app.queues, 0)
             compile_application(app, backend, ids)
             self._make_queues(current, app)
             self._store_properties(current, app)

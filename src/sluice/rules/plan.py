@@ -19,10 +19,11 @@ from typing import Any, Literal
 
 from sluice.backends.base import RuleStore
 from sluice.errors import ConfigurationError, ExpressionError
-from sluice.expr import Node, Scope, Type, parse
-from sluice.expr.check import Relations, builds_xml, key_text, slice_key
+from sluice.expr import Node, Scope, Type, builds_xml, parse
+from sluice.expr.check import Relations, slice_key
+from sluice.expr.coercion import cast_to
 from sluice.expr.nodes import Path
-from sluice.expr.sql import RelationSource, SqlCompiler
+from sluice.expr.sql import RelationSource
 from sluice.rules.check import rules_of
 from sluice.rules.model import (
     PROPERTY_TYPES,
@@ -169,57 +170,66 @@ def _plan(
     plan = QueuePlan(definition, queue_ids[definition.name])
     types: dict[str, Type] = {n: PROPERTY_TYPES[p.type] for n, p in app.properties.items()}
     types.update(SYSTEM_PROPERTIES)
-    for slicing in app.slicings.values():
-        prop = app.properties[slicing.property]
+    for on in app.slicings.values():
+        prop = app.properties[on.property]
         if definition.name in prop.values:
             compiler = backend.rules_compiler(None, prefix=f"j{len(plan.joins)}_")
             sql = compiler.compile(slice_key(prop.name, PROPERTY_TYPES[prop.type]))
-            plan.joins.append(Join(slicing.name, sql, dict(compiler.params)))
+            plan.joins.append(Join(on.name, sql, dict(compiler.params)))
     for n, rule in enumerate(rules_of(app, definition.name)):
-        slicing = app.slicings.get(rule.target)
-        slice_type = None if slicing is None else PROPERTY_TYPES[app.properties[slicing.property].type]
-        relations = _Recording(
-            backend.rules_relations(queue_ids, None if slicing is None else slicing.name)
-        )
-        scope = Scope(
-            types,
-            relations=Relations(
-                queues=frozenset(app.queues),
-                slicing=None if slicing is None else slicing.name,
-                slice_type=slice_type,
-                slice_property=None if slicing is None else slicing.property,
-                properties=types,
-            ),
-        )
-        compiler = backend.rules_compiler(relations, prefix=f"r{n}_")
-        parsed = _Parser(scope, rule)
-
-        def node_column(node: Node, compiler: SqlCompiler = compiler) -> int:
-            return _add(plan, compiler.compile(node))
-
-        key = None
-        if slicing is not None:
-            prop = app.properties[slicing.property]
-            key = node_column(slice_key(prop.name, PROPERTY_TYPES[prop.type]))
-        branches = []
-        for branch in rule.branches:
-            condition = (
-                None
-                if branch.condition is None
-                else node_column(parsed(branch.condition, "boolean"))
-            )
-            actions: list[PlannedEnqueue | PlannedReset] = []
-            for action in branch.actions:
-                if isinstance(action, Enqueue):
-                    actions.append(_enqueue(app, action, parsed, node_column))
-                else:
-                    plan.sequential = True  # a reset changes what later messages see
-                    actions.append(_reset(app, action, rule, parsed, node_column))
-            branches.append(PlannedBranch(condition, tuple(actions)))
-        plan.rules.append(PlannedRule(rule, None if slicing is None else slicing.name, key, tuple(branches)))
-        plan.params.update(compiler.params)
-        plan.sequential = plan.sequential or relations.used
+        _rule(app, backend, queue_ids, types, plan, n, rule)
     return plan
+
+
+def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
+    app: Application,
+    backend: RuleStore,
+    queue_ids: Mapping[str, int],
+    types: dict[str, Type],
+    plan: QueuePlan,
+    n: int,
+    rule: RuleDef,
+) -> None:
+    slicing = app.slicings.get(rule.target)
+    prop = None if slicing is None else app.properties[slicing.property]
+    relations = _Recording(
+        backend.rules_relations(queue_ids, None if slicing is None else slicing.name)
+    )
+    scope = Scope(
+        types,
+        relations=Relations(
+            queues=frozenset(app.queues),
+            slicing=None if slicing is None else slicing.name,
+            slice_type=None if prop is None else PROPERTY_TYPES[prop.type],
+            slice_property=None if prop is None else prop.name,
+            properties=types,
+        ),
+    )
+    compiler = backend.rules_compiler(relations, prefix=f"r{n}_")
+    parsed = _Parser(scope, rule)
+
+    def node_column(node: Node) -> int:
+        return _add(plan, compiler.compile(node))
+
+    key = None if prop is None else node_column(slice_key(prop.name, PROPERTY_TYPES[prop.type]))
+    branches = []
+    for branch in rule.branches:
+        condition = (
+            None if branch.condition is None else node_column(parsed(branch.condition, "boolean"))
+        )
+        actions: list[PlannedEnqueue | PlannedReset] = []
+        for action in branch.actions:
+            if isinstance(action, Enqueue):
+                actions.append(_enqueue(app, action, parsed, node_column))
+            else:
+                plan.sequential = True  # a reset changes what later messages see
+                actions.append(_reset(app, action, rule, parsed, node_column))
+        branches.append(PlannedBranch(condition, tuple(actions)))
+    plan.rules.append(
+        PlannedRule(rule, None if slicing is None else slicing.name, key, tuple(branches))
+    )
+    plan.params.update(compiler.params)
+    plan.sequential = plan.sequential or relations.used
 
 
 def _add(plan: QueuePlan, sql: str) -> int:
@@ -284,4 +294,4 @@ def _reset(
     kind = PROPERTY_TYPES[prop.type]
     if action.key is None:
         return PlannedReset(name, node_column(slice_key(prop.name, kind)))
-    return PlannedReset(name, node_column(key_text(parsed(action.key, kind))))
+    return PlannedReset(name, node_column(cast_to(parsed(action.key, kind), "text")))

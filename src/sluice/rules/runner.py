@@ -217,24 +217,17 @@ class _Batch:
             return trigger.body, trigger.content_type
         assert action.body is not None
         value = values[action.body]
+        if action.kind == "scalar" and value is not None:
+            (value,) = json.loads(value) if isinstance(value, str) else value
+            if value is not None:
+                return value, JSON
         if value is None:
             raise Failure(
                 "body",
                 f"line {action.line}: the body of the message for {action.queue!r} is NULL",
                 rule,
             )
-        if action.kind == "json":
-            return (json.loads(value) if isinstance(value, str) else value), JSON
-        if action.kind == "scalar":
-            (inner,) = json.loads(value) if isinstance(value, str) else value
-            return inner, JSON
-        if action.kind == "xml":
-            return _canonical_xml(value), XML
-        if action.kind == "text":
-            return str(value), None
-        if isinstance(value, bool | int | float):
-            return value, JSON
-        return value, None
+        return _shaped(action.kind, value)
 
     def _typed(
         self,
@@ -279,9 +272,13 @@ class _Batch:
                 "body": trigger.body if not isinstance(trigger.body, bytes) else None,
             },
         }
-        properties = {"trigger_id": trigger.id, "trigger_queue": trigger.queue,
-                      "created_at": self.now, "rule": None if rule is None else rule.name}  # fmt: skip
-        properties = {k: v for k, v in properties.items() if v is not None}
+        properties: dict[str, Any] = {
+            "trigger_id": trigger.id,
+            "trigger_queue": trigger.queue,
+            "created_at": self.now,
+        }
+        if rule is not None:
+            properties["rule"] = rule.name
         chosen = [
             rule.error_queue if rule is not None else None,
             self.plan.definition.error_queue,
@@ -365,6 +362,17 @@ class _Actions:
     envelopes: list[Envelope] = field(default_factory=list)
 
 
+def _shaped(kind: str, value: Any) -> tuple[Any, str | None]:
+    """A body column's value as a body and its content type, by how it was built."""
+    if kind == "json":
+        return (json.loads(value) if isinstance(value, str) else value), JSON
+    if kind == "xml":
+        return _canonical_xml(value), XML
+    if kind == "text" or not isinstance(value, bool | int | float):
+        return str(value), None
+    return value, JSON
+
+
 def _json_value(value: Any, app: Application, name: str) -> Any:
     """A WITH value as the properties JSON holds it (booleans from SQLite's 0 and 1)."""
     prop = app.properties.get(name)
@@ -422,4 +430,3 @@ def remove_unneeded(
         params = {"queue_id": ref, "before": now - queue.retention, "limit": limit}
         removed += context.backend.rules_write("rules_remove", params)
     return removed
-

@@ -1,0 +1,156 @@
+"""Demaq's procurement process on sluice's rules engine (docs/rules.md).
+
+``procurement.rules`` (beside this module; ``examples/procurement/`` links it) is
+the application. This module plays everyone outside it: customers who ask for
+offers, order and pay, the supplier who answers availability requests, and time,
+on a ManualClock moved a month ahead so that the payment reminders fall due. It
+returns what every queue holds at the end, what retention removed, and the checks
+that the process did what the paper says it does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import sluice
+from sluice.clock import ManualClock
+from sluice.message import XML
+
+__all__ = ["ProcurementReport", "application", "format_procurement", "run_procurement_demo"]
+
+START = 1_767_225_600.0  # 2026-01-01 00:00 UTC
+DAY = 86_400.0
+
+
+def application() -> str:
+    """The procurement application's definition text."""
+    return resources.files("sluice").joinpath("procurement.rules").read_text("utf-8")
+
+
+@dataclass(slots=True)
+class ProcurementReport:
+    customer: list[str] = field(default_factory=list)
+    """Everything the customers received, in order: offers, refusals, reminders."""
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    queues: dict[str, int] = field(default_factory=dict)
+    """Messages each queue of the application keeps at the end (any state)."""
+    processed: int = 0
+    removed: int = 0
+    errors: int = 0
+    checks: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(self.checks.values())
+
+
+def _request(rid: str, customer: str | None, items: str) -> str:
+    who = f' customer="{customer}"' if customer else ""
+    return f'<offerRequest id="{rid}"{who}>{items}</offerRequest>'
+
+
+def _supplier_answers(db: sluice.Database) -> None:
+    """The supplier: every availability request gets an answer with a price."""
+    with db.transaction() as tx:
+        for m in tx.dequeue("supplier", limit=100):
+            request = str(m.body).split('request="', 1)[1].split('"', 1)[0]
+            tx.enqueue("checks", f'<supplierOK request="{request}" price="100"/>', content_type=XML)
+
+
+def _received(db: sluice.Database) -> list[str]:
+    with db.transaction() as tx:
+        return [str(m.body) for m in tx.dequeue("customer", limit=100)]
+
+
+def run_procurement_demo(db: sluice.Database) -> ProcurementReport:
+    """Run the process on ``db`` (its clock is set to a manual one); what happened."""
+    clock = ManualClock(START)
+    db.clock = clock
+    db.apply(application())
+    rules, report = db.rules, ProcurementReport()
+    offers = db.queue("offerRequests")
+
+    def settle() -> None:
+        stats = rules.run_until_idle()
+        report.processed += stats.processed
+        report.removed += stats.removed
+        report.errors += stats.errors
+
+    # Day 0: four requests. r2 asks for an export-controlled item, r3 names no
+    # customer, r5 asks for half a unit (the supplier's property refuses it).
+    item = '<item sku="A-1" qty="3"/>'
+    offers.put(_request("r1", "c1", item), content_type=XML)
+    offers.put(
+        _request("r2", "c2", '<item sku="X-9" qty="1" export="controlled"/>'), content_type=XML
+    )
+    offers.put(_request("r3", None, item), content_type=XML)
+    offers.put(_request("r4", "c3", item), content_type=XML)
+    offers.put(_request("r5", "c4", '<item sku="A-1" qty="1.5"/>'), content_type=XML)
+    settle()
+    _supplier_answers(db)
+    settle()
+    report.customer += _received(db)
+    # c1 and c3 order; c1 pays within the month, c3 does not.
+    orders = db.queue("purchaseOrders")
+    orders.put('<order request="r1" customer="c1" price="100"/>', content_type=XML)
+    orders.put('<order request="r4" customer="c3" price="100"/>', content_type=XML)
+    settle()
+    clock.advance(10 * DAY)
+    db.queue("payments").put('<payment invoice="inv-r1" amount="100"/>', content_type=XML)
+    settle()
+    # A month after the invoices: the echo queue brings them back.
+    clock.advance(21 * DAY)
+    settle()
+    report.customer += _received(db)
+    # c3 is overdue now: a new request is refused by finance.
+    offers.put(_request("r6", "c3", item), content_type=XML)
+    settle()
+    _supplier_answers(db)
+    settle()
+    report.customer += _received(db)
+    with db.transaction() as tx:
+        report.alerts = [m.body for m in tx.dequeue("adminAlerts", limit=100)]
+    for name in sorted(db.rules.application.queues):
+        stats = db.queue(name).stats()
+        report.queues[name] = sum(stats.values())
+    report.checks = _checks(report)
+    return report
+
+
+def _checks(report: ProcurementReport) -> dict[str, bool]:
+    got = report.customer
+    kinds = [text.split(" ", 1)[0].lstrip("<") for text in got]
+    return {
+        "offers to r1 and r4": sum('request="r1"' in t and t.startswith("<offer") for t in got) == 1
+        and sum('request="r4"' in t and t.startswith("<offer") for t in got) == 1,
+        "r2 refused by legal": any(
+            t.startswith("<refusal") and "r2" in t and "legalRefused" in t for t in got
+        ),
+        "r3 refused: no customer": any("r3" in t and "no customer given" in t for t in got),
+        "one reminder, for the unpaid inv-r4": kinds.count("reminder") == 1
+        and any('invoice="inv-r4"' in t for t in got if t.startswith("<reminder")),
+        "r6 refused by finance": any(
+            t.startswith("<refusal") and "r6" in t and "financeRefused" in t for t in got
+        ),
+        "r5's failure went to crmErrors and deadLink alerted": len(report.alerts) == 1
+        and report.alerts[0]["rule"] == "forkRequest",
+        "answered requests were removed": report.queues["offerRequests"] == 1
+        and report.queues["checks"] == 0,
+        "the paid invoice was removed, the unpaid one kept": report.queues["invoices"] == 1
+        and report.queues["payments"] == 0,
+    }
+
+
+def format_procurement(report: ProcurementReport) -> str:
+    lines = ["procurement (Demaq's example on sluice rules):"]
+    lines += [f"  customer received: {text}" for text in report.customer]
+    lines += [f"  admin alert: {alert}" for alert in report.alerts]
+    kept = ", ".join(f"{q} {n}" for q, n in report.queues.items() if n)
+    lines.append(
+        f"  {report.processed} messages processed, {report.errors} error(s), "
+        f"{report.removed} removed by retention; kept: {kept}"
+    )
+    lines += [f"  [{'ok' if ok else 'FAILED'}] {name}" for name, ok in report.checks.items()]
+    return "\n".join(lines)
