@@ -62,6 +62,11 @@ class RulesSqlCompiler(SqlCompiler):
         """The JSON value at ``path`` as ``json_build`` takes it, whatever its JSON type."""
 
     @abstractmethod
+    def json_text(self, path: Path) -> str:
+        """The JSON value at ``path`` as JSON text (``'null'`` for JSON null, NULL where
+        there is none): what a JSON value of a message, taken as it is, compiles to."""
+
+    @abstractmethod
     def rows_aggregate(self, op: str, value: str) -> str:
         """count(*) (``value`` unused), or sum (0 over no rows), min, max, avg of ``value``."""
 
