@@ -258,7 +258,7 @@ class RulesChecker(ABC):
             item = item.this
         with self.relation(select, e) as relation:
             where = self.where(select, depth)
-            if isinstance(item, exp.Anonymous) and item.name.lower() in _ROW_AGGREGATES:
+            if _row_aggregate(item):
                 _no_order(select, e, "an aggregate")
                 return self.row_aggregate(item, relation, where, depth)
             value = _scalar(self.node(item, depth), e)
@@ -537,6 +537,18 @@ def _is_one(limit: exp.Expression | None) -> bool:
         return False
     value = limit.expression
     return isinstance(value, exp.Literal) and not value.is_string and value.this == "1"
+
+
+def _row_aggregate(item: exp.Expression) -> bool:
+    """Whether a subquery selects an aggregate over its rows (count(queue('q')) is a value)."""
+    if not (isinstance(item, exp.Anonymous) and item.name.lower() in _ROW_AGGREGATES):
+        return False
+    args = item.expressions
+    return not (
+        len(args) == 1
+        and isinstance(args[0], exp.Anonymous)
+        and args[0].name.lower() in ("queue", "slice")
+    )
 
 
 def _scalar(node: Node, e: exp.Expression) -> Node:

@@ -209,6 +209,9 @@ class PostgresCompiler(RulesSqlCompiler):
     def json_raw(self, path: Path) -> str:
         return self._value(path)
 
+    def json_text(self, path: Path) -> str:
+        return f"({self._value(path)})::text"
+
     def rows_aggregate(self, op: str, value: str) -> str:
         if op == "count":
             return "count(*)::float8"

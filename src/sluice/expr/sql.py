@@ -141,6 +141,11 @@ class SqlCompiler(ABC):
             f"{type(self).__name__} cannot compile them"
         )
 
+    def json_text(self, path: Path) -> str:
+        """A JSON value as it is (a rule's body ``body.order``): see sql_rules. Elsewhere a
+        JSON path is always read as a type (Coerce) or tested with IS NULL."""
+        raise AssertionError("a JSON path is always read through Coerce or IS NULL")
+
     def row_field(self, name: str, alias: str) -> str:
         """``a.id`` or ``a.queue`` of a relation's row: see sql_rules."""
         return self.rules_node(Column(name, "any", alias))
@@ -205,7 +210,7 @@ class SqlCompiler(ABC):
             assert isinstance(node.arg, Path)  # the checker coerces only JSON paths
             return self.json_typed(node.arg, node.type)
         if isinstance(node, Path):
-            raise AssertionError("a JSON path is always read through Coerce or IS NULL")
+            return self.json_text(node)
         if isinstance(node, Cast):
             return self.cast(self.compile(node.arg), node.source, node.type)
         if isinstance(node, Binary):

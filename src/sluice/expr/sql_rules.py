@@ -62,6 +62,11 @@ class RulesSqlCompiler(SqlCompiler):
         """The JSON value at ``path`` as ``json_build`` takes it, whatever its JSON type."""
 
     @abstractmethod
+    def json_text(self, path: Path) -> str:
+        """The JSON value at ``path`` as JSON text (``'null'`` for JSON null, NULL where
+        there is none): what a JSON value of a message, taken as it is, compiles to."""
+
+    @abstractmethod
     def rows_aggregate(self, op: str, value: str) -> str:
         """count(*) (``value`` unused), or sum (0 over no rows), min, max, avg of ``value``."""
 
@@ -127,10 +132,7 @@ class RulesSqlCompiler(SqlCompiler):
             assert node.value is not None
             value = self.compile(node.value)
             if node.op == "first":
-                # The message id last: rows that tie on every key still give one answer.
-                keys = [k for key, desc in node.order for k in self.order_key(key, desc)]
-                keys.append(f"{alias}.id")
-                return f"(SELECT {value} {rows} ORDER BY {', '.join(keys)} LIMIT 1)"
+                return self.first(node, value, rows, alias)
             # The values are computed in a subquery of their own: an aggregate over a
             # value naming only the triggering message would otherwise belong to the
             # enclosing query, as SQL has it.
@@ -139,6 +141,37 @@ class RulesSqlCompiler(SqlCompiler):
             return f"(SELECT {total} FROM (SELECT {value} AS x {rows}) AS {alias}_v)"
         finally:
             del self._rows[relation.row]
+
+    def first(self, node: Subquery, value: str, rows: str, alias: str) -> str:
+        """The value of the first row by the keys, then by message id (so that rows that
+        tie on every key still give one answer); NULL keys last.
+
+        The keys are computed in a subquery of their own: SQLite cannot resolve a
+        name of the enclosing query (the triggering message) in ORDER BY.
+        """
+        columns = [f"{value} AS v"]
+        terms = []
+        for key, descending in node.order:
+            for sql, is_text in self.sort_keys(key):
+                name = f"k{len(columns)}"
+                columns.append(f"{sql} AS {name}")
+                ref = f"{alias}_o.{name}"
+                direction = " DESC" if descending else ""
+                terms.append(f"{self.text_order(ref) if is_text else ref}{direction} NULLS LAST")
+        columns.append(f"{alias}.id AS id")
+        terms.append(f"{alias}_o.id")
+        return (
+            f"(SELECT {alias}_o.v FROM (SELECT {', '.join(columns)} {rows}) AS {alias}_o "
+            f"ORDER BY {', '.join(terms)} LIMIT 1)"
+        )
+
+    def sort_keys(self, key: Node) -> list[tuple[str, bool]]:
+        """(SQL, whether text) of what a key sorts by: a JSON value of unknown type
+        by number, then by text, as ``order_key`` sorts."""
+        if key.type == "any":
+            assert isinstance(key, Path)
+            return [(self.json_typed(key, "number"), False), (self.json_typed(key, "text"), True)]
+        return [(self.compile(key), key.type == "text")]
 
     def json_value(self, node: Node) -> str:
         if isinstance(node, Path):

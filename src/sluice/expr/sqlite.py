@@ -187,9 +187,12 @@ class SQLiteCompiler(RulesSqlCompiler):
 
     def json_raw(self, path: Path) -> str:
         doc, where = self._document(path)
-        assert where is not None  # constructors are refused inside lambdas
+        assert where is not None  # neither constructors nor a value as it is in lambdas
         # -> gives the value's JSON text (NULL where there is none): strings stay strings.
         return f"json({doc} -> {where})"
+
+    def json_text(self, path: Path) -> str:
+        return self.json_raw(path)
 
     def rows_aggregate(self, op: str, value: str) -> str:
         if op == "count":
