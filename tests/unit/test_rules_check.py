@@ -128,41 +128,41 @@ CREATE SLICING requestMsgs ON requestID;
 CREATE SLICING invoiceRetention ON invoiceID;
 
 CREATE RULE forkRequest FOR offerRequests
-    ENQUEUE xmlelement('creditCheck', xmlattributes(property('requestID') AS requestID),
-                       xpath_nodes('/offerRequest/customer')) INTO finance
+    ENQUEUE xmlelement(name creditCheck, xmlattributes(property('requestID') AS requestID),
+                       xpath_nodes(body, '/offerRequest/customer')) INTO finance
         WITH customerID = property('customerID'),
-    ENQUEUE xmlelement('legalCheck', xmlattributes(property('requestID') AS requestID),
-                       xpath_nodes('/offerRequest/items')) INTO legal,
-    ENQUEUE xmlelement('availabilityCheck',
+    ENQUEUE xmlelement(name legalCheck, xmlattributes(property('requestID') AS requestID),
+                       xpath_nodes(body, '/offerRequest/items')) INTO legal,
+    ENQUEUE xmlelement(name availabilityCheck,
                        xmlattributes(property('requestID') AS requestID),
-                       xpath_nodes('/offerRequest/items')) INTO supplier;
+                       xpath_nodes(body, '/offerRequest/items')) INTO supplier;
 
 CREATE RULE creditCheck FOR finance ERRORQUEUE crmErrors
     IF EXISTS (SELECT 1 FROM queue('invoices') AS i
                WHERE i.props.customerID = property('customerID') AND i.props.paid = false)
-    THEN ENQUEUE xmlelement('creditResult', xmlattributes(property('requestID') AS requestID,
+    THEN ENQUEUE xmlelement(name creditResult, xmlattributes(property('requestID') AS requestID,
                                                      'finance' AS checker)) INTO results
             WITH verdict = false
-    ELSE ENQUEUE xmlelement('creditResult', xmlattributes(property('requestID') AS requestID,
+    ELSE ENQUEUE xmlelement(name creditResult, xmlattributes(property('requestID') AS requestID,
                                                       'finance' AS checker)) INTO results
             WITH verdict = true;
 
 CREATE RULE joinChecks FOR requestMsgs
     IF (SELECT count(*) FROM slice() AS m WHERE m.props.verdict = true) = 3
-    THEN ENQUEUE xmlelement('offer', xmlattributes(slicekey() AS requestID)) INTO customer,
+    THEN ENQUEUE xmlelement(name offer, xmlattributes(slicekey() AS requestID)) INTO customer,
          RESET
     ELSE IF EXISTS (SELECT 1 FROM slice() AS m WHERE m.props.verdict = false)
     THEN ENQUEUE json_object('requestID', slicekey(), 'refused', true) INTO customer;
 
 CREATE RULE remindUnpaid FOR invoices
-    ENQUEUE xmlelement('reminder', xpath_nodes('/invoice')) INTO reminders
+    ENQUEUE xmlelement(name reminder, xpath_nodes(body, '/invoice')) INTO reminders
         WITH echo_target = 'overdue', echo_after = 30 * 86400,
              invoiceID = property('invoiceID');
 
 CREATE RULE remindCustomer FOR overdue
     IF NOT EXISTS (SELECT 1 FROM queue('payments') AS p
                    WHERE p.props.invoiceID = property('invoiceID'))
-    THEN ENQUEUE xmlelement('reminder', xpath_nodes('/reminder/invoice')) INTO customer;
+    THEN ENQUEUE xmlelement(name reminder, xpath_nodes(body, '/reminder/invoice')) INTO customer;
 
 CREATE RULE resetPaidInvoices FOR payments
     RESET invoiceRetention;
@@ -552,7 +552,7 @@ def test_rule_forms_in_their_scope() -> None:
                 AND (SELECT count(*) FROM slice() AS m WHERE m.props.n > 1) = 2
              THEN ENQUEUE json_object('k', slicekey(), 'at', now()) INTO out WITH n = 1;
            CREATE RULE b FOR out IF property('n') = 1 AND count(queue('q')) > 0
-             THEN ENQUEUE xmlelement('x', xmlattributes(property('k') AS k)) INTO q"""
+             THEN ENQUEUE xmlelement(name x, xmlattributes(property('k') AS k)) INTO q"""
     )
     assert sorted(app.rules) == ["a", "b"]
 

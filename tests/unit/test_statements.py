@@ -36,6 +36,11 @@ TAKERS = {
     "Effect",
     "_close_sessions",
     "_with_selector",
+    "statement_rows",
+    "statement_count",
+    "template_rows",
+    "rules_read",
+    "rules_write",
 }
 """Callables whose first argument is a statement's name."""
 SAMPLE = {
@@ -302,8 +307,8 @@ def test_a_name_defined_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_an_unknown_brace_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_files(monkeypatch, {"sqlite/queries.sql": "-- name: a\nSELECT {columns} FROM t;"})
-    with pytest.raises(ValueError, match=r"\{columns\} in 'a'"):
+    _fake_files(monkeypatch, {"sqlite/queries.sql": "-- name: a\nSELECT {colour} FROM t;"})
+    with pytest.raises(ValueError, match=r"\{colour\} in 'a'"):
         sql.statements("sqlite")
 
 

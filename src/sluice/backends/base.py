@@ -568,13 +568,15 @@ class Topics(Protocol):
 class RuleUnit(Protocol):
     """One database transaction of the rules engine."""
 
-    def rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+    def statement_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         """Run the named statement (rules.sql); its rows."""
 
-    def write(self, name: str, params: Mapping[str, Any]) -> int:
+    def statement_count(self, name: str, params: Mapping[str, Any]) -> int:
         """Run the named statement; how many rows it changed."""
 
-    def filled(self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]) -> list[Row]:
+    def template_rows(
+        self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]
+    ) -> list[Row]:
         """Run the named template with its holes filled by compiled expressions."""
 
     def ids(self, values: Sequence[int]) -> Any:

@@ -142,14 +142,16 @@ class _Unit:
         self._conn = conn
         self._gained = gained
 
-    def rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+    def statement_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         cur = self._conn.execute(self._backend._q[name], params)
         return list(cur.fetchall()) if cur.description else []
 
-    def write(self, name: str, params: Mapping[str, Any]) -> int:
+    def statement_count(self, name: str, params: Mapping[str, Any]) -> int:
         return int(self._conn.execute(self._backend._q[name], params).rowcount)
 
-    def filled(self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]) -> list[Row]:
+    def template_rows(
+        self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]
+    ) -> list[Row]:
         cur = self._conn.execute(self._backend._templates[name].fill(**holes), params)
         return list(cur.fetchall()) if cur.description else []
 

@@ -10,11 +10,13 @@ and goes on with it, so messages not yet processed get the new rules.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
 
 from sluice.backends.records import StoredProperty
+from sluice.catalog import FOREVER
 from sluice.engine.database import Engine
 from sluice.errors import ConfigurationError, QueueInUse, SluiceError, StorageError
 from sluice.rules import codec
@@ -22,7 +24,8 @@ from sluice.rules.check import apply_statements
 from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
-from sluice.rules.runner import BatchResult, process_batch, remove_unneeded
+from sluice.engine.retention import remove_kept
+from sluice.rules.runner import BatchResult, process_batch
 
 __all__ = ["Rules", "RunStats"]
 
@@ -50,6 +53,14 @@ class RunStats:
         self.errors += result.errors
         self.produced += sum(result.produced.values())
         self.batches += 1
+
+
+def _retention(seconds: float) -> float | None:
+    """A rules queue's RETENTION as its queue's: processed messages are kept (done) at
+    least this long, and longer while a slice holds them; 0: removed at once."""
+    if math.isinf(seconds):
+        return FOREVER
+    return seconds or None
 
 
 class Rules:
@@ -131,10 +142,15 @@ class Rules:
                 raise ConfigurationError(f"queue {name!r} cannot be dropped: {exc}") from None
         for queue in [*app.queues.values(), QueueDef(SYSTEM_ERRORS, 0)]:
             spec = engine.backend.get_queue(queue.name)
+            retention = _retention(queue.retention)
             if spec is None:
-                engine.create_queue(queue.name, durability=queue.mode, types=queue.types)
-            elif tuple(spec.types) != tuple(queue.types) and queue.name != SYSTEM_ERRORS:
-                engine.alter_queue(queue.name, types=queue.types)
+                engine.create_queue(
+                    queue.name, durability=queue.mode, types=queue.types, retention=retention
+                )
+            elif queue.name != SYSTEM_ERRORS and (
+                tuple(spec.types) != tuple(queue.types) or spec.retention != retention
+            ):
+                engine.alter_queue(queue.name, types=queue.types, retention=retention)
 
     def _store_properties(self, current: Application, app: Application) -> None:
         backend = self._engine.backend
@@ -193,8 +209,12 @@ class Rules:
         return False
 
     def remove(self) -> int:
-        """Remove processed messages past retention that no live slice holds (bounded)."""
-        return remove_unneeded(self._context, self._app, self._queue_ids)
+        """Remove processed messages past retention that no live slice holds (bounded).
+
+        The engine's own removal of kept messages (which every session's upkeep runs),
+        run now: a rules queue's RETENTION is its queue's retention.
+        """
+        return remove_kept(self._engine.backend)
 
     def run(self, *, batch: int = BATCH, stop: threading.Event | None = None,
             poll: float = 1.0) -> RunStats:  # fmt: skip

@@ -32,7 +32,7 @@ from sluice.rules.plan import (
     QueuePlan,
 )
 
-__all__ = ["BatchResult", "Failure", "process_batch", "remove_unneeded"]
+__all__ = ["BatchResult", "Failure", "process_batch"]
 
 _FIXED_COLUMNS = 5
 """id, properties, content_type, body, body bytes: then the plan's columns."""
@@ -91,7 +91,7 @@ class _Batch:
         plan, unit = self.plan, self.unit
         if plan.sequential:
             unit.exclusive(plan.queue_id)
-        taken = unit.rows(
+        taken = unit.statement_rows(
             "rules_take", {"queue_id": plan.queue_id, "now": self.now, "limit": limit}
         )
         ids = [int(r[0]) for r in taken]
@@ -105,7 +105,7 @@ class _Batch:
         else:
             self._messages(ids)
         if ids:
-            unit.write("rules_done", {"ids": unit.ids(ids), "now": self.now})
+            unit.statement_count("rules_done", {"ids": unit.ids(ids), "now": self.now})
         self.result.processed = len(ids)
         return self.result
 
@@ -114,7 +114,7 @@ class _Batch:
         unit = self.unit
         for join in self.plan.joins:
             params = {**join.params, "slicing": join.slicing, "ids": unit.ids(ids)}
-            unit.filled("rules_join", {"value": join.key_sql}, params)
+            unit.template_rows("rules_join", {"value": join.key_sql}, params)
         try:
             with unit.savepoint():
                 rows = self._evaluate(ids)
@@ -149,7 +149,9 @@ class _Batch:
     def _evaluate(self, ids: list[int]) -> list[Sequence[Any]]:
         plan = self.plan
         params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
-        return list(self.unit.filled("rules_evaluate", {"columns": plan.columns_sql()}, params))
+        return list(
+            self.unit.template_rows("rules_evaluate", {"columns": plan.columns_sql()}, params)
+        )
 
     # --- deciding --------------------------------------------------------------------
     def _decide(self, row: Sequence[Any]) -> _Actions | Failure:
@@ -251,7 +253,7 @@ class _Batch:
         unit = self.unit
         for actions in decided:
             for slicing, key in actions.resets:
-                unit.write("rules_reset", {"slicing": slicing, "key": key})
+                unit.statement_count("rules_reset", {"slicing": slicing, "key": key})
         envelopes = [e for actions in decided for e in actions.envelopes]
         unit.enqueue(self.session, self.tx, envelopes)
         for e in envelopes:
@@ -305,7 +307,7 @@ class _Batch:
             props = json.loads(properties) if properties else {}
             when = _echo_time(props, float(enqueued_at))
             if when > self.now:
-                self.unit.write("rules_defer", {"id": ref, "due": when})
+                self.unit.statement_count("rules_defer", {"id": ref, "due": when})
                 self.result.deferred += 1
             else:
                 due.append(int(ref))
@@ -352,7 +354,7 @@ class _Batch:
     def _bare_trigger(self, ref: int) -> _Trigger:
         """The message alone, read without the rules' columns (which failed)."""
         params = {"ids": self.unit.ids([ref])}
-        (row,) = self.unit.filled("rules_evaluate", {"columns": ""}, params)
+        (row,) = self.unit.template_rows("rules_evaluate", {"columns": ""}, params)
         return self._trigger(row)
 
 
@@ -415,18 +417,3 @@ def process_batch(
     for queue, count in result.produced.items():
         context.wakeups.notify(queue, count)
     return result
-
-
-def remove_unneeded(
-    context: EngineContext, app: Application, queue_ids: Mapping[str, int], limit: int = 1000
-) -> int:
-    """Remove processed messages past retention that no slice holds, a batch per queue."""
-    removed = 0
-    now = context.clock.now()
-    for queue in app.queues.values():
-        ref = queue_ids.get(queue.name)
-        if ref is None:
-            continue
-        params = {"queue_id": ref, "before": now - queue.retention, "limit": limit}
-        removed += context.backend.rules_write("rules_remove", params)
-    return removed

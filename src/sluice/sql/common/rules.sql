@@ -68,14 +68,3 @@ SELECT :slicing, {value}, m.id
 FROM {schema}.messages AS m
 WHERE m.id IN {rules_ids} AND {value} IS NOT NULL
 ON CONFLICT DO NOTHING;
-
--- name: rules_remove
--- Removal of processed messages nobody needs: past their queue's retention, and held by
--- no slice (every slice that held them was reset). Bounded: a batch at a time.
-DELETE FROM {schema}.messages
-WHERE id IN (SELECT m.id FROM {schema}.messages AS m
-             WHERE m.queue_id = :queue_id AND m.state = 6 AND m.settled_at <= :before
-               AND NOT EXISTS (SELECT 1 FROM {schema}.slice_members AS s
-                               WHERE s.message_id = m.id)
-             ORDER BY m.settled_at
-             LIMIT :limit);

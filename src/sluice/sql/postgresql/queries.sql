@@ -725,6 +725,8 @@ WITH pick AS (
         SELECT m.id, m.slot FROM {schema}.messages AS m
         WHERE m.queue_id = q.id AND m.state = 6
           AND m.settled_at <= %(now)s - coalesce(q.retention, 0)
+          -- A message a rules slice holds stays until the slice is reset (docs/rules.md).
+          AND NOT EXISTS (SELECT 1 FROM {schema}.slice_members AS s WHERE s.message_id = m.id)
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED) AS k
     -- A topic's done message is its newest's tombstone: collection removes it.

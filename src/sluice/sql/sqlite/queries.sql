@@ -462,4 +462,6 @@ DELETE FROM messages WHERE id IN (
         ON m.queue_id = q.id AND m.state = 6 AND m.settled_at <= :now - coalesce(q.retention, 0)
     -- A topic's done message is its newest's tombstone: collection removes it.
     WHERE q.kind <> 'topic'
+      -- A message a rules slice holds stays until the slice is reset (docs/rules.md).
+      AND NOT EXISTS (SELECT 1 FROM slice_members AS s WHERE s.message_id = m.id)
     LIMIT :limit);
