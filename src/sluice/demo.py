@@ -25,8 +25,8 @@ from typing import Any
 
 import sluice
 from sluice.demo_mailing import MailingReport, format_mailing, run_mailing_demo
-from sluice.demo_procurement import ProcurementReport, format_procurement, run_procurement_demo
 from sluice.demo_orders import OrdersReport, format_orders, run_orders_demo
+from sluice.demo_procurement import ProcurementReport, format_procurement, run_procurement_demo
 
 __all__ = ["DemoReport", "run_demo"]
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from sluice.backends.records import StoredProperty
 from sluice.catalog import FOREVER
 from sluice.engine.database import Engine
+from sluice.engine.retention import remove_kept
 from sluice.errors import ConfigurationError, QueueInUse, SluiceError, StorageError
 from sluice.rules import codec
 from sluice.rules.check import apply_statements
 from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
-from sluice.engine.retention import remove_kept
 from sluice.rules.runner import BatchResult, process_batch
 
 __all__ = ["Rules", "RunStats"]
