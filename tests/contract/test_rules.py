@@ -291,3 +291,50 @@ def test_the_rules_run_in_the_background_until_stopped(db: sluice.Database) -> N
             assert m.body == {"order": 1, "total": 5.0}
     finally:
         db.rules.stop()
+
+
+def test_a_file_applied_while_the_engine_runs_takes_effect_without_a_restart(
+    db: sluice.Database,
+) -> None:
+    db.apply(ROUTING)
+    db.rules.start()
+    try:
+        db.queue("orders").put({"id": 1, "total": 5.0})
+        with db.transaction() as tx:
+            assert [m.body for m in tx.dequeue("shipping", wait=10)] == [{"order": 1}]
+        db.apply(
+            "CREATE RULE route FOR orders IF true THEN ENQUEUE json_object('v2', body.id) "
+            "INTO shipping;"
+        )
+        db.queue("orders").put({"id": 2, "total": 5.0})
+        with db.transaction() as tx:
+            assert [m.body for m in tx.dequeue("shipping", wait=10)] == [{"v2": 2}]
+    finally:
+        db.rules.stop()
+
+
+def test_two_engines_on_one_database_process_each_message_once(shared_url: str) -> None:
+    """Two processes' engines (two Databases) share the work: nothing twice, nothing lost."""
+    first, second = sluice.connect(shared_url), sluice.connect(shared_url)
+    try:
+        first.apply(ROUTING + SLICES)
+        first.queue("orders").put_many([{"id": n, "total": 1.0} for n in range(600)])
+        first.queue("parts").put_many([{"order": f"o{n // 3}", "n": 1} for n in range(300)])
+        first.rules.start(batch=16)
+        second.rules.start(batch=16)
+        with first.transaction() as tx:
+            got = []
+            while len(got) < 600:
+                got += [m.body["order"] for m in tx.dequeue("shipping", limit=100, wait=20)]
+        assert sorted(got) == list(range(600))
+        with first.transaction() as tx:
+            done = []
+            while len(done) < 100:
+                done += [m.body for m in tx.dequeue("assembled", limit=100, wait=20)]
+        assert sorted(d["order"] for d in done) == sorted(f"o{n}" for n in range(100))
+        assert all(d["sum"] == 3 for d in done)
+    finally:
+        first.rules.stop()
+        second.rules.stop()
+        first.close()
+        second.close()

@@ -25,7 +25,7 @@ from sluice.rules.check import apply_statements
 from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
-from sluice.rules.runner import BatchResult, process_batch
+from sluice.rules.runner import BatchResult, StalePlan, process_batch
 
 __all__ = ["Rules", "RunStats"]
 
@@ -199,7 +199,12 @@ class Rules:
         for plan in self._plans:
             if plan.name in idle:
                 continue
-            result = process_batch(self._context, self._app, plan, batch)
+            try:
+                result = process_batch(self._context, self._app, plan, batch, self._version)
+            except StalePlan:
+                self.reload()
+                idle.clear()
+                return True  # from the top, with the new rules
             stats.add(result)
             if result.processed + result.deferred < batch:
                 idle.add(plan.name)

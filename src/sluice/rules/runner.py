@@ -32,7 +32,7 @@ from sluice.rules.plan import (
     QueuePlan,
 )
 
-__all__ = ["BatchResult", "Failure", "process_batch"]
+__all__ = ["BatchResult", "Failure", "StalePlan", "process_batch"]
 
 _FIXED_COLUMNS = 5
 """id, properties, content_type, body, body bytes: then the plan's columns."""
@@ -45,6 +45,10 @@ class BatchResult:
     produced: dict[str, int] = field(default_factory=dict)
     deferred: int = 0
     """Echo messages found not yet due: they wait until they are."""
+
+
+class StalePlan(SluiceError):
+    """Another version of the rules was applied: compile it, then process."""
 
 
 class Failure(SluiceError):
@@ -76,7 +80,9 @@ class _Batch:
         plan: QueuePlan,
         unit: RuleUnit,
         now: float,
+        version: int,
     ) -> None:
+        self.version = version
         self.context = context
         self.app = app
         self.plan = plan
@@ -89,6 +95,9 @@ class _Batch:
     # --- the unit ------------------------------------------------------------------
     def run(self, limit: int) -> BatchResult:
         plan, unit = self.plan, self.unit
+        rows = unit.statement_rows("rules_version", {})
+        if (int(rows[0][0]) if rows else 0) != self.version:
+            raise StalePlan("the rules changed")
         if plan.sequential:
             unit.exclusive(plan.queue_id)
         taken = unit.statement_rows(
@@ -404,14 +413,15 @@ def _canonical_xml(text: Any) -> str:
 
 
 def process_batch(
-    context: EngineContext, app: Application, plan: QueuePlan, limit: int
+    context: EngineContext, app: Application, plan: QueuePlan, limit: int, version: int
 ) -> BatchResult:
-    """Process up to ``limit`` due messages of ``plan``'s queue in one transaction."""
+    """Process up to ``limit`` due messages of ``plan``'s queue in one transaction;
+    StalePlan if the applied version is not ``version`` any more."""
     backend: Backend = context.backend
     durable = plan.definition.mode == "persistent"
 
     def work(unit: RuleUnit) -> BatchResult:
-        return _Batch(context, app, plan, unit, context.clock.now()).run(limit)
+        return _Batch(context, app, plan, unit, context.clock.now(), version).run(limit)
 
     result = backend.rules_unit(work, durable=durable)
     for queue, count in result.produced.items():

@@ -22,6 +22,11 @@ SELECT id, :name, :type, :expression, :fixed FROM {schema}.queues WHERE name = :
 -- name: rules_catalog_read
 SELECT version, application FROM {schema}.rules_catalog WHERE id = 1;
 
+-- name: rules_version
+-- Read first in every unit of the rules engine: a batch runs with the rules applied
+-- when its transaction began, never an older version.
+SELECT version FROM {schema}.rules_catalog WHERE id = 1;
+
 -- name: rules_catalog_write
 INSERT INTO {schema}.rules_catalog (id, version, application, applied_at)
 VALUES (1, :version, :application, :now)
