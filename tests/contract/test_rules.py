@@ -323,12 +323,12 @@ def test_two_engines_on_one_database_process_each_message_once(shared_url: str) 
         first.rules.start(batch=16)
         second.rules.start(batch=16)
         with first.transaction() as tx:
-            got = []
+            got: list[int] = []
             while len(got) < 600:
                 got += [m.body["order"] for m in tx.dequeue("shipping", limit=100, wait=20)]
         assert sorted(got) == list(range(600))
         with first.transaction() as tx:
-            done = []
+            done: list[dict[str, Any]] = []
             while len(done) < 100:
                 done += [m.body for m in tx.dequeue("assembled", limit=100, wait=20)]
         assert sorted(d["order"] for d in done) == sorted(f"o{n}" for n in range(100))

@@ -79,6 +79,7 @@ class _Batch:
         app: Application,
         plan: QueuePlan,
         unit: RuleUnit,
+        *,
         now: float,
         version: int,
     ) -> None:
@@ -421,7 +422,7 @@ def process_batch(
     durable = plan.definition.mode == "persistent"
 
     def work(unit: RuleUnit) -> BatchResult:
-        return _Batch(context, app, plan, unit, context.clock.now(), version).run(limit)
+        return _Batch(context, app, plan, unit, now=context.clock.now(), version=version).run(limit)
 
     result = backend.rules_unit(work, durable=durable)
     for queue, count in result.produced.items():
