@@ -585,9 +585,10 @@ class RuleUnit(Protocol):
     def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
         """Insert ready messages exactly as a queue transaction's commit would."""
 
-    def exclusive(self, queue_id: int) -> None:
-        """From here to the unit's end, no other engine processes this queue's messages
-        (where engines run concurrently; SQLite's writers are serial anyway)."""
+    def exclusive(self, key: int) -> None:
+        """From here to the unit's end, no other engine's unit holds ``key`` (a queue id,
+        or a slicing's negative key): a lock where engines run concurrently (PostgreSQL);
+        SQLite's writers are serial anyway."""
 
     def savepoint(self) -> AbstractContextManager[None]:
         """A part of the unit that a failure inside undoes alone (the error propagates)."""

@@ -390,8 +390,8 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
     def _rules_ids(self, values: Sequence[int]) -> list[int]:
         return list(values)
 
-    def _rules_exclusive(self, conn: psycopg.Connection[Any], queue_id: int) -> None:
-        conn.execute(self._q["rules_lock"], {"lock_class": RULES_LOCK_CLASS, "queue_id": queue_id})
+    def _rules_exclusive(self, conn: psycopg.Connection[Any], key: int) -> None:
+        conn.execute(self._q["rules_lock"], {"lock_class": RULES_LOCK_CLASS, "key": key})
 
     def _rules_committed(self, queues: set[str]) -> None:
         self._notifier.signal(queues)

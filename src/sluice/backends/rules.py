@@ -98,7 +98,7 @@ class SqlRules:
     def _rules_ids(self, values: Sequence[int]) -> Any: ...
 
     @abstractmethod
-    def _rules_exclusive(self, conn: Any, queue_id: int) -> None: ...
+    def _rules_exclusive(self, conn: Any, key: int) -> None: ...
 
     @abstractmethod
     def _rules_committed(self, queues: set[str]) -> None:
@@ -158,8 +158,8 @@ class _Unit:
     def ids(self, values: Sequence[int]) -> Any:
         return self._backend._rules_ids(values)
 
-    def exclusive(self, queue_id: int) -> None:
-        self._backend._rules_exclusive(self._conn, queue_id)
+    def exclusive(self, key: int) -> None:
+        self._backend._rules_exclusive(self._conn, key)
 
     def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
         if envelopes:

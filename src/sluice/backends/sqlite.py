@@ -288,7 +288,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
     def _rules_ids(self, values: Sequence[int]) -> str:
         return ids(values)
 
-    def _rules_exclusive(self, conn: sqlite3.Connection, queue_id: int) -> None:
+    def _rules_exclusive(self, conn: sqlite3.Connection, key: int) -> None:
         pass  # BEGIN IMMEDIATE: one writer at a time already
 
     def _rules_committed(self, queues: set[str]) -> None:

@@ -13,6 +13,7 @@ one transaction per batch.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -114,6 +115,10 @@ class QueuePlan:
     joins: list[Join] = field(default_factory=list)
     sequential: bool = False
     """Evaluated a message at a time (rules read relations or reset slices)."""
+    locks: set[int] = field(default_factory=set)
+    """What the batch excludes other engines from while it runs (sequential queues):
+    the queue itself, and each slicing whose slices its rules read or reset, since
+    a slice spans queues (ids of queues; a slicing's is negative)."""
 
     @property
     def name(self) -> str:
@@ -222,14 +227,27 @@ def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
             if isinstance(action, Enqueue):
                 actions.append(_enqueue(app, action, parsed, node_column))
             else:
-                plan.sequential = True  # a reset changes what later messages see
+                # A reset changes what later messages see (sequential: see below).
                 actions.append(_reset(app, action, rule, parsed, node_column))
         branches.append(PlannedBranch(condition, tuple(actions)))
     plan.rules.append(
         PlannedRule(rule, None if slicing is None else slicing.name, key, tuple(branches))
     )
     plan.params.update(compiler.params)
-    plan.sequential = plan.sequential or relations.used
+    if relations.used or any(isinstance(a, Reset) for b in rule.branches for a in b.actions):
+        plan.sequential = True
+        plan.locks.add(plan.queue_id)
+        if slicing is not None:
+            plan.locks.add(slicing_lock(slicing.name))
+        for b in rule.branches:
+            plan.locks.update(
+                slicing_lock(a.slicing or rule.target) for a in b.actions if isinstance(a, Reset)
+            )
+
+
+def slicing_lock(name: str) -> int:
+    """A slicing's lock key: negative, so that no queue id (positive) is the same."""
+    return -1 - (zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF)
 
 
 def _add(plan: QueuePlan, sql: str) -> int:

@@ -99,8 +99,8 @@ class _Batch:
         rows = unit.statement_rows("rules_version", {})
         if (int(rows[0][0]) if rows else 0) != self.version:
             raise StalePlan("the rules changed")
-        if plan.sequential:
-            unit.exclusive(plan.queue_id)
+        for key in sorted(plan.locks):  # in one order everywhere: no deadlocks
+            unit.exclusive(key)
         taken = unit.statement_rows(
             "rules_take", {"queue_id": plan.queue_id, "now": self.now, "limit": limit}
         )

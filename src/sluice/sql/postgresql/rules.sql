@@ -15,6 +15,7 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: rules_lock
--- Messages whose rules read relations are processed by one engine at a time per queue
--- (their outcome may depend on each other): a lock held until the transaction ends.
-SELECT pg_advisory_xact_lock(%(lock_class)s, %(queue_id)s);
+-- Messages whose rules read relations or reset slices are processed by one engine at a
+-- time per queue and per slicing they read (their outcomes may depend on each other): a
+-- lock held until the transaction ends. key: a queue id, or a slicing's negative key.
+SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s::integer);
