@@ -25,6 +25,7 @@ ends with a cProfile of the engine's routing run on SQLite (bench/rules_profile.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
 import tempfile
@@ -214,6 +215,12 @@ def run_latency(system: str, s: Settings, tmp_root: Path, log: Log) -> list[Timi
 # ---------------------------------------------------------------------- the report
 
 
+def load_average(when: str) -> tuple[str, str]:
+    """The machine's load (1, 5, 15 minutes): other work on its 2 cores moves every figure."""
+    one, five, fifteen = os.getloadavg()
+    return (f"Load average {when}", f"{one:.2f}, {five:.2f}, {fifteen:.2f}")
+
+
 def facts(tmp_root: Path, systems: Sequence[str]) -> list[tuple[str, str]]:
     from sluice.backends.sqlite_settings import SQLiteSettings
     from sluice.rules.engine import BATCH
@@ -234,6 +241,7 @@ def facts(tmp_root: Path, systems: Sequence[str]) -> list[tuple[str, str]]:
     rows += [
         ("Engine batch", f"B = {', '.join(map(str, BATCHES))} (the engine's default: {BATCH})"),
         ("Packages", package_versions(("sluice", "psycopg", "lxml"))),
+        load_average("at the start"),
     ]
     return rows
 
@@ -310,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             res.profile = profile_routing(tmp_root, n=s.routing_n["sqlite"])
         except Exception as exc:  # the figures stand without it
             res.profile = f"the profile failed: {one_line(exc)}"
+    res.facts.append(load_average("at the end"))
     out = args.out
     if args.quick and out is None:
         out = Path(tempfile.gettempdir()) / "rules-quick.md"
