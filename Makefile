@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-topics soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-topics bench-rules soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ bench-jobs: $(BIN)/sluice-bench-stamp
 # SQLite file and PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672 (about 5 minutes).
 bench-topics: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.topics
+
+# The rules engine against the same logic written with sluice's Python API (routing,
+# Demaq's procurement, latency), on a SQLite file and PostgreSQL (127.0.0.1:5432), about 5 minutes.
+bench-rules: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.rules
 
 soak: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.soak
