@@ -3,7 +3,7 @@ refuses, and what SQLite, PostgreSQL and (where no relation is read) Python give
 
 The SQL engines run over sluice's real schema: the messages are put through the
 API, and a small RelationSource of this module reads queue('q') from the messages
-table and slice() through a slice_members table the test creates, filled with the
+table and slice() through the schema's slice_members table, filled with the
 same slice_key the storage uses.
 """
 
@@ -199,7 +199,6 @@ def sqlite_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     conn = sqlite3.connect(path)
     register_functions(conn)
     source = Source(relations=TableRelations())
-    conn.execute("CREATE TABLE slice_members (slicing TEXT, key TEXT, message_id INTEGER)")
     conn.execute(*_slice_members(SQLiteCompiler(source, prefix="k")))
 
     def fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -221,7 +220,6 @@ def postgresql_engine(postgres_server: PostgresServer | str) -> Iterator[Engine]
     conn = psycopg.connect(postgres_base_url(postgres_server), autocommit=True)
     source = Source(relations=TableRelations())
     conn.execute(f"SET search_path TO {schema}")
-    conn.execute("CREATE TABLE slice_members (slicing text, key text, message_id bigint)")
     conn.execute(*_slice_members(PostgresCompiler(source, schema=schema, prefix="k")))
 
     def fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
