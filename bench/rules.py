@@ -148,7 +148,7 @@ def run_routing(system: str, s: Settings, tmp_root: Path, log: Log) -> list[Rout
 def _procurement_once(case: Procurement, place: Place) -> None:
     db = place.db
     if case.contender == "rules":
-        procurement.prepare_by_rules(db, shelter=True)
+        procurement.prepare_by_rules(db, shelter=False)
     else:
         procurement.prepare_by_hand(db)
     procurement.load(db, case.n)

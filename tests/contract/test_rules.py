@@ -338,3 +338,37 @@ def test_two_engines_on_one_database_process_each_message_once(shared_url: str) 
         second.rules.stop()
         first.close()
         second.close()
+
+
+def test_the_sql_enqueue_and_the_python_one_make_the_same_messages(
+    db: sluice.Database, clock: ManualClock
+) -> None:
+    """A batch whose actions all go to distinct queues is enqueued by SQL (rules/fast.py);
+    one that sends two actions' messages to one queue by Python: the results agree."""
+    db.apply(ROUTING)
+    orders = db.queue("orders")
+    orders.put_many([{"id": 1, "total": 5.0}, {"id": 2, "total": 7.5}])  # SQL
+    db.rules.run_until_idle()
+    orders.put_many([{"id": 3, "total": 5.0}, {"id": 0, "total": 0}])  # Python: audit twice
+    db.rules.run_until_idle()
+    billed = db.queue("billing").browse(limit=10)
+    assert [m.body for m in billed] == [
+        {"order": 1, "total": 5.0},
+        {"order": 2, "total": 7.5},
+        {"order": 3, "total": 5.0},
+    ]
+    by_sql, by_python = billed[0], billed[2]
+    for m in (by_sql, by_python):
+        assert m.content_type == "application/json"
+        assert set(m.properties) == {"total", "rule", "created_at", "trigger_id", "trigger_queue"}
+        assert m.properties["rule"] == "route"
+        assert m.properties["created_at"] == T0
+        assert m.properties["trigger_queue"] == "orders"
+    assert by_sql.properties["total"] == by_python.properties["total"] == 5.0
+    assert isinstance(by_sql.properties["trigger_id"], int)
+    assert [m.body for m in db.queue("audit").browse(limit=10)] == [
+        {"order": 1, "seen": T0},
+        {"order": 2, "seen": T0},
+        {"order": 3, "seen": T0},
+        {"refused": 0},
+    ]

@@ -590,6 +590,12 @@ class RuleUnit(Protocol):
         or a slicing's negative key): a lock where engines run concurrently (PostgreSQL);
         SQLite's writers are serial anyway."""
 
+    def insert_selected(
+        self, queue: str, queue_id: int, holes: Mapping[str, str], params: Mapping[str, Any]
+    ) -> int:
+        """Insert ready messages built by SQL (rules.sql's rules_insert, holes filled) into
+        ``queue``, with the commit lock an enqueue takes; how many."""
+
     def savepoint(self) -> AbstractContextManager[None]:
         """A part of the unit that a failure inside undoes alone (the error propagates)."""
 
@@ -606,8 +612,22 @@ class RuleStore(Protocol):
     def rules_write(self, name: str, params: Mapping[str, Any]) -> int:
         """Run one named statement of rules.sql as its own transaction."""
 
-    def rules_compiler(self, relations: RelationSource | None, prefix: str = ...) -> SqlCompiler:
-        """A compiler of rule expressions over the triggering message ``m``."""
+    def rules_compiler(
+        self, relations: RelationSource | None, prefix: str = ..., alias: str = ...
+    ) -> SqlCompiler:
+        """A compiler of rule expressions over the message ``alias`` (the triggering one)."""
+
+    def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
+        """SQL of a JSON object from (key, value SQL, value type) (see backends/rules.py)."""
+
+    def rules_merge(self, first: str, second: str) -> str:
+        """SQL of JSON object ``first`` overlaid by ``second``, NULL values left out."""
+
+    def rules_inherited(self, name: str) -> str:
+        """SQL of the triggering message's property ``name`` as a JSON value."""
+
+    def rules_body(self, kind: str, sql: str) -> str | None:
+        """The body columns of rules_insert for a body of ``kind``; None: Python builds it."""
 
     def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
         """Where a rule's relations are: ``slicing`` the one its slice() reads."""

@@ -49,6 +49,7 @@ from sluice.clock import Clock, OffsetClock
 from sluice.errors import ConfigurationError, QueueNotFound, StorageError
 from sluice.expr.postgres import PostgresCompiler
 from sluice.expr.sql import Source
+from sluice.message import TEXT
 
 try:
     import psycopg
@@ -392,6 +393,35 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
 
     def _rules_exclusive(self, conn: psycopg.Connection[Any], key: int) -> None:
         conn.execute(self._q["rules_lock"], {"lock_class": RULES_LOCK_CLASS, "key": key})
+
+    def _rules_enqueue_lock(self, conn: psycopg.Connection[Any], queue_ids: Sequence[int]) -> None:
+        params = {"lock_class": LOCK_CLASS, "queue_ids": list(queue_ids)}
+        conn.execute(self._q["rules_commit_lock"], params)
+
+    def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
+        items = ", ".join(f"'{key}', {sql}" for key, sql, _ in pairs)
+        built = f"jsonb_build_object({items})"
+        return f"jsonb_strip_nulls({built})::text" if strip else f"{built}::text"
+
+    def rules_merge(self, first: str, second: str) -> str:
+        return f"jsonb_strip_nulls(({first})::jsonb || ({second})::jsonb)::text"
+
+    def rules_inherited(self, name: str) -> str:
+        return f"(m.properties::jsonb -> '{name}')"
+
+    def rules_body(self, kind: str, sql: str) -> str | None:
+        if kind == "same":
+            return ", m.body AS body, m.body_bytes AS body_bytes, m.content_type AS content_type"
+        if kind == "json":
+            return f", ({sql})::text AS body, NULL::bytea AS body_bytes, NULL AS content_type"
+        if kind == "scalar":
+            return (
+                f", (({sql})::jsonb -> 0)::text AS body, NULL::bytea AS body_bytes, "
+                "NULL AS content_type"
+            )
+        if kind == "text":
+            return f", ({sql})::text AS body, NULL::bytea AS body_bytes, '{TEXT}' AS content_type"
+        return None
 
     def _rules_committed(self, queues: set[str]) -> None:
         self._notifier.signal(queues)

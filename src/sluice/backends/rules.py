@@ -101,6 +101,29 @@ class SqlRules:
     def _rules_exclusive(self, conn: Any, key: int) -> None: ...
 
     @abstractmethod
+    def _rules_enqueue_lock(self, conn: Any, queue_ids: Sequence[int]) -> None:
+        """Take the commit locks an enqueue into these queues takes (where there are any)."""
+
+    # --- SQL that builds a message's parts, in the dialect (rules_insert's holes) -----
+    @abstractmethod
+    def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
+        """SQL of a JSON object (text) from (key, value SQL, value type); ``strip``: keys
+        whose value is NULL are left out (else they are JSON null)."""
+
+    @abstractmethod
+    def rules_merge(self, first: str, second: str) -> str:
+        """SQL of JSON object text ``first`` overlaid by ``second``, NULL values left out."""
+
+    @abstractmethod
+    def rules_inherited(self, name: str) -> str:
+        """SQL of the triggering message m's property ``name`` as a JSON value (or NULL)."""
+
+    @abstractmethod
+    def rules_body(self, kind: str, sql: str) -> str | None:
+        """The derived table's body columns (", ... AS body, ... AS content_type ...") for a
+        body of ``kind`` computed by ``sql`` over m; None where only Python builds it."""
+
+    @abstractmethod
     def _rules_committed(self, queues: set[str]) -> None:
         """After a unit that enqueued into ``queues`` committed: tell other processes."""
 
@@ -127,9 +150,11 @@ class SqlRules:
         """Run one named statement of rules.sql as its own transaction."""
         return self._write_rows(name, params)
 
-    def rules_compiler(self, relations: RelationSource | None, prefix: str = "r") -> SqlCompiler:
-        """A compiler of rule expressions over the triggering message ``m``."""
-        return self._compiler(Source(alias="m", relations=relations), prefix)
+    def rules_compiler(
+        self, relations: RelationSource | None, prefix: str = "r", alias: str = "m"
+    ) -> SqlCompiler:
+        """A compiler of rule expressions over the message ``alias`` (the triggering one)."""
+        return self._compiler(Source(alias=alias, relations=relations), prefix)
 
     def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
         """Where a rule's relations are: ``slicing`` the one its slice() reads."""
@@ -160,6 +185,17 @@ class _Unit:
 
     def exclusive(self, key: int) -> None:
         self._backend._rules_exclusive(self._conn, key)
+
+    def insert_selected(
+        self, queue: str, queue_id: int, holes: Mapping[str, str], params: Mapping[str, Any]
+    ) -> int:
+        backend = self._backend
+        backend._rules_enqueue_lock(self._conn, [queue_id])
+        text = backend._templates["rules_insert"].fill(**holes)
+        count = int(self._conn.execute(text, {**params, "queue_id": queue_id}).rowcount)
+        if count:
+            self._gained.add(queue)
+        return count
 
     def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
         if envelopes:

@@ -59,7 +59,7 @@ from sluice.errors import (
 )
 from sluice.expr.sql import Source
 from sluice.expr.sqlite import SQLiteCompiler, register_functions
-from sluice.message import MessageState
+from sluice.message import TEXT, MessageState
 
 if TYPE_CHECKING:
     pass
@@ -68,6 +68,16 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 
 
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
+
+
+def _json_value(sql: str, kind: str) -> str:
+    """A SQL value as json_object takes it: SQLite's booleans are the numbers 1 and 0."""
+    if kind == "boolean":
+        return (
+            f"(CASE WHEN ({sql}) IS NULL THEN NULL WHEN ({sql}) THEN json('true') "
+            "ELSE json('false') END)"
+        )
+    return sql
 
 
 class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
@@ -290,6 +300,32 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
 
     def _rules_exclusive(self, conn: sqlite3.Connection, key: int) -> None:
         pass  # BEGIN IMMEDIATE: one writer at a time already
+
+    def _rules_enqueue_lock(self, conn: sqlite3.Connection, queue_ids: Sequence[int]) -> None:
+        pass  # one writer at a time: commits are in order already
+
+    def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
+        items = ", ".join(f"'{key}', {_json_value(sql, kind)}" for key, sql, kind in pairs)
+        built = f"json_object({items})"
+        return f"json_patch('{{}}', {built})" if strip else built
+
+    def rules_merge(self, first: str, second: str) -> str:
+        # json_patch drops the keys a patch sets to null; the outer one those of first.
+        return f"json_patch('{{}}', json_patch({first}, {second}))"
+
+    def rules_inherited(self, name: str) -> str:
+        return f"(m.properties -> '$.\"{name}\"')"
+
+    def rules_body(self, kind: str, sql: str) -> str | None:
+        if kind == "same":
+            return ", m.body AS body, m.content_type AS content_type"
+        if kind == "json":
+            return f", {sql} AS body, NULL AS content_type"
+        if kind == "scalar":
+            return f", ({sql} -> '$[0]') AS body, NULL AS content_type"
+        if kind == "text":
+            return f", {sql} AS body, '{TEXT}' AS content_type"
+        return None
 
     def _rules_committed(self, queues: set[str]) -> None:
         pass  # other processes hear of every commit through the WAL (sqlite_notify)

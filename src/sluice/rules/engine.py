@@ -22,6 +22,7 @@ from sluice.engine.retention import remove_kept
 from sluice.errors import ConfigurationError, QueueInUse, SluiceError, StorageError
 from sluice.rules import codec
 from sluice.rules.check import apply_statements
+from sluice.rules.fast import ActionKey, FastInsert, build_fast
 from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
@@ -73,6 +74,7 @@ class Rules:
         self._version = -1
         self._app = Application()
         self._plans: list[QueuePlan] = []
+        self._fast: dict[str, dict[ActionKey, FastInsert]] = {}
         self._queue_ids: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -176,6 +178,7 @@ class Rules:
             app = codec.decode(rows[0][1]) if rows else Application()
             ids = {str(name): int(ref) for name, ref in backend.rules_read("rules_queue_ids", {})}
             self._plans = compile_application(app, backend, ids)
+            self._fast = {p.name: build_fast(app, backend, p) for p in self._plans}
             self._app, self._queue_ids, self._version = app, ids, version
         return True
 
@@ -200,7 +203,15 @@ class Rules:
             if plan.name in idle:
                 continue
             try:
-                result = process_batch(self._context, self._app, plan, batch, self._version)
+                result = process_batch(
+                    self._context,
+                    self._app,
+                    plan,
+                    batch,
+                    self._version,
+                    self._fast.get(plan.name, {}),
+                    self._queue_ids,
+                )
             except StalePlan:
                 self.reload()
                 idle.clear()

@@ -19,3 +19,19 @@ FOR UPDATE SKIP LOCKED;
 -- time per queue and per slicing they read (their outcomes may depend on each other): a
 -- lock held until the transaction ends. key: a queue id, or a slicing's negative key.
 SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s::integer);
+
+-- name: rules_insert
+-- As SQLite's (see there); the rows go to the current partition.
+INSERT INTO {schema}.messages (slot, queue_id, state, priority, p_session, p_tx, p_num, body,
+                               body_bytes, content_type, properties, enqueued_at, available_at)
+SELECT (SELECT slot FROM {schema}.rotation), %(queue_id)s, 1, 0, %(session)s, %(tx)s,
+       n.id * 64 + %(action)s, n.body, n.body_bytes, n.content_type, {value},
+       %(now)s, %(now)s
+FROM (SELECT m.id AS id{columns} FROM {schema}.messages AS m WHERE m.id IN {rules_ids}) AS n
+ORDER BY n.id;
+
+-- name: rules_commit_lock
+-- The commit lock every enqueue takes on its queues (see the enqueue function), so that
+-- messages become visible in commit order.
+SELECT pg_advisory_xact_lock(%(lock_class)s, q.id)
+FROM (SELECT id FROM {schema}.queues WHERE id = ANY(%(queue_ids)s::integer[]) ORDER BY id) AS q;

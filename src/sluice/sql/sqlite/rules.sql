@@ -13,3 +13,15 @@ SELECT id, properties, enqueued_at FROM messages
 WHERE queue_id = :queue_id AND state = 1 AND available_at <= :now
 ORDER BY priority DESC, id
 LIMIT :limit;
+
+-- name: rules_insert
+-- The fast way a batch's rules enqueue: the messages one action makes, built by SQL
+-- from their triggering messages m (ids), in their order. {columns}: the new message's
+-- body, content type and properties (as columns of n); {value}: its final properties,
+-- with its queue's computed properties over n. p_num: the trigger and the action.
+INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
+                      properties, enqueued_at, available_at)
+SELECT :queue_id, 1, 0, :session, :tx, n.id * 64 + :action, n.body, n.content_type, {value},
+       :now, :now
+FROM (SELECT m.id AS id{columns} FROM messages AS m WHERE m.id IN {rules_ids}) AS n
+ORDER BY n.id;
