@@ -139,8 +139,7 @@ class _Batch:
                     self._fast_write(chosen)
                     return
                 decided = [(row, self._decide(row)) for row in rows]
-                with unit.savepoint():
-                    self._write([d for _, d in decided if not isinstance(d, Failure)])
+                self._write([d for _, d in decided if not isinstance(d, Failure)])
         except StorageError as exc:
             if len(ids) > 1:
                 for ref in ids:  # find the one the database cannot process
