@@ -372,3 +372,28 @@ def test_the_sql_enqueue_and_the_python_one_make_the_same_messages(
         {"order": 3, "seen": T0},
         {"refused": 0},
     ]
+
+
+def test_applying_an_unchanged_file_keeps_the_version(db: sluice.Database) -> None:
+    db.apply(ROUTING)
+    (first,) = db.backend.rules_read("rules_version", {})
+    db.apply(ROUTING)
+    assert db.backend.rules_read("rules_version", {}) == [first]
+    db.apply("DROP RULE route;")
+    assert db.backend.rules_read("rules_version", {})[0][0] == first[0] + 1
+
+
+def test_queues_of_one_priority_take_turns(db: sluice.Database) -> None:
+    db.apply(
+        """
+        CREATE QUEUE a;
+        CREATE QUEUE b;
+        CREATE QUEUE log;
+        CREATE RULE la FOR a IF true THEN ENQUEUE json_object('q', 'a') INTO log;
+        CREATE RULE lb FOR b IF true THEN ENQUEUE json_object('q', 'b') INTO log;
+        """
+    )
+    db.queue("a").put_many([1, 2, 3])
+    db.queue("b").put_many([1, 2, 3])
+    db.rules.run_until_idle(batch=1)
+    assert [m["q"] for m in ready(db, "log")] == ["a", "b", "a", "b", "a", "b"]

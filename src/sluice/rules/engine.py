@@ -75,6 +75,7 @@ class Rules:
         self._app = Application()
         self._plans: list[QueuePlan] = []
         self._fast: dict[str, dict[ActionKey, FastInsert]] = {}
+        self._turn = 0
         self._queue_ids: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -107,9 +108,12 @@ class Rules:
             self._store_properties(current, app)
             for name in set(current.slicings) - set(app.slicings):
                 backend.rules_write("rules_forget_slicing", {"slicing": name})
-            params = {"version": version + 1, "application": codec.encode(app),
-                      "now": self._context.clock.now()}  # fmt: skip
-            backend.rules_write("rules_catalog_write", params)
+            text_now = codec.encode(app)
+            if version == 0 or text_now != codec.encode(current):
+                # An unchanged application keeps its version: no engine recompiles.
+                params = {"version": version + 1, "application": text_now,
+                          "now": self._context.clock.now()}  # fmt: skip
+                backend.rules_write("rules_catalog_write", params)
             self._version = -1  # compile anew at the next look
         return app
 
@@ -198,10 +202,22 @@ class Rules:
         return stats
 
     def _round(self, batch: int, idle: set[str], stats: RunStats) -> bool:
-        """One batch of the highest-priority queue with work; False if none had any."""
-        for plan in self._plans:
+        """One batch of the highest-priority queue with work; False if none had any.
+
+        Queues of one priority take turns (the one after the last served goes first),
+        so a busy queue does not starve another of its priority.
+        """
+        plans = self._plans
+        turn = self._turn % len(plans) if plans else 0
+        order = sorted(
+            range(len(plans)),
+            key=lambda n: (-plans[n].definition.priority, (n - turn) % len(plans)),
+        )
+        for n in order:
+            plan = plans[n]
             if plan.name in idle:
                 continue
+            self._turn = n + 1
             try:
                 result = process_batch(
                     self._context,
