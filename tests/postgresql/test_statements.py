@@ -17,7 +17,7 @@ import sluice
 from sluice.backends.postgres_queries import load_queries as _load_queries
 from tests.conftest import drop_schema, fresh_postgres_url, postgres_base_url
 from tests.postgres_server import PostgresServer
-from tests.unit.test_statements import SAMPLE
+from tests.unit.test_statements import sample
 
 
 @pytest.fixture
@@ -42,7 +42,9 @@ def test_every_statement_prepares(pg_url: str, postgres_server: PostgresServer |
         pass  # migrated from zero
     schema = pg_url.rsplit("schema=", 1)[1]
     ready, templates = _load_queries(schema)
-    filled = {n: t.fill(**{h: SAMPLE[h] for h in t.holes}) for n, t in templates.items()}
+    filled = {
+        n: t.fill(**{h: sample("postgresql", n, h) for h in t.holes}) for n, t in templates.items()
+    }
     checked = 0
     with psycopg.connect(postgres_base_url(postgres_server)) as conn:
         for name, text in [*ready.items(), *filled.items()]:

@@ -52,7 +52,7 @@ DELETE FROM {schema}.slice_members WHERE slicing = :slicing;
 -- name: rules_done
 -- The processed messages: kept (done, state 6) for slices and retention to decide.
 UPDATE {schema}.messages SET state = 6, settled_at = :now
-WHERE id IN {rules_ids} AND state = 1;
+WHERE id {rules_ids} AND state = 1;
 
 -- name: rules_defer
 -- An echo message not yet due: it waits until then.
@@ -63,7 +63,7 @@ UPDATE {schema}.messages SET available_at = :due WHERE id = :id AND state = 1;
 -- order the messages were taken.
 SELECT m.id, m.properties, {rules_body}{columns}
 FROM {schema}.messages AS m
-WHERE m.id IN {rules_ids}
+WHERE m.id {rules_ids}
 ORDER BY m.priority DESC, m.id;
 
 -- name: rules_join
@@ -71,5 +71,5 @@ ORDER BY m.priority DESC, m.id;
 INSERT INTO {schema}.slice_members (slicing, key, message_id)
 SELECT :slicing, {value}, m.id
 FROM {schema}.messages AS m
-WHERE m.id IN {rules_ids} AND {value} IS NOT NULL
+WHERE m.id {rules_ids} AND {value} IS NOT NULL
 ON CONFLICT DO NOTHING;

@@ -1,6 +1,6 @@
 -- fragment: rules_ids
--- A list of message ids, bound as a JSON array.
-(SELECT value FROM json_each(:ids))
+-- "is one of a list of message ids", the list bound as a JSON array.
+IN (SELECT value FROM json_each(:ids))
 
 -- fragment: rules_body
 -- A message's body as the rules engine reads it: content type, text, bytes.
@@ -23,5 +23,5 @@ INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, c
                       properties, enqueued_at, available_at)
 SELECT :queue_id, 1, 0, :session, :tx, n.id * 64 + :action, n.body, n.content_type, {value},
        :now, :now
-FROM (SELECT m.id AS id{columns} FROM messages AS m WHERE m.id IN {rules_ids}) AS n
+FROM (SELECT m.id AS id{columns} FROM messages AS m WHERE m.id {rules_ids}) AS n
 ORDER BY n.id;
