@@ -133,11 +133,12 @@ class _Batch:
             unit.template_rows("rules_join", {"value": join.key_sql}, params)
         try:
             with unit.savepoint():
+                if self.fast:
+                    chosen = self._fast_choice(self._evaluate(ids, lean=True))
+                    if chosen is not None:
+                        self._fast_write(chosen)
+                        return
                 rows = self._evaluate(ids)
-                chosen = self._fast_choice(rows) if self.fast else None
-                if chosen is not None:
-                    self._fast_write(chosen)
-                    return
                 decided = [(row, self._decide(row)) for row in rows]
                 self._write([d for _, d in decided if not isinstance(d, Failure)])
         except StorageError as exc:
@@ -155,32 +156,60 @@ class _Batch:
         """Which triggers each action's SQL enqueue takes, or None if any message needs
         the Python path (an action without one, or a check that fails: it makes the
         error message)."""
+        shape = self._fast_shape()
+        if shape is None:
+            return None
         chosen: dict[ActionKey, list[int]] = {}
-        usable_targets: dict[str, QueueContent | None] = {}
         for row in rows:
             values = row[_FIXED_COLUMNS:]
-            for r, planned in enumerate(self.plan.rules):
-                if planned.key is not None and values[planned.key] is None:
+            ref = row[0]
+            for key_column, branches in shape:
+                if key_column is not None and values[key_column] is None:
                     continue
-                for b, branch in enumerate(planned.branches):
-                    if branch.condition is not None and not values[branch.condition]:
+                for condition, actions in branches:
+                    if condition is not None and not values[condition]:
                         continue
-                    for a, action in enumerate(branch.actions):
-                        fast = self.fast.get((r, b, a))
-                        if fast is None or not isinstance(action, PlannedEnqueue):
+                    if actions is None:
+                        return None
+                    for key, action, target in actions:
+                        if not _passes(action, values, target):
                             return None
-                        if fast.queue not in usable_targets:
-                            found = self.context.content(fast.queue)
-                            usable_targets[fast.queue] = found if usable(fast, found) else None
-                        target = usable_targets[fast.queue]
-                        if target is None or not _passes(action, values, target):
-                            return None
-                        chosen.setdefault((r, b, a), []).append(int(row[0]))
+                        chosen.setdefault(key, []).append(ref)
                     break
         targets = [self.fast[key].queue for key in chosen]
         if len(targets) != len(set(targets)):
             return None  # one INSERT per action would not keep the queue's order
         return chosen
+
+    def _fast_shape(self) -> list[tuple[int | None, list[tuple[int | None, Any]]]] | None:
+        """The plan's rules as the fast path walks them: per rule its key column and per
+        branch its condition and its actions with their targets (None: a branch that needs
+        the Python path); None if a target does not take plain messages now."""
+        contents: dict[str, QueueContent] = {}
+        for fast in self.fast.values():
+            if fast.queue not in contents:
+                content = self.context.content(fast.queue)
+                if not usable(fast, content):
+                    return None
+                contents[fast.queue] = content
+        shape = []
+        for r, planned in enumerate(self.plan.rules):
+            branches: list[tuple[int | None, Any]] = []
+            for b, branch in enumerate(planned.branches):
+                actions: list[tuple[ActionKey, PlannedEnqueue, QueueContent]] | None = []
+                for a, action in enumerate(branch.actions):
+                    planned_fast = self.fast.get((r, b, a))
+                    if (
+                        planned_fast is None
+                        or not isinstance(action, PlannedEnqueue)
+                        or actions is None
+                    ):
+                        actions = None
+                        continue
+                    actions.append(((r, b, a), action, contents[planned_fast.queue]))
+                branches.append((branch.condition, actions))
+            shape.append((planned.key, branches))
+        return shape
 
     def _fast_write(self, chosen: Mapping[ActionKey, list[int]]) -> None:
         unit, plan = self.unit, self.plan
@@ -207,12 +236,12 @@ class _Batch:
         if isinstance(outcome, Failure):
             self._fail(self._trigger(row), outcome)
 
-    def _evaluate(self, ids: list[int]) -> list[Sequence[Any]]:
+    def _evaluate(self, ids: list[int], *, lean: bool = False) -> list[Sequence[Any]]:
+        """The rules' columns for ``ids``; ``lean``: without the messages' own parts."""
         plan = self.plan
         params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
-        return list(
-            self.unit.template_rows("rules_evaluate", {"columns": plan.columns_sql()}, params)
-        )
+        name = "rules_evaluate_lean" if lean else "rules_evaluate"
+        return list(self.unit.template_rows(name, {"columns": plan.columns_sql()}, params))
 
     # --- deciding --------------------------------------------------------------------
     def _decide(self, row: Sequence[Any]) -> _Actions | Failure:

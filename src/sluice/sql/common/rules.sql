@@ -66,6 +66,14 @@ FROM {schema}.messages AS m
 WHERE m.id {rules_ids}
 ORDER BY m.priority DESC, m.id;
 
+-- name: rules_evaluate_lean
+-- As rules_evaluate, without the message's own properties and body (NULL in their
+-- places): all the enqueues by SQL need; the Python path reads them again in full.
+SELECT m.id, NULL, NULL, NULL, NULL{columns}
+FROM {schema}.messages AS m
+WHERE m.id {rules_ids}
+ORDER BY m.priority DESC, m.id;
+
 -- name: rules_join
 -- The processed messages join the slices of their queue's slicing ({value}: the key).
 INSERT INTO {schema}.slice_members (slicing, key, message_id)
