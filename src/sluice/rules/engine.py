@@ -174,10 +174,11 @@ class Rules:
     def reload(self) -> bool:
         """Read the applied version; compile it if it changed. True if it did."""
         backend = self._engine.backend
+        latest = backend.rules_read("rules_version", {})  # cheap: the text only if it changed
+        if (int(latest[0][0]) if latest else 0) == self._version:
+            return False
         rows = backend.rules_read("rules_catalog_read", {})
         version = int(rows[0][0]) if rows else 0
-        if version == self._version:
-            return False
         with self._lock:
             app = codec.decode(rows[0][1]) if rows else Application()
             ids = {str(name): int(ref) for name, ref in backend.rules_read("rules_queue_ids", {})}

@@ -102,9 +102,6 @@ class _Batch:
     # --- the unit ------------------------------------------------------------------
     def run(self, limit: int) -> BatchResult:
         plan, unit = self.plan, self.unit
-        rows = unit.statement_rows("rules_version", {})
-        if (int(rows[0][0]) if rows else 0) != self.version:
-            raise StalePlan("the rules changed")
         for key in sorted(plan.locks):  # in one order everywhere: no deadlocks
             unit.exclusive(key)
         taken = unit.statement_rows(
@@ -113,6 +110,9 @@ class _Batch:
         ids = [int(r[0]) for r in taken]
         if not ids:
             return self.result
+        # The applied version, read by the take in this transaction: never older rules.
+        if int(taken[0][3] or 0) != self.version:
+            raise StalePlan("the rules changed")
         if plan.echo:
             ids = self._echo_due(taken)
         elif plan.sequential:
@@ -393,7 +393,7 @@ class _Batch:
     def _echo_due(self, taken: Sequence[Sequence[Any]]) -> list[int]:
         """Echo messages: those due go to their target now; the others wait till then."""
         due = []
-        for ref, properties, enqueued_at in taken:
+        for ref, properties, enqueued_at, _ in taken:
             props = json.loads(properties) if properties else {}
             when = _echo_time(props, float(enqueued_at))
             if when > self.now:

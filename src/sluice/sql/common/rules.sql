@@ -23,8 +23,8 @@ SELECT id, :name, :type, :expression, :fixed FROM {schema}.queues WHERE name = :
 SELECT version, application FROM {schema}.rules_catalog WHERE id = 1;
 
 -- name: rules_version
--- Read first in every unit of the rules engine: a batch runs with the rules applied
--- when its transaction began, never an older version.
+-- The applied version alone: engines look at it often, the application only when it
+-- changed.
 SELECT version FROM {schema}.rules_catalog WHERE id = 1;
 
 -- name: rules_catalog_write

@@ -8,9 +8,12 @@
 m.content_type, m.body, m.body_bytes
 
 -- name: rules_take
--- The next messages of a queue the rules engine processes: due, in delivery order;
+-- The next messages of a queue the rules engine processes: due, in delivery order,
+-- with the applied rules' version (the batch checks it is the one it compiled);
 -- locked until this transaction ends, skipping those another engine is processing.
-SELECT id, properties, enqueued_at FROM {schema}.messages
+SELECT id, properties, enqueued_at,
+       (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version
+FROM {schema}.messages
 WHERE queue_id = %(queue_id)s AND state = 1 AND available_at <= %(now)s
 ORDER BY priority DESC, id
 LIMIT %(limit)s

@@ -7,9 +7,12 @@ IN (SELECT value FROM json_each(:ids))
 m.content_type, m.body, NULL
 
 -- name: rules_take
--- The next messages of a queue the rules engine processes: due, in delivery order.
+-- The next messages of a queue the rules engine processes: due, in delivery order,
+-- with the applied rules' version (the batch checks it is the one it compiled).
 -- Inside BEGIN IMMEDIATE, so nobody else takes them meanwhile.
-SELECT id, properties, enqueued_at FROM messages
+SELECT id, properties, enqueued_at,
+       (SELECT version FROM rules_catalog WHERE id = 1) AS version
+FROM messages
 WHERE queue_id = :queue_id AND state = 1 AND available_at <= :now
 ORDER BY priority DESC, id
 LIMIT :limit;
