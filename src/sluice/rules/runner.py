@@ -291,12 +291,7 @@ class _Batch:
                 properties.pop(name, None)
             else:
                 properties[name] = _json_value(value, self.app, name)
-        properties |= {
-            "rule": rule.name,
-            "created_at": self.now,
-            "trigger_id": trigger.id,
-            "trigger_queue": trigger.queue,
-        }
+        properties |= self._origin(trigger, rule)
         available = self.now
         if target is not None and target.kind == "echo":
             available = _echo_time(properties, self.now)
@@ -364,13 +359,7 @@ class _Batch:
                 "body": trigger.body if not isinstance(trigger.body, bytes) else None,
             },
         }
-        properties: dict[str, Any] = {
-            "trigger_id": trigger.id,
-            "trigger_queue": trigger.queue,
-            "created_at": self.now,
-        }
-        if rule is not None:
-            properties["rule"] = rule.name
+        properties = self._origin(trigger, rule)
         chosen = [
             rule.error_queue if rule is not None else None,
             self.plan.definition.error_queue,
@@ -401,19 +390,19 @@ class _Batch:
                 self.result.deferred += 1
             else:
                 due.append(int(ref))
-        for ref in due:
-            (row,) = self._evaluate([ref])
+        for row in self._evaluate(due) if due else []:  # the due ones' bodies, at once
             trigger = self._trigger(row)
             target = trigger.properties.get("echo_target")
             properties = {
                 k: v for k, v in trigger.properties.items()
                 if k not in ("echo_target", "echo_after", "echo_at")
             }  # fmt: skip
-            properties |= {"trigger_id": trigger.id, "trigger_queue": trigger.queue,
-                           "created_at": self.now}  # fmt: skip
+            properties |= self._origin(trigger, None)
             try:
                 if not isinstance(target, str):
-                    raise Failure("echo", f"echo message {ref} has no text echo_target", None)
+                    raise Failure(
+                        "echo", f"echo message {trigger.id} has no text echo_target", None
+                    )
                 with self.unit.savepoint():
                     envelope = self._typed(
                         target, trigger.body, trigger.content_type, properties, self.now
@@ -424,6 +413,17 @@ class _Batch:
                 failure = exc if isinstance(exc, Failure) else Failure("echo", str(exc), None)
                 self._fail(trigger, failure)
         return due
+
+    def _origin(self, trigger: _Trigger, rule: RuleDef | None) -> dict[str, Any]:
+        """The system properties of a message made while processing ``trigger``."""
+        origin: dict[str, Any] = {
+            "created_at": self.now,
+            "trigger_id": trigger.id,
+            "trigger_queue": trigger.queue,
+        }
+        if rule is not None:
+            origin["rule"] = rule.name
+        return origin
 
     # --- reading the trigger -----------------------------------------------------------
     def _trigger(self, row: Sequence[Any]) -> _Trigger:
