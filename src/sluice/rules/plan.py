@@ -5,10 +5,14 @@ A queue is processed by the rules engine when rules are for it, or for a slicing
 on a property it has. Each rule expression becomes a column of the queue's
 evaluation SELECT over the triggering message ``m``, in the backend's dialect, its
 constants bound as parameters; ``now`` is bound at each run. A queue whose rules
-read no relation and reset no slice is evaluated a batch at a time (one SELECT,
-one insert of what it produces): the outcome cannot depend on the order. Others
-are evaluated a message at a time, each seeing what the one before did, still in
-one transaction per batch.
+read no relation it writes and no slice, and resets none, is evaluated a batch at a
+time (one SELECT, one insert of what it produces): the outcome cannot depend on the
+order. A queue whose rules read or reset only slices is evaluated in waves: the
+messages of a batch that share a slice go to successive waves, each wave one SELECT
+that sees the joins and resets of the waves before it, so every message sees what
+the earlier ones did to its slices, as one at a time would. Only a queue whose rules
+read a queue they write into, or reset a slice named by an expression, is evaluated
+a message at a time. Each way, one transaction per batch.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from sluice.rules.model import (
 __all__ = [
     "SYSTEM_ERRORS",
     "BodyKind",
+    "Join",
     "PlannedBranch",
     "PlannedEnqueue",
     "PlannedReset",
@@ -114,7 +119,12 @@ class QueuePlan:
     params: dict[str, Any] = field(default_factory=dict)
     joins: list[Join] = field(default_factory=list)
     sequential: bool = False
-    """Evaluated a message at a time (rules read relations or reset slices)."""
+    """The outcome may depend on the order of a batch's messages (rules read slices or
+    queues they write, or reset slices): evaluated in waves or a message at a time,
+    never by one SQL enqueue for the batch."""
+    waves: tuple[Join, ...] | None = None
+    """For a sequential queue evaluated in waves: the slices that order them (messages
+    sharing a key of one go to successive waves); None: a message at a time."""
     locks: set[int] = field(default_factory=set)
     """What the batch excludes other engines from while it runs (sequential queues):
     the queue itself, and each slicing whose slices its rules read or reset, since
@@ -155,15 +165,26 @@ def compile_application(
 
 
 class _Recording(RelationSource):
-    """A RelationSource that remembers whether an expression read a relation."""
+    """A RelationSource that remembers the relations expressions read."""
 
     def __init__(self, inner: RelationSource) -> None:
         self.inner = inner
-        self.used = False
+        self.queues: set[str] = set()
+        self.slice = False
 
-    def relation(self, *args: Any, **kwargs: Any) -> tuple[str, str]:
-        self.used = True
-        return self.inner.relation(*args, **kwargs)
+    def relation(
+        self,
+        kind: Literal["queue", "slice"],
+        queue: str | None,
+        alias: str,
+        key: str | None,
+        bind: Callable[[Any], str],
+    ) -> tuple[str, str]:
+        if kind == "slice":
+            self.slice = True
+        elif queue is not None:
+            self.queues.add(queue)
+        return self.inner.relation(kind, queue, alias, key, bind)
 
     def queue_name(self, alias: str) -> str:
         return self.inner.queue_name(alias)
@@ -181,9 +202,44 @@ def _plan(
             compiler = backend.rules_compiler(None, prefix=f"j{len(plan.joins)}_")
             sql = compiler.compile(slice_key(prop.name, PROPERTY_TYPES[prop.type]))
             plan.joins.append(Join(on.name, sql, dict(compiler.params)))
+    reads = _Reads()
     for n, rule in enumerate(rules_of(app, definition.name)):
-        _rule(app, backend, queue_ids, types, plan, n, rule)
+        _rule(app, backend, queue_ids, types, plan, n, rule, reads)
+    _order(app, plan, reads)
     return plan
+
+
+@dataclass(slots=True)
+class _Reads:
+    """What a queue's rules read and reset: how much its batch's order matters."""
+
+    queues: set[str] = field(default_factory=set)
+    slicings: set[str] = field(default_factory=set)
+    """Slicings whose slices the rules read or reset by the message's own key."""
+    keyed_reset: bool = False
+    """A RESET with a KEY expression: which slice it empties only evaluation tells."""
+
+
+def _order(app: Application, plan: QueuePlan, reads: _Reads) -> None:
+    """Set how ``plan``'s batches are evaluated: at once, in waves, or one by one."""
+    written = {
+        a.queue
+        for r in plan.rules
+        for b in r.branches
+        for a in b.actions
+        if isinstance(a, PlannedEnqueue)
+    }
+    # Error messages are written too: a rule reading an error queue sees them.
+    written |= {r.rule.error_queue for r in plan.rules if r.rule.error_queue}
+    written |= {q for q in (plan.definition.error_queue, app.error_queue) if q}
+    written.add(SYSTEM_ERRORS)
+    if not (reads.slicings or reads.keyed_reset or reads.queues & written):
+        return  # what the rules read, no message of the batch changes
+    plan.sequential = True
+    plan.locks.add(plan.queue_id)
+    plan.locks.update(slicing_lock(name) for name in reads.slicings)
+    if not (reads.keyed_reset or reads.queues & written):
+        plan.waves = tuple(j for j in plan.joins if j.slicing in reads.slicings)
 
 
 def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
@@ -194,6 +250,7 @@ def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
     plan: QueuePlan,
     n: int,
     rule: RuleDef,
+    reads: _Reads,
 ) -> None:
     slicing = app.slicings.get(rule.target)
     prop = None if slicing is None else app.properties[slicing.property]
@@ -234,15 +291,14 @@ def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
         PlannedRule(rule, None if slicing is None else slicing.name, key, tuple(branches))
     )
     plan.params.update(compiler.params)
-    if relations.used or any(isinstance(a, Reset) for b in rule.branches for a in b.actions):
-        plan.sequential = True
-        plan.locks.add(plan.queue_id)
-        if slicing is not None:
-            plan.locks.add(slicing_lock(slicing.name))
-        for b in rule.branches:
-            plan.locks.update(
-                slicing_lock(a.slicing or rule.target) for a in b.actions if isinstance(a, Reset)
-            )
+    reads.queues |= relations.queues
+    if relations.slice and slicing is not None:
+        reads.slicings.add(slicing.name)
+    for b in rule.branches:
+        for a in b.actions:
+            if isinstance(a, Reset):
+                reads.slicings.add(a.slicing or rule.target)
+                reads.keyed_reset |= a.key is not None
 
 
 def slicing_lock(name: str) -> int:

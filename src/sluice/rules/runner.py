@@ -28,13 +28,14 @@ from sluice.rules.fast import ActionKey, FastInsert, usable
 from sluice.rules.model import Application, RuleDef
 from sluice.rules.plan import (
     SYSTEM_ERRORS,
+    Join,
     PlannedEnqueue,
     PlannedReset,
     PlannedRule,
     QueuePlan,
 )
 
-__all__ = ["BatchResult", "Failure", "StalePlan", "process_batch"]
+__all__ = ["BatchResult", "Failure", "StalePlan", "process_batch", "split_waves"]
 
 _FIXED_COLUMNS = 5
 """id, properties, content_type, body, body bytes: then the plan's columns."""
@@ -115,24 +116,30 @@ class _Batch:
             raise StalePlan("the rules changed")
         if plan.echo:
             ids = self._echo_due(taken)
-        elif plan.sequential:
+        elif not plan.sequential:
+            self._messages(ids)
+        elif plan.waves is not None:
+            self._waves(ids, plan.waves)
+        else:
             for ref in ids:
                 self._messages([ref])
-        else:
-            self._messages(ids)
         if ids:
             unit.statement_count("rules_done", {"ids": unit.ids(ids), "now": self.now})
         self.result.processed = len(ids)
         return self.result
 
-    def _messages(self, ids: list[int]) -> None:
-        """Join, evaluate, decide and write for ``ids``; per message if a part fails."""
+    def _join(self, ids: list[int]) -> None:
+        """``ids`` join the slices of their queue's slicings."""
         unit = self.unit
         for join in self.plan.joins:
             params = {**join.params, "slicing": join.slicing, "ids": unit.ids(ids)}
             unit.template_rows("rules_join", {"value": join.key_sql}, params)
+
+    def _messages(self, ids: list[int]) -> None:
+        """Join, evaluate, decide and write for ``ids``; per message if a part fails."""
+        self._join(ids)
         try:
-            with unit.savepoint():
+            with self.unit.savepoint():
                 if self.fast:
                     chosen = self._fast_choice(self._evaluate(ids, lean=True))
                     if chosen is not None:
@@ -151,6 +158,95 @@ class _Batch:
         for row, outcome in decided:
             if isinstance(outcome, Failure):
                 self._fail(self._trigger(row), outcome)
+
+    # --- waves ------------------------------------------------------------------------
+    def _waves(self, ids: list[int], keyed: Sequence[Join]) -> None:
+        """Evaluate ``ids`` a wave at a time (see plan.py), then write what they made.
+
+        A wave's joins, evaluation and resets see every wave before it; the enqueues wait
+        for the end and go in the batch's order, as one message at a time would write them
+        (nothing a wave reads is a queue the rules write into)."""
+        outcomes: dict[int, tuple[Sequence[Any] | None, _Actions | Failure]] = {}
+        for wave in split_waves(ids, self._keys(ids, keyed)):
+            self._join(wave)
+            decided: list[tuple[Sequence[Any] | None, _Actions | Failure]]
+            try:
+                with self.unit.savepoint():
+                    decided = [(row, self._decide(row)) for row in self._evaluate(wave)]
+                    self._reset([d for _, d in decided if not isinstance(d, Failure)])
+            except StorageError as exc:
+                if len(wave) == 1:
+                    outcomes[wave[0]] = (None, Failure("evaluation", str(exc), None))
+                    continue
+                decided = [self._decided_alone(ref) for ref in wave]
+            for row, outcome in decided:
+                if row is not None:
+                    outcomes[int(row[0])] = (row, outcome)
+        self._write_in_order(ids, outcomes)
+
+    def _keys(self, ids: list[int], keyed: Sequence[Join]) -> dict[int, tuple[Any, ...]]:
+        """Each message's keys in the slicings that order the waves."""
+        if not keyed:
+            return {}
+        columns = "".join(f", {j.key_sql} AS k{n}" for n, j in enumerate(keyed))
+        params: dict[str, Any] = {"ids": self.unit.ids(ids)}
+        for join in keyed:
+            params.update(join.params)
+        rows = self.unit.template_rows("rules_evaluate_lean", {"columns": columns}, params)
+        return {int(r[0]): tuple(r[_FIXED_COLUMNS:]) for r in rows}
+
+    def _decided_alone(self, ref: int) -> tuple[Sequence[Any] | None, _Actions | Failure]:
+        """One message of a wave whose evaluation failed: evaluated and reset alone."""
+        try:
+            with self.unit.savepoint():
+                (row,) = self._evaluate([ref])
+                outcome = self._decide(row)
+                if not isinstance(outcome, Failure):
+                    self._reset([outcome])
+        except StorageError as exc:
+            return None, Failure("evaluation", str(exc), None)
+        return row, outcome
+
+    def _write_in_order(
+        self,
+        ids: list[int],
+        outcomes: Mapping[int, tuple[Sequence[Any] | None, _Actions | Failure]],
+    ) -> None:
+        """The waves' enqueues and error messages, in the batch's order."""
+        pending: list[tuple[Sequence[Any] | None, int, _Actions]] = []
+        for ref in ids:
+            row, outcome = outcomes[ref]
+            if isinstance(outcome, Failure):
+                self._flush(pending)
+                pending = []
+                trigger = self._bare_trigger(ref) if row is None else self._trigger(row)
+                self._fail(trigger, outcome)
+            else:
+                pending.append((row, ref, outcome))
+        self._flush(pending)
+
+    def _flush(self, pending: Sequence[tuple[Sequence[Any] | None, int, _Actions]]) -> None:
+        """Enqueue what ``pending`` made; a message the database refuses gets its error."""
+        if not pending:
+            return
+        try:
+            envelopes = [e for _, _, actions in pending for e in actions.envelopes]
+            # Numbered again in the batch's order: the database orders a commit's messages
+            # by number, and the waves numbered them in the order they were decided.
+            first, self.num = self.num + 1, self.num + len(envelopes)
+            with self.unit.savepoint():
+                self._enqueue([e._replace(num=first + n) for n, e in enumerate(envelopes)])
+            return
+        except (SluiceError, StorageError) as exc:
+            if len(pending) > 1:
+                for one in pending:  # find the one the database refuses
+                    self._flush([one])
+                return
+            row, ref, _ = pending[0]
+            trigger = self._bare_trigger(ref) if row is None else self._trigger(row)
+            kind = "queue" if isinstance(exc, QueueNotFound) else "message"
+            # Its resets stay done: they ran with its wave, before the refusal.
+            self._fail(trigger, Failure(kind, str(exc), None))
 
     def _fast_choice(self, rows: Sequence[Sequence[Any]]) -> dict[ActionKey, list[int]] | None:
         """Which triggers each action's SQL enqueue takes, or None if any message needs
@@ -335,12 +431,17 @@ class _Batch:
 
     # --- writing ---------------------------------------------------------------------
     def _write(self, decided: Sequence[_Actions]) -> None:
-        unit = self.unit
-        for actions in decided:
-            for slicing, key in actions.resets:
-                unit.statement_count("rules_reset", {"slicing": slicing, "key": key})
-        envelopes = [e for actions in decided for e in actions.envelopes]
-        unit.enqueue(self.session, self.tx, envelopes)
+        self._reset(decided)
+        self._enqueue([e for actions in decided for e in actions.envelopes])
+
+    def _reset(self, decided: Sequence[_Actions]) -> None:
+        """Empty the slices ``decided`` reset: one statement for all of them."""
+        pairs = sorted({pair for actions in decided for pair in actions.resets})
+        if pairs:
+            self.unit.statement_count("rules_reset", {"pairs": json.dumps(pairs)})
+
+    def _enqueue(self, envelopes: Sequence[Envelope]) -> None:
+        self.unit.enqueue(self.session, self.tx, envelopes)
         for e in envelopes:
             self.result.produced[e.queue] = self.result.produced.get(e.queue, 0) + 1
 
@@ -480,6 +581,22 @@ def _passes(action: PlannedEnqueue, values: Sequence[Any], content: QueueContent
             except MessageError:
                 return False
     return True
+
+
+def split_waves(ids: Sequence[int], keys: Mapping[int, tuple[Any, ...]]) -> list[list[int]]:
+    """``ids`` in waves: each message one wave after the last earlier one it shares a
+    key with (None shares nothing), so a wave holds at most one message per slice."""
+    waves: list[list[int]] = []
+    last: dict[tuple[int, Any], int] = {}
+    for ref in ids:
+        found = [(n, k) for n, k in enumerate(keys.get(ref, ())) if k is not None]
+        wave = max((last[f] + 1 for f in found if f in last), default=0)
+        for f in found:
+            last[f] = wave
+        if wave == len(waves):
+            waves.append([])
+        waves[wave].append(ref)
+    return waves
 
 
 def _shaped(kind: str, value: Any) -> tuple[Any, str | None]:

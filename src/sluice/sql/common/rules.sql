@@ -43,9 +43,6 @@ SELECT name, id FROM {schema}.queues;
 SELECT count(*) FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state <> 0;
 
--- name: rules_reset
-DELETE FROM {schema}.slice_members WHERE slicing = :slicing AND key = :key;
-
 -- name: rules_forget_slicing
 DELETE FROM {schema}.slice_members WHERE slicing = :slicing;
 

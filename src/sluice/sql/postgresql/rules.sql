@@ -40,3 +40,9 @@ ORDER BY n.id;
 -- messages become visible in commit order.
 SELECT pg_advisory_xact_lock(%(lock_class)s, q.id)
 FROM (SELECT id FROM {schema}.queues WHERE id = ANY(%(queue_ids)s::integer[]) ORDER BY id) AS q;
+
+-- name: rules_reset
+-- The slices a batch's rules reset, their members forgotten: pairs is a JSON array of
+-- [slicing, key].
+DELETE FROM {schema}.slice_members
+WHERE (slicing, key) IN (SELECT p ->> 0, p ->> 1 FROM jsonb_array_elements(%(pairs)s::jsonb) AS p);

@@ -28,3 +28,9 @@ SELECT :queue_id, 1, 0, :session, :tx, n.id * 64 + :action, n.body, n.content_ty
        :now, :now
 FROM (SELECT m.id AS id{columns} FROM messages AS m WHERE m.id {rules_ids}) AS n
 ORDER BY n.id;
+
+-- name: rules_reset
+-- The slices a batch's rules reset, their members forgotten: pairs is a JSON array of
+-- [slicing, key].
+DELETE FROM slice_members
+WHERE (slicing, key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs));
