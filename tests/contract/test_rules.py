@@ -443,3 +443,39 @@ def test_a_batch_of_messages_sharing_slices_gives_what_one_at_a_time_gives(
     assert made[:5] == [{"seen": 0}, {"seen": 1}, {"seen": 2}, {"order": "a", "n": 3, "sum": 4},
                         {"seen": 3}]  # fmt: skip
     assert {"cancelled": "a"} in made
+
+
+def test_a_failure_in_a_wave_undoes_that_message_alone(db: sluice.Database) -> None:
+    """A message of a wave whose action fails gets its error message in the batch's
+    order, and its reset is undone: the next message of its slice still sees it."""
+    text = """
+    CREATE QUEUE pairs{s} ERRORQUEUE errors{s};
+    CREATE QUEUE errors{s};
+    CREATE QUEUE out{s};
+    CREATE PROPERTY pair{s} AS text QUEUE pairs{s} VALUE body.pair;
+    CREATE SLICING by{s} ON pair{s};
+    CREATE RULE match{s} FOR by{s}
+      IF (SELECT count(*) FROM slice() AS s) = 2 {extra} THEN
+        ENQUEUE body.label INTO out{s}, RESET;
+    """
+    one = "AND NOT EXISTS (SELECT 1 FROM queue('outS') AS x WHERE 1 = 0)"
+    db.apply(text.format(s="W", extra="") + text.format(s="S", extra=one))
+    parts = [
+        {"pair": "a", "label": "a1"},
+        {"pair": "b"},
+        {"pair": "a", "label": "a2"},
+        {"pair": "b", "label": None},  # completes b with a NULL body: an error, no reset
+        {"pair": "b", "label": "b3"},  # b holds three now: nothing
+        {"pair": "a", "label": "a3"},
+        {"pair": "a", "label": "a4"},
+    ]
+    for s in ("W", "S"):
+        db.queue(f"pairs{s}").put_many(parts)
+    stats = db.rules.run_until_idle(batch=256)
+    assert stats.processed == 14
+    assert stats.errors == 2
+    assert ready(db, "outW") == ready(db, "outS") == ["a2", "a4"]
+    (error,) = ready(db, "errorsW")
+    assert error["error"] == "body"
+    assert error["trigger"]["body"] == {"pair": "b", "label": None}
+    assert [e["trigger"]["body"] for e in ready(db, "errorsS")] == [error["trigger"]["body"]]
