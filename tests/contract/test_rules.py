@@ -9,6 +9,7 @@ import pytest
 import sluice
 from sluice import ManualClock
 from sluice.errors import ConfigurationError, MessageError, RuleDefinitionError
+from sluice.rules import runner
 
 T0 = 1_700_000_000.0
 
@@ -343,13 +344,14 @@ def test_two_engines_on_one_database_process_each_message_once(shared_url: str) 
 def test_the_sql_enqueue_and_the_python_one_make_the_same_messages(
     db: sluice.Database, clock: ManualClock
 ) -> None:
-    """A batch whose actions all go to distinct queues is enqueued by SQL (rules/fast.py);
-    one that sends two actions' messages to one queue by Python: the results agree."""
+    """A batch is enqueued by SQL (rules/fast.py), also where two actions' messages go to
+    one queue; the second batch here by Python (a check fails: sent back whole): the
+    results agree."""
     db.apply(ROUTING)
     orders = db.queue("orders")
     orders.put_many([{"id": 1, "total": 5.0}, {"id": 2, "total": 7.5}])  # SQL
     db.rules.run_until_idle()
-    orders.put_many([{"id": 3, "total": 5.0}, {"id": 0, "total": 0}])  # Python: audit twice
+    orders.put_many([{"id": 3, "total": 5.0}, {"id": 0, "total": 0}])
     db.rules.run_until_idle()
     billed = db.queue("billing").browse(limit=10)
     assert [m.body for m in billed] == [
@@ -372,6 +374,77 @@ def test_the_sql_enqueue_and_the_python_one_make_the_same_messages(
         {"order": 3, "seen": T0},
         {"refused": 0},
     ]
+
+
+FANOUT = """
+CREATE QUEUE orders;
+CREATE QUEUE billing;
+CREATE QUEUE audit;
+CREATE PROPERTY region AS text INHERITED QUEUE orders, billing, audit;
+CREATE PROPERTY urgent AS boolean QUEUE billing;
+CREATE PROPERTY total AS real QUEUE billing, audit VALUE body.total;
+CREATE RULE fan FOR orders
+  IF body.total > 0 THEN
+    ENQUEUE json_object('order', body.id, 'n', 1) INTO audit,
+    ENQUEUE json_object('order', body.id, 'total', body.total) INTO billing
+      WITH urgent = body.total > 10,
+    ENQUEUE json_object('order', body.id, 'n', 2, 'total', body.total) INTO audit
+  ELSE
+    ENQUEUE body.id INTO audit;
+"""
+
+
+def _made(db: sluice.Database) -> list[tuple[str, Any, str, dict[str, Any]]]:
+    """What the targets hold, in delivery order, without what differs between runs."""
+    made = []
+    for queue in ("billing", "audit"):
+        for m in db.queue(queue).browse(limit=100):
+            kept = {k: v for k, v in m.properties.items() if k != "trigger_id"}
+            made.append((queue, m.body, m.content_type, kept))
+    return made
+
+
+def test_the_sql_enqueue_makes_what_the_python_path_makes_message_for_message(
+    db: sluice.Database, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two actions into one queue, WITH, inherited and computed properties, a body that is
+    a JSON scalar: per queue in (trigger, action) order, by SQL as by Python."""
+    db.apply(FANOUT)
+    orders = [{"id": 1, "total": 5.0}, {"id": 2, "total": 0}, {"id": 3, "total": 12.5}]
+    regions = ["north", None, "south"]
+
+    def run() -> list[tuple[str, Any, str, dict[str, Any]]]:
+        for body, region in zip(orders, regions, strict=True):
+            db.queue("orders").put(body, properties={"region": region} if region else None)
+        assert db.rules.run_until_idle().processed == len(orders)
+        made = _made(db)
+        with db.transaction() as tx:  # consumed: the next run's start empty
+            for queue in ("billing", "audit"):
+                tx.dequeue(queue, limit=100)
+        return made
+
+    writes: list[object] = []
+    fast_write = runner._Batch._fast_write
+    monkeypatch.setattr(
+        runner._Batch, "_fast_write", lambda self, chosen: writes.append(fast_write(self, chosen))
+    )
+    by_sql = run()
+    assert len(writes) == 1  # one batch, by SQL
+    monkeypatch.setattr(runner, "usable", lambda *_: False)  # no target takes SQL's
+    by_python = run()
+    assert by_sql == by_python
+    assert [(q, b) for q, b, _, _ in by_sql] == [
+        ("billing", {"order": 1, "total": 5.0}),
+        ("billing", {"order": 3, "total": 12.5}),
+        ("audit", {"order": 1, "n": 1}),
+        ("audit", {"order": 1, "n": 2, "total": 5.0}),
+        ("audit", 2),
+        ("audit", {"order": 3, "n": 1}),
+        ("audit", {"order": 3, "n": 2, "total": 12.5}),
+    ]
+    billed = by_sql[0][3]
+    assert billed == {"region": "north", "urgent": False, "total": 5.0, "rule": "fan",
+                      "created_at": T0, "trigger_queue": "orders"}  # fmt: skip
 
 
 def test_applying_an_unchanged_file_keeps_the_version(db: sluice.Database) -> None:

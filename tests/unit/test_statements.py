@@ -52,13 +52,19 @@ SAMPLE = {
 }
 """What a template's holes get for the database to check it."""
 
-INSERTED = ", m.body AS body, m.content_type AS content_type, m.properties AS properties"
+MADE = "SELECT 1 AS queue_id, n.id * 64 + 1 AS p_num, n.body, {body}n.content_type, n.properties"
 SAMPLE_FOR = {
-    # The rules engine's enqueue by SQL reads its new messages' parts from a derived table.
-    ("sqlite", "rules_insert"): {"columns": INSERTED, "value": "n.properties"},
+    # The rules engine's enqueue by SQL: per action a derived table of new messages (over
+    # their triggers), and its rows (backends/rules.py: rules_made).
+    ("sqlite", "rules_insert"): {
+        "parts": "n1 AS MATERIALIZED (SELECT 1 AS id, '1' AS body, NULL AS content_type,"
+        " '{}' AS properties)",
+        "rows": MADE.format(body="") + " FROM n1 AS n",
+    },
     ("postgresql", "rules_insert"): {
-        "columns": INSERTED + ", m.body_bytes AS body_bytes",
-        "value": "n.properties",
+        "parts": "n1 AS MATERIALIZED (SELECT 1::bigint AS id, '1'::text AS body,"
+        " NULL::bytea AS body_bytes, NULL::text AS content_type, '{}'::text AS properties)",
+        "rows": MADE.format(body="n.body_bytes, ") + " FROM n1 AS n",
     },
 }
 """Holes of particular templates, by dialect and name, that need more than SAMPLE."""
@@ -66,7 +72,8 @@ SAMPLE_FOR = {
 
 def sample(dialect: str, name: str, hole: str) -> str:
     """What ``hole`` of template ``name`` gets for the database to check it."""
-    return SAMPLE_FOR.get((dialect, name), {}).get(hole, SAMPLE[hole])
+    particular = SAMPLE_FOR.get((dialect, name), {})
+    return particular[hole] if hole in particular else SAMPLE[hole]
 
 
 def dialects_of(path: Path) -> tuple[str, ...]:

@@ -591,10 +591,10 @@ class RuleUnit(Protocol):
         SQLite's writers are serial anyway."""
 
     def insert_selected(
-        self, queue: str, queue_id: int, holes: Mapping[str, str], params: Mapping[str, Any]
+        self, queues: Mapping[str, int], holes: Mapping[str, str], params: Mapping[str, Any]
     ) -> int:
         """Insert ready messages built by SQL (rules.sql's rules_insert, holes filled) into
-        ``queue``, with the commit lock an enqueue takes; how many."""
+        ``queues`` (names and ids), with the commit locks an enqueue takes; how many."""
 
     def savepoint(self) -> AbstractContextManager[None]:
         """A part of the unit that a failure inside undoes alone (the error propagates)."""
@@ -620,7 +620,7 @@ class RuleStore(Protocol):
     def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
         """SQL of a JSON object from (key, value SQL, value type) (see backends/rules.py)."""
 
-    def rules_merge(self, first: str, second: str) -> str:
+    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
         """SQL of JSON object ``first`` overlaid by ``second``, NULL values left out."""
 
     def rules_inherited(self, name: str) -> str:
@@ -628,6 +628,11 @@ class RuleStore(Protocol):
 
     def rules_body(self, kind: str, sql: str) -> str | None:
         """The body columns of rules_insert for a body of ``kind``; None: Python builds it."""
+
+    def rules_made(
+        self, number: int, columns: str, value: str, *, ids: str, queue_id: str
+    ) -> tuple[str, str]:
+        """rules_insert's part and rows for one action (see backends/rules.py)."""
 
     def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
         """Where a rule's relations are: ``slicing`` the one its slice() reads."""

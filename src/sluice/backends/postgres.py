@@ -403,7 +403,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
         built = f"jsonb_build_object({items})"
         return f"jsonb_strip_nulls({built})::text" if strip else f"{built}::text"
 
-    def rules_merge(self, first: str, second: str) -> str:
+    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
         return f"jsonb_strip_nulls(({first})::jsonb || ({second})::jsonb)::text"
 
     def rules_inherited(self, name: str) -> str:
@@ -422,6 +422,11 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
         if kind == "text":
             return f", ({sql})::text AS body, NULL::bytea AS body_bytes, '{TEXT}' AS content_type"
         return None
+
+    def _rules_made_from(self, ids: str) -> str:
+        return f"FROM {self._schema_sql}.messages AS m WHERE m.id = ANY({ids}::bigint[])"
+
+    _rules_made_body = "n.body, n.body_bytes, n.content_type"
 
     def _rules_committed(self, queues: set[str]) -> None:
         self._notifier.signal(queues)

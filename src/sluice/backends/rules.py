@@ -111,8 +111,9 @@ class SqlRules:
         whose value is NULL are left out (else they are JSON null)."""
 
     @abstractmethod
-    def rules_merge(self, first: str, second: str) -> str:
-        """SQL of JSON object text ``first`` overlaid by ``second``, NULL values left out."""
+    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
+        """SQL of JSON object text ``first`` overlaid by ``second``, NULL values left out;
+        ``disjoint``: they have no key in common, and ``second`` has no NULL value."""
 
     @abstractmethod
     def rules_inherited(self, name: str) -> str:
@@ -122,6 +123,32 @@ class SqlRules:
     def rules_body(self, kind: str, sql: str) -> str | None:
         """The derived table's body columns (", ... AS body, ... AS content_type ...") for a
         body of ``kind`` computed by ``sql`` over m; None where only Python builds it."""
+
+    @abstractmethod
+    def _rules_made_from(self, ids: str) -> str:
+        """FROM and WHERE of the triggering messages m whose ids are bound as ``ids``."""
+
+    _rules_made_body: str
+    """The body columns of n that rules_insert's rows carry (the dialect's)."""
+
+    def rules_made(
+        self, number: int, columns: str, value: str, *, ids: str, queue_id: str
+    ) -> tuple[str, str]:
+        """rules_insert's part and rows for action ``number``: the new messages'
+        ``columns`` over their triggers m (bound as ``ids``), materialized, so that
+        ``value`` (their final properties over n) reads them built; their queue bound as
+        ``queue_id``."""
+        placeholder = self._compiler(Source(), "x").placeholder
+        part = (
+            f"n{number} AS MATERIALIZED (SELECT m.id AS id{columns} "
+            f"{self._rules_made_from(placeholder(ids))})"
+        )
+        rows = (
+            f"SELECT CAST({placeholder(queue_id)} AS INTEGER) AS queue_id, "
+            f"n.id * 64 + {number} AS p_num, {self._rules_made_body}, {value} AS properties "
+            f"FROM n{number} AS n"
+        )
+        return part, rows
 
     @abstractmethod
     def _rules_committed(self, queues: set[str]) -> None:
@@ -187,14 +214,14 @@ class _Unit:
         self._backend._rules_exclusive(self._conn, key)
 
     def insert_selected(
-        self, queue: str, queue_id: int, holes: Mapping[str, str], params: Mapping[str, Any]
+        self, queues: Mapping[str, int], holes: Mapping[str, str], params: Mapping[str, Any]
     ) -> int:
         backend = self._backend
-        backend._rules_enqueue_lock(self._conn, [queue_id])
+        backend._rules_enqueue_lock(self._conn, sorted(queues.values()))
         text = backend._templates["rules_insert"].fill(**holes)
-        count = int(self._conn.execute(text, {**params, "queue_id": queue_id}).rowcount)
+        count = int(self._conn.execute(text, params).rowcount)
         if count:
-            self._gained.add(queue)
+            self._gained.update(queues)
         return count
 
     def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:

@@ -309,8 +309,11 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
         built = f"json_object({items})"
         return f"json_patch('{{}}', {built})" if strip else built
 
-    def rules_merge(self, first: str, second: str) -> str:
+    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
         # json_patch drops the keys a patch sets to null; the outer one those of first.
+        # Without keys in common, first as the patch: its nulls add nothing (one patch).
+        if disjoint:
+            return f"json_patch({second}, {first})"
         return f"json_patch('{{}}', json_patch({first}, {second}))"
 
     def rules_inherited(self, name: str) -> str:
@@ -326,6 +329,11 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
         if kind == "text":
             return f", {sql} AS body, '{TEXT}' AS content_type"
         return None
+
+    def _rules_made_from(self, ids: str) -> str:
+        return f"FROM messages AS m WHERE m.id IN (SELECT value FROM json_each({ids}))"
+
+    _rules_made_body = "n.body, n.content_type"
 
     def _rules_committed(self, queues: set[str]) -> None:
         pass  # other processes hear of every commit through the WAL (sqlite_notify)

@@ -2,12 +2,13 @@
 
 Where a queue's rules read no relation and reset no slice (a batch is evaluated at
 once), and a rule's target takes plain messages (no types, priority functions,
-slotted properties, isolation or computed integers), the messages one action
-produces for the whole batch are one ``INSERT ... SELECT`` over their triggering
-messages: body, properties (inherited, WITH, system) and the target's computed
-properties are SQL, and Python only decides which triggers chose which branch and
-checks what could fail (a NULL body, a size, a WITH value's type). Anything else,
-or any check that fails, takes the Python path, which makes the error messages.
+slotted properties, isolation or computed integers), every message a batch's actions
+produce is made by one ``INSERT ... SELECT`` over their triggering messages (each
+action a part of it): body, properties (inherited, WITH, system) and the target's
+computed properties are SQL, and Python only decides which triggers chose which
+branch and checks what could fail (a NULL body, a size, a WITH value's type).
+Anything else, or any check that fails, takes the Python path, which makes the error
+messages.
 """
 
 from __future__ import annotations
@@ -41,12 +42,19 @@ _ROW_COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class FastInsert:
+    """One action's part of rules_insert: its derived table of new messages and its rows."""
+
     queue: str
     number: int
-    holes: Mapping[str, str]
+    part: str
+    rows: str
     params: Mapping[str, Any]
     stored: tuple[StoredProperty, ...]
     """The target's stored properties this was built for: if they change, it is not used."""
+    ids: str
+    """The parameter of the triggers whose messages this action makes."""
+    queue_id: str
+    """The parameter of the target's id."""
 
 
 def build_fast(app: Application, backend: Backend, plan: QueuePlan) -> dict[ActionKey, FastInsert]:
@@ -93,11 +101,14 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
         declared = app.properties.get(name)
         kind = PROPERTY_TYPES[declared.type] if declared is not None else "text"
         pairs[name] = (plan.columns[column], kind)
+    nullable = bool(pairs)  # inherited and WITH values may be NULL: left out
     pairs["rule"] = (f"CAST({compiler.bind(rule)} AS TEXT)", "text")
     pairs["created_at"] = (now, "number")
     pairs["trigger_id"] = ("m.id", "number")
     pairs["trigger_queue"] = (f"CAST({compiler.bind(plan.name)} AS TEXT)", "text")
-    base = backend.rules_object([(k, sql, kind) for k, (sql, kind) in pairs.items()], strip=True)
+    base = backend.rules_object(
+        [(k, sql, kind) for k, (sql, kind) in pairs.items()], strip=nullable
+    )
     values = backend.rules_compiler(None, prefix=f"v{number}_", alias="n")
     computed = [
         (p.name, values.compile(parse(p.expression, want=PROPERTY_TYPES[p.type])), p.type)
@@ -114,9 +125,12 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
             ],
             strip=False,
         )
-        value = backend.rules_merge(obj, "n.properties")
+        disjoint = not {name for name, _, _ in computed} & pairs.keys()
+        value = backend.rules_merge(obj, "n.properties", disjoint=disjoint)
     columns = f"{body}, {base} AS properties{_ROW_COLUMNS.format(now=now)}"
-    return FastInsert(action.queue, number, {"columns": columns, "value": value}, params, stored)
+    ids, queue_id = f"f{number}_ids", f"f{number}_queue"
+    part, rows = backend.rules_made(number, columns, value, ids=ids, queue_id=queue_id)
+    return FastInsert(action.queue, number, part, rows, params, stored, ids, queue_id)
 
 
 def usable(fast: FastInsert, content: QueueContent) -> bool:

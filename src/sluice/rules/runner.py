@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.backends.base import Backend, Envelope, RuleUnit
+from sluice.backends.records import StoredProperty
 from sluice.engine.content import QueueContent
 from sluice.engine.context import EngineContext
 from sluice.engine.enqueue import property_value, typed_envelope
@@ -267,19 +268,16 @@ class _Batch:
                         continue
                     if actions is None:
                         return None
-                    for key, action, target in actions:
-                        if not _passes(action, values, target):
+                    for key, check in actions:
+                        if not check.passes(values):
                             return None
                         chosen.setdefault(key, []).append(ref)
                     break
-        targets = [self.fast[key].queue for key in chosen]
-        if len(targets) != len(set(targets)):
-            return None  # one INSERT per action would not keep the queue's order
         return chosen
 
     def _fast_shape(self) -> list[tuple[int | None, list[tuple[int | None, Any]]]] | None:
         """The plan's rules as the fast path walks them: per rule its key column and per
-        branch its condition and its actions with their targets (None: a branch that needs
+        branch its condition and its actions with their checks (None: a branch that needs
         the Python path); None if a target does not take plain messages now."""
         contents: dict[str, QueueContent] = {}
         for fast in self.fast.values():
@@ -292,7 +290,7 @@ class _Batch:
         for r, planned in enumerate(self.plan.rules):
             branches: list[tuple[int | None, Any]] = []
             for b, branch in enumerate(planned.branches):
-                actions: list[tuple[ActionKey, PlannedEnqueue, QueueContent]] | None = []
+                actions: list[tuple[ActionKey, _Check]] | None = []
                 for a, action in enumerate(branch.actions):
                     planned_fast = self.fast.get((r, b, a))
                     if (
@@ -302,21 +300,39 @@ class _Batch:
                     ):
                         actions = None
                         continue
-                    actions.append(((r, b, a), action, contents[planned_fast.queue]))
+                    check = _Check.of(action, contents[planned_fast.queue])
+                    actions.append(((r, b, a), check))
                 branches.append((branch.condition, actions))
             shape.append((planned.key, branches))
         return shape
 
     def _fast_write(self, chosen: Mapping[ActionKey, list[int]]) -> None:
-        unit, plan = self.unit, self.plan
-        for key in sorted(chosen, key=lambda k: self.fast[k].number):
-            fast = self.fast[key]
-            params = {
-                **plan.params, **fast.params, "now": self.now, "ids": unit.ids(chosen[key]),
-                "session": self.session, "tx": self.tx, "action": fast.number,
-            }  # fmt: skip
-            count = unit.insert_selected(fast.queue, self.queue_ids[fast.queue], fast.holes, params)
-            self.result.produced[fast.queue] = self.result.produced.get(fast.queue, 0) + count
+        """Every message of the batch in one INSERT, each action a part of it."""
+        unit = self.unit
+        made = sorted(
+            ((self.fast[k], refs) for k, refs in chosen.items()), key=lambda m: m[0].number
+        )
+        if not made:
+            return
+        params: dict[str, Any] = {
+            **self.plan.params, "now": self.now, "session": self.session, "tx": self.tx,
+        }  # fmt: skip
+        queues: dict[str, int] = {}
+        produced = self.result.produced
+        for fast, refs in made:
+            queues[fast.queue] = queue_id = self.queue_ids[fast.queue]
+            params.update(fast.params)
+            params[fast.ids] = unit.ids(refs)
+            params[fast.queue_id] = queue_id
+            produced[fast.queue] = produced.get(fast.queue, 0) + len(refs)
+        holes = {
+            "parts": ", ".join(fast.part for fast, _ in made),
+            "rows": " UNION ALL ".join(fast.rows for fast, _ in made),
+        }
+        count = unit.insert_selected(queues, holes, params)
+        expected = sum(len(refs) for _, refs in made)
+        if count != expected:  # every trigger was taken in this transaction: never
+            raise StorageError(f"the SQL enqueue made {count} messages of {expected}")
 
     def _messages_alone(self, ref: int) -> None:
         # The joins ran already for the whole batch; evaluation is per message now.
@@ -555,32 +571,53 @@ class _Actions:
     envelopes: list[Envelope] = field(default_factory=list)
 
 
-def _passes(action: PlannedEnqueue, values: Sequence[Any], content: QueueContent) -> bool:
-    """Whether what the SQL enqueue of ``action`` would store is sure to be accepted."""
-    if action.body is not None:
-        value = values[action.body]
-        if value is None:
-            return False
-        if action.kind == "scalar":
-            (inner,) = json.loads(value) if isinstance(value, str) else value
-            if inner is None:
-                return False
-        size = (
-            len(value) if isinstance(value, str) and value.isascii() else len(str(value).encode())
+@dataclass(frozen=True, slots=True)
+class _Check:
+    """What must hold of an action's evaluated values for its SQL enqueue to be sure to
+    be accepted by its target (else the Python path makes the message or the error)."""
+
+    body: int | None
+    scalar: bool
+    max_size: int
+    declared: tuple[tuple[int, StoredProperty, str], ...]
+    """(column, the target's property a WITH sets, the target's name)."""
+
+    @classmethod
+    def of(cls, action: PlannedEnqueue, content: QueueContent) -> _Check:
+        by_name = {p.name: p for p, _ in content.stored}
+        declared = tuple(
+            (column, by_name[name], content.spec.name)
+            for name, column in action.properties
+            if name in by_name
         )
-        if size > content.spec.max_size:
-            return False
-    declared = {p.name: p for p, _ in content.stored}
-    for name, column in action.properties:
-        prop, value = declared.get(name), values[column]
-        if prop is not None and value is not None:
-            if prop.type == "boolean" and isinstance(value, int):
-                value = bool(value)  # SQLite's booleans, made JSON ones by the SQL
-            try:
-                property_value(prop, value, content.spec.name)
-            except MessageError:
+        return cls(action.body, action.kind == "scalar", content.spec.max_size, declared)
+
+    def passes(self, values: Sequence[Any]) -> bool:
+        if self.body is not None:
+            value = values[self.body]
+            if value is None:
                 return False
-    return True
+            if self.scalar:
+                (inner,) = json.loads(value) if isinstance(value, str) else value
+                if inner is None:
+                    return False
+            size = (
+                len(value)
+                if isinstance(value, str) and value.isascii()
+                else len(str(value).encode())
+            )
+            if size > self.max_size:
+                return False
+        for column, prop, queue in self.declared:
+            value = values[column]
+            if value is not None:
+                if prop.type == "boolean" and isinstance(value, int):
+                    value = bool(value)  # SQLite's booleans, made JSON ones by the SQL
+                try:
+                    property_value(prop, value, queue)
+                except MessageError:
+                    return False
+        return True
 
 
 def split_waves(ids: Sequence[int], keys: Mapping[int, tuple[Any, ...]]) -> list[list[int]]:

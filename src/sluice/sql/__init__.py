@@ -17,7 +17,8 @@ Holes for what is compiled at run time from user expressions are the only braces
 left, and only a :class:`Template` fills them: ``{select}`` (a selection's condition,
 " AND ..." or nothing), ``{order}`` (its ordering keys, each followed by ", ", or
 nothing; the delivery order after them breaks their ties), ``{value}`` (a declared
-property's value expression).
+property's value expression), ``{columns}``, ``{parts}`` and ``{rows}`` (the rules
+engine's evaluated columns and its enqueues by SQL, rules.sql).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from importlib import resources
 __all__ = ["HOLES", "Template", "migrations", "schema", "statements", "templates"]
 
 DIALECTS = ("sqlite", "postgresql")
-HOLES = frozenset({"select", "order", "value", "selector", "columns"})
+HOLES = frozenset({"select", "order", "value", "selector", "columns", "parts", "rows"})
 """The holes a statement may leave for run time (see the module docstring)."""
 _SELECTION = frozenset({"select", "order"})
 

@@ -29,11 +29,11 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s::integer);
 -- As SQLite's (see there); the rows go to the current partition.
 INSERT INTO {schema}.messages (slot, queue_id, state, priority, p_session, p_tx, p_num, body,
                                body_bytes, content_type, properties, enqueued_at, available_at)
-SELECT (SELECT slot FROM {schema}.rotation), %(queue_id)s, 1, 0, %(session)s, %(tx)s,
-       n.id * 64 + %(action)s, n.body, n.body_bytes, n.content_type, {value},
-       %(now)s, %(now)s
-FROM (SELECT m.id AS id{columns} FROM {schema}.messages AS m WHERE m.id {rules_ids}) AS n
-ORDER BY n.id;
+WITH {parts}
+SELECT (SELECT slot FROM {schema}.rotation), a.queue_id, 1, 0, %(session)s, %(tx)s, a.p_num,
+       a.body, a.body_bytes, a.content_type, a.properties, %(now)s, %(now)s
+FROM ({rows}) AS a
+ORDER BY a.p_num;
 
 -- name: rules_commit_lock
 -- The commit lock every enqueue takes on its queues (see the enqueue function), so that

@@ -18,16 +18,20 @@ ORDER BY priority DESC, id
 LIMIT :limit;
 
 -- name: rules_insert
--- The fast way a batch's rules enqueue: the messages one action makes, built by SQL
--- from their triggering messages m (ids), in their order. {columns}: the new message's
--- body, content type and properties (as columns of n); {value}: its final properties,
--- with its queue's computed properties over n. p_num: the trigger and the action.
+-- The fast way a batch's rules enqueue: every message its actions make, built by SQL
+-- from their triggering messages, in one statement. parts: per action a materialized
+-- n<k>, the new messages' body, content type and properties over their triggers m
+-- (built once); rows: per action its rows over n<k> with their queue, p_num (the
+-- trigger and the action) and final properties (the queue's computed properties over
+-- n<k>), joined by UNION ALL. In p_num's order: per queue, trigger by trigger and action
+-- by action, as the Python path makes them.
 INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
                       properties, enqueued_at, available_at)
-SELECT :queue_id, 1, 0, :session, :tx, n.id * 64 + :action, n.body, n.content_type, {value},
+WITH {parts}
+SELECT a.queue_id, 1, 0, :session, :tx, a.p_num, a.body, a.content_type, a.properties,
        :now, :now
-FROM (SELECT m.id AS id{columns} FROM messages AS m WHERE m.id {rules_ids}) AS n
-ORDER BY n.id;
+FROM ({rows}) AS a
+ORDER BY a.p_num;
 
 -- name: rules_reset
 -- The slices a batch's rules reset, their members forgotten: pairs is a JSON array of
