@@ -426,7 +426,7 @@ def test_the_sql_enqueue_makes_what_the_python_path_makes_message_for_message(
     writes: list[object] = []
     fast_write = runner._Batch._fast_write
     monkeypatch.setattr(
-        runner._Batch, "_fast_write", lambda self, chosen: writes.append(fast_write(self, chosen))
+        runner._Batch, "_fast_write", lambda self, *a: writes.append(fast_write(self, *a))
     )
     by_sql = run()
     assert len(writes) == 1  # one batch, by SQL

@@ -499,3 +499,26 @@ def test_transient_queues_commit_without_waiting_for_the_flush(
             tx.enqueue("metrics", 2)
             tx.enqueue("orders", 3)
             assert tx._durable
+
+
+def test_a_batch_the_sql_enqueue_cannot_evaluate_is_done_again_by_python(pg_url: str) -> None:
+    """jsonb refuses the NUL escape that json text may hold: the batch's one statement
+    fails as a whole, the engine does the batch again by Python, and only the message
+    at fault becomes an error message."""
+    with sluice.connect(pg_url) as db:
+        db.apply(
+            """
+            CREATE QUEUE orders ERRORQUEUE bad;
+            CREATE QUEUE bad;
+            CREATE QUEUE billing;
+            CREATE RULE route FOR orders IF true THEN
+              ENQUEUE json_object('order', body.id) INTO billing;
+            """
+        )
+        db.queue("orders").put_many([{"id": "a"}, {"id": "b\u0000c"}, {"id": "d"}])
+        stats = db.rules.run_until_idle()
+        assert (stats.processed, stats.errors) == (3, 1)
+        assert [m.body for m in db.queue("billing").browse()] == [{"order": "a"}, {"order": "d"}]
+        (error,) = [m.body for m in db.queue("bad").browse()]
+        assert error["error"] == "evaluation"
+        assert error["trigger"]["body"] == {"id": "b\u0000c"}

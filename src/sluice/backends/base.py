@@ -594,7 +594,9 @@ class RuleUnit(Protocol):
         self, queues: Mapping[str, int], holes: Mapping[str, str], params: Mapping[str, Any]
     ) -> int:
         """Insert ready messages built by SQL (rules.sql's rules_insert, holes filled) into
-        ``queues`` (names and ids), with the commit locks an enqueue takes; how many."""
+        ``queues`` (names and ids), with the commit locks an enqueue takes, and mark the
+        batch's triggers (``params['ids']``) processed as rules_done does; how many
+        messages it inserted."""
 
     def savepoint(self) -> AbstractContextManager[None]:
         """A part of the unit that a failure inside undoes alone (the error propagates)."""

@@ -375,6 +375,8 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
     def _rules_schema(self) -> str:
         return f"{self._schema_sql}."
 
+    _rules_insert_marks_done = True
+
     def _rules_enqueue(
         self, conn: psycopg.Connection[Any], session: int, tx: int, envelopes: Sequence[Envelope]
     ) -> None:
@@ -390,6 +392,9 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
 
     def _rules_ids(self, values: Sequence[int]) -> list[int]:
         return list(values)
+
+    def _rules_translate(self, exc: Exception) -> Exception | None:
+        return translate(exc) if isinstance(exc, psycopg.Error) else None
 
     def _rules_exclusive(self, conn: psycopg.Connection[Any], key: int) -> None:
         conn.execute(self._q["rules_lock"], {"lock_class": RULES_LOCK_CLASS, "key": key})

@@ -75,6 +75,9 @@ class SqlRules:
     _q: dict[str, str]
     _templates: dict[str, Template]
     _rules_savepoints = itertools.count()
+    _rules_insert_marks_done = False
+    """Whether rules_insert marks the batch processed itself (a data-modifying CTE), or
+    rules_done runs after it."""
 
     @abstractmethod
     def _transaction(self, *, durable: bool = True) -> AbstractContextManager[Any]: ...
@@ -96,6 +99,11 @@ class SqlRules:
 
     @abstractmethod
     def _rules_ids(self, values: Sequence[int]) -> Any: ...
+
+    @abstractmethod
+    def _rules_translate(self, exc: Exception) -> Exception | None:
+        """The StorageError for a driver's error (None: not the driver's), so that a
+        savepoint of the unit can catch what the database refused."""
 
     @abstractmethod
     def _rules_exclusive(self, conn: Any, key: int) -> None: ...
@@ -194,17 +202,26 @@ class _Unit:
         self._conn = conn
         self._gained = gained
 
+    def _execute(self, text: str, params: Mapping[str, Any]) -> Any:
+        try:
+            return self._conn.execute(text, params)
+        except Exception as exc:
+            error = self._backend._rules_translate(exc)
+            if error is None:
+                raise
+            raise error from exc
+
     def statement_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
-        cur = self._conn.execute(self._backend._q[name], params)
+        cur = self._execute(self._backend._q[name], params)
         return list(cur.fetchall()) if cur.description else []
 
     def statement_count(self, name: str, params: Mapping[str, Any]) -> int:
-        return int(self._conn.execute(self._backend._q[name], params).rowcount)
+        return int(self._execute(self._backend._q[name], params).rowcount)
 
     def template_rows(
         self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]
     ) -> list[Row]:
-        cur = self._conn.execute(self._backend._templates[name].fill(**holes), params)
+        cur = self._execute(self._backend._templates[name].fill(**holes), params)
         return list(cur.fetchall()) if cur.description else []
 
     def ids(self, values: Sequence[int]) -> Any:
@@ -219,14 +236,23 @@ class _Unit:
         backend = self._backend
         backend._rules_enqueue_lock(self._conn, sorted(queues.values()))
         text = backend._templates["rules_insert"].fill(**holes)
-        count = int(self._conn.execute(text, params).rowcount)
+        count = int(self._execute(text, params).rowcount)
+        if not backend._rules_insert_marks_done:
+            done = {"ids": params["ids"], "now": params["now"]}
+            self._execute(backend._q["rules_done"], done)
         if count:
             self._gained.update(queues)
         return count
 
     def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
         if envelopes:
-            self._backend._rules_enqueue(self._conn, session, tx, envelopes)
+            try:
+                self._backend._rules_enqueue(self._conn, session, tx, envelopes)
+            except Exception as exc:
+                error = self._backend._rules_translate(exc)
+                if error is None:
+                    raise
+                raise error from exc
             self._gained.update(e.queue for e in envelopes)
 
     @contextmanager

@@ -295,6 +295,9 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
     ) -> None:
         self._insert(conn, session, tx, envelopes, state=MessageState.READY)
 
+    def _rules_translate(self, exc: Exception) -> Exception | None:
+        return self._translate(exc) if isinstance(exc, sqlite3.Error) else None
+
     def _rules_ids(self, values: Sequence[int]) -> str:
         return ids(values)
 

@@ -104,6 +104,8 @@ class _Batch:
     # --- the unit ------------------------------------------------------------------
     def run(self, limit: int) -> BatchResult:
         plan, unit = self.plan, self.unit
+        if self.fast and not plan.sequential and not plan.echo:
+            return self._at_once(limit)
         for key in sorted(plan.locks):  # in one order everywhere: no deadlocks
             unit.exclusive(key)
         taken = unit.statement_rows(
@@ -125,7 +127,33 @@ class _Batch:
             for ref in ids:
                 self._messages([ref])
         if ids:
-            unit.statement_count("rules_done", {"ids": unit.ids(ids), "now": self.now})
+            self._done(ids)
+        self.result.processed = len(ids)
+        return self.result
+
+    def _done(self, ids: list[int]) -> None:
+        self.unit.statement_count("rules_done", {"ids": self.unit.ids(ids), "now": self.now})
+
+    def _at_once(self, limit: int) -> BatchResult:
+        """A batch of a queue with SQL enqueues: taken and evaluated by one statement,
+        written (and marked processed) by one more where nothing needs Python. No
+        savepoint: if the database refuses any of it, process_batch does the batch again
+        without SQL enqueues (the Python path then makes the error messages)."""
+        plan, unit = self.plan, self.unit
+        params = {**plan.params, "queue_id": plan.queue_id, "now": self.now, "limit": limit}
+        rows = unit.template_rows("rules_take_evaluate", {"columns": plan.columns_sql()}, params)
+        if not rows:
+            return self.result
+        if int(rows[0][-1] or 0) != self.version:
+            raise StalePlan("the rules changed")
+        ids = [int(r[0]) for r in rows]
+        self._join(ids)
+        chosen = self._fast_choice([r[:-1] for r in rows])
+        if chosen is None:
+            self._messages(ids, joined=True)
+            self._done(ids)
+        elif not self._fast_write(chosen, ids):
+            self._done(ids)  # no branch made anything
         self.result.processed = len(ids)
         return self.result
 
@@ -136,16 +164,12 @@ class _Batch:
             params = {**join.params, "slicing": join.slicing, "ids": unit.ids(ids)}
             unit.template_rows("rules_join", {"value": join.key_sql}, params)
 
-    def _messages(self, ids: list[int]) -> None:
+    def _messages(self, ids: list[int], *, joined: bool = False) -> None:
         """Join, evaluate, decide and write for ``ids``; per message if a part fails."""
-        self._join(ids)
+        if not joined:
+            self._join(ids)
         try:
             with self.unit.savepoint():
-                if self.fast:
-                    chosen = self._fast_choice(self._evaluate(ids, lean=True))
-                    if chosen is not None:
-                        self._fast_write(chosen)
-                        return
                 rows = self._evaluate(ids)
                 decided = [(row, self._decide(row)) for row in rows]
                 self._write([d for _, d in decided if not isinstance(d, Failure)])
@@ -306,16 +330,18 @@ class _Batch:
             shape.append((planned.key, branches))
         return shape
 
-    def _fast_write(self, chosen: Mapping[ActionKey, list[int]]) -> None:
-        """Every message of the batch in one INSERT, each action a part of it."""
+    def _fast_write(self, chosen: Mapping[ActionKey, list[int]], ids: list[int]) -> bool:
+        """Every message of the batch in one INSERT, each action a part of it, which also
+        marks the batch (``ids``) processed; False if there was nothing to insert."""
         unit = self.unit
         made = sorted(
             ((self.fast[k], refs) for k, refs in chosen.items()), key=lambda m: m[0].number
         )
         if not made:
-            return
+            return False
         params: dict[str, Any] = {
             **self.plan.params, "now": self.now, "session": self.session, "tx": self.tx,
+            "ids": unit.ids(ids),
         }  # fmt: skip
         queues: dict[str, int] = {}
         produced = self.result.produced
@@ -333,6 +359,7 @@ class _Batch:
         expected = sum(len(refs) for _, refs in made)
         if count != expected:  # every trigger was taken in this transaction: never
             raise StorageError(f"the SQL enqueue made {count} messages of {expected}")
+        return True
 
     def _messages_alone(self, ref: int) -> None:
         # The joins ran already for the whole batch; evaluation is per message now.
@@ -694,7 +721,15 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
                        fast=fast, queue_ids=queue_ids)  # fmt: skip
         return batch.run(limit)
 
-    result = backend.rules_unit(work, durable=durable)
+    try:
+        result = backend.rules_unit(work, durable=durable)
+    except StorageError:
+        if not fast:
+            raise
+        # The SQL enqueue's batch failed as a whole (it has no savepoint): again by Python,
+        # which finds the message at fault and makes its error message.
+        fast = {}
+        result = backend.rules_unit(work, durable=durable)
     for queue, count in result.produced.items():
         context.wakeups.notify(queue, count)
     return result

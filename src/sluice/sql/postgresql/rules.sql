@@ -26,10 +26,13 @@ FOR UPDATE SKIP LOCKED;
 SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s::integer);
 
 -- name: rules_insert
--- As SQLite's (see there); the rows go to the current partition.
+-- As SQLite's (see there); the rows go to the current partition. And the batch's
+-- triggers (ids) are marked processed in the same statement (one round trip less).
+WITH done AS (UPDATE {schema}.messages SET state = 6, settled_at = %(now)s
+              WHERE id {rules_ids} AND state = 1),
+     {parts}
 INSERT INTO {schema}.messages (slot, queue_id, state, priority, p_session, p_tx, p_num, body,
                                body_bytes, content_type, properties, enqueued_at, available_at)
-WITH {parts}
 SELECT (SELECT slot FROM {schema}.rotation), a.queue_id, 1, 0, %(session)s, %(tx)s, a.p_num,
        a.body, a.body_bytes, a.content_type, a.properties, %(now)s, %(now)s
 FROM ({rows}) AS a
@@ -46,3 +49,15 @@ FROM (SELECT id FROM {schema}.queues WHERE id = ANY(%(queue_ids)s::integer[]) OR
 -- [slicing, key].
 DELETE FROM {schema}.slice_members
 WHERE (slicing, key) IN (SELECT p ->> 0, p ->> 1 FROM jsonb_array_elements(%(pairs)s::jsonb) AS p);
+
+-- name: rules_take_evaluate
+-- rules_take and rules_evaluate_lean in one statement, for a queue evaluated a batch at
+-- once: the next due messages, locked, with the rules' columns and (last) the applied
+-- version.
+SELECT m.id, NULL, NULL, NULL, NULL{columns},
+       (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version
+FROM {schema}.messages AS m
+WHERE m.queue_id = %(queue_id)s AND m.state = 1 AND m.available_at <= %(now)s
+ORDER BY m.priority DESC, m.id
+LIMIT %(limit)s
+FOR UPDATE OF m SKIP LOCKED;

@@ -38,3 +38,13 @@ ORDER BY a.p_num;
 -- [slicing, key].
 DELETE FROM slice_members
 WHERE (slicing, key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs));
+
+-- name: rules_take_evaluate
+-- rules_take and rules_evaluate_lean in one statement, for a queue evaluated a batch at
+-- once: the next due messages with the rules' columns and (last) the applied version.
+SELECT m.id, NULL, NULL, NULL, NULL{columns},
+       (SELECT version FROM rules_catalog WHERE id = 1) AS version
+FROM messages AS m
+WHERE m.queue_id = :queue_id AND m.state = 1 AND m.available_at <= :now
+ORDER BY m.priority DESC, m.id
+LIMIT :limit;
