@@ -273,7 +273,9 @@ def workload(s: Settings) -> list[str]:
         "checks that an upkeep mid-run loses no answer.",
         "- **Latency**: see the docstring of bench/rules_latency.py; "
         f"{s.latency_n} samples after {s.warmup} of warm-up, gaps of 15-25 ms, engine batch "
-        "256, engine, consumer and producer threads in one process.",
+        "256, engine, consumer and producer threads in one process. The target is arrival "
+        "to actions committed (the engine's `on_batch` right after its commit); put to the "
+        "consumer's take adds the consumer's wake-up and dequeue (the *direct* row alone).",
     ]
 
 

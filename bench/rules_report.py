@@ -205,15 +205,24 @@ def _latency(rows: list[Timing]) -> list[str]:
             out.append(f"| {t.system} | error: {t.error} | | | | | | |")
             continue
         s = t.latency.summary()
+        engine = t.latency.path == "rules engine"
+        path = "rules engine: put to the consumer's take" if engine else t.latency.path
         out.append(
-            f"| {t.system} | {t.latency.path} | {len(t.latency.samples)} | {_ms(s, 'p50')} "
+            f"| {t.system} | {path} | {len(t.latency.samples)} | {_ms(s, 'p50')} "
             f"| {_ms(s, 'p90')} | {_ms(s, 'p99')} | {_ms(s, 'max')} | {t.latency.lost} |"
         )
-        if t.latency.path == "rules engine" and s:
-            ok = s["p50"] * 1000 <= P50_MS and s["p99"] * 1000 <= P99_MS
+        c = t.latency.committed_summary()
+        if engine and c:
+            out.append(
+                f"| {t.system} | rules engine: put to actions committed | "
+                f"{len(t.latency.committed)} | {_ms(c, 'p50')} | {_ms(c, 'p90')} "
+                f"| {_ms(c, 'p99')} | {_ms(c, 'max')} | {t.latency.lost} |"
+            )
+            ok = c["p50"] * 1000 <= P50_MS and c["p99"] * 1000 <= P99_MS
             verdicts.append(
-                f"- {'PASS' if ok else 'MISS'}  {t.system}: p50 {s['p50'] * 1000:.2f} ms "
-                f"(need <= {P50_MS:g}), p99 {s['p99'] * 1000:.2f} ms (need <= {P99_MS:g})"
+                f"- {'PASS' if ok else 'MISS'}  {t.system}, arrival to actions committed: "
+                f"p50 {c['p50'] * 1000:.2f} ms (need <= {P50_MS:g}), "
+                f"p99 {c['p99'] * 1000:.2f} ms (need <= {P99_MS:g})"
             )
     return [*out, "", *verdicts]
 
@@ -234,7 +243,8 @@ def render(res: Results) -> str:
     out += _procurement_ratios(res.procurement)
     out += ["", "The engine on the file as it ships (no core retention on the sliced queues):", ""]
     out += _shipped(res.shipped)
-    out += ["", "## 3. Latency, idle system: an order's put() to its billing message taken", ""]
+    title = "## 3. Latency, idle system: an order's put() to its actions committed, and taken"
+    out += ["", title, ""]
     out += _latency(res.latency)
     if res.notes:
         out += ["", "## Notes", "", *[f"- {n}" for n in res.notes]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import sluice
 from sluice import ManualClock
 from sluice.errors import ConfigurationError, MessageError, RuleDefinitionError
 from sluice.rules import runner
+from sluice.rules.runner import BatchResult
 
 T0 = 1_700_000_000.0
 
@@ -552,3 +554,22 @@ def test_a_failure_in_a_wave_undoes_that_message_alone(db: sluice.Database) -> N
     assert error["error"] == "body"
     assert error["trigger"]["body"] == {"pair": "b", "label": None}
     assert [e["trigger"]["body"] for e in ready(db, "errorsS")] == [error["trigger"]["body"]]
+
+
+def test_the_background_engine_tells_of_each_committed_batch(db: sluice.Database) -> None:
+    db.apply(ROUTING)
+    told: list[tuple[str, int, dict[str, int]]] = []
+    done = threading.Event()
+
+    def on_batch(queue: str, result: BatchResult) -> None:
+        told.append((queue, result.processed, dict(result.produced)))
+        done.set()
+
+    db.rules.start(on_batch=on_batch)
+    try:
+        db.queue("orders").put({"id": 1, "total": 2.0})
+        assert done.wait(10.0)
+    finally:
+        db.rules.stop()
+    assert told == [("orders", 1, {"billing": 1, "shipping": 1, "audit": 1})]
+    assert ready(db, "billing") == [{"order": 1, "total": 2.0}]

@@ -13,6 +13,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sluice.backends.records import StoredProperty
@@ -54,6 +55,10 @@ class RunStats:
         self.errors += result.errors
         self.produced += sum(result.produced.values())
         self.batches += 1
+
+
+OnBatch = Callable[[str, BatchResult], None]
+"""Told of each committed batch: its queue and what it did."""
 
 
 def _retention(seconds: float) -> float | None:
@@ -202,7 +207,9 @@ class Rules:
         stats.removed = self.remove()
         return stats
 
-    def _round(self, batch: int, idle: set[str], stats: RunStats) -> bool:
+    def _round(
+        self, batch: int, idle: set[str], stats: RunStats, on_batch: OnBatch | None = None
+    ) -> bool:
         """One batch of the highest-priority queue with work; False if none had any.
 
         Queues of one priority take turns (the one after the last served goes first),
@@ -234,6 +241,8 @@ class Rules:
                 idle.clear()
                 return True  # from the top, with the new rules
             stats.add(result)
+            if on_batch is not None and (result.processed or result.deferred):
+                on_batch(plan.name, result)
             if result.processed + result.deferred < batch:
                 idle.add(plan.name)
             idle.difference_update(result.produced)
@@ -250,9 +259,11 @@ class Rules:
         return remove_kept(self._engine.backend)
 
     def run(self, *, batch: int = BATCH, stop: threading.Event | None = None,
-            poll: float = 1.0) -> RunStats:  # fmt: skip
+            poll: float = 1.0, on_batch: OnBatch | None = None) -> RunStats:  # fmt: skip
         """Run until ``stop`` is set (or ``stop()`` is called): rules, echo timers and
-        removal, waiting for news between batches."""
+        removal, waiting for news between batches. ``on_batch(queue, result)`` is called
+        after each batch that did something has committed (monitoring: it must be quick,
+        and what it raises stops the run)."""
         stop = stop or self._stop
         stats = RunStats()
         wakeups = self._context.wakeups
@@ -269,7 +280,7 @@ class Rules:
                     log.warning("rules: reload or removal failed, retrying: %s", exc)
             token = wakeups.token()
             try:
-                worked = self._round(batch, idle, stats)
+                worked = self._round(batch, idle, stats, on_batch)
             except (SluiceError, StorageError) as exc:
                 log.warning("rules: a batch failed and was rolled back, retrying: %s", exc)
                 stop.wait(0.2)
@@ -291,13 +302,16 @@ class Rules:
                 best = min(best, clock.real_seconds(max(due - clock.now(), 0.0)))
         return best
 
-    def start(self, *, batch: int = BATCH) -> None:
-        """Run in a background thread until ``stop()``."""
+    def start(self, *, batch: int = BATCH, on_batch: OnBatch | None = None) -> None:
+        """Run in a background thread until ``stop()`` (``on_batch``: see ``run``)."""
         if self._thread is not None and self._thread.is_alive():
             raise ConfigurationError("the rules engine runs already; stop() it first")
         self._stop.clear()
         self._thread = threading.Thread(
-            target=self.run, kwargs={"batch": batch}, name="sluice-rules", daemon=True
+            target=self.run,
+            kwargs={"batch": batch, "on_batch": on_batch},
+            name="sluice-rules",
+            daemon=True,
         )
         self._thread.start()
 
