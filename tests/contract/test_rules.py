@@ -385,9 +385,10 @@ CREATE QUEUE audit;
 CREATE PROPERTY region AS text INHERITED QUEUE orders, billing, audit;
 CREATE PROPERTY urgent AS boolean QUEUE billing;
 CREATE PROPERTY total AS real QUEUE billing, audit VALUE body.total;
+CREATE PROPERTY label AS text QUEUE audit VALUE body.meta.label;
 CREATE RULE fan FOR orders
   IF body.total > 0 THEN
-    ENQUEUE json_object('order', body.id, 'n', 1) INTO audit,
+    ENQUEUE json_object('order', body.id, 'n', 1, 'meta', body.meta) INTO audit,
     ENQUEUE json_object('order', body.id, 'total', body.total) INTO billing
       WITH urgent = body.total > 10,
     ENQUEUE json_object('order', body.id, 'n', 2, 'total', body.total) INTO audit
@@ -409,10 +410,15 @@ def _made(db: sluice.Database) -> list[tuple[str, Any, str, dict[str, Any]]]:
 def test_the_sql_enqueue_makes_what_the_python_path_makes_message_for_message(
     db: sluice.Database, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two actions into one queue, WITH, inherited and computed properties, a body that is
-    a JSON scalar: per queue in (trigger, action) order, by SQL as by Python."""
+    """Two actions into one queue, WITH, inherited and computed properties (also read off
+    the trigger's body through the made body's entries), a body that is a JSON scalar: per
+    queue in (trigger, action) order, by SQL as by Python."""
     db.apply(FANOUT)
-    orders = [{"id": 1, "total": 5.0}, {"id": 2, "total": 0}, {"id": 3, "total": 12.5}]
+    orders = [
+        {"id": 1, "total": 5.0, "meta": {"label": "a"}},
+        {"id": 2, "total": 0},
+        {"id": 3, "total": 12.5, "meta": {"label": "c"}},
+    ]
     regions = ["north", None, "south"]
 
     def run() -> list[tuple[str, Any, str, dict[str, Any]]]:
@@ -432,18 +438,28 @@ def test_the_sql_enqueue_makes_what_the_python_path_makes_message_for_message(
     )
     by_sql = run()
     assert len(writes) == 1  # one batch, by SQL
+    # A computed property of another type: the batch goes by Python, which refuses it.
+    db.queue("orders").put({"id": 4, "total": 1.0, "meta": {"label": 7}})
+    stats = db.rules.run_until_idle()
+    assert (stats.processed, stats.errors, len(writes)) == (1, 1, 1)
+    (error,) = ready(db, "sluice_rule_errors")
+    assert error["error"] == "message"
+    assert "'label'" in error["message"]
+    assert ready(db, "billing") == []
     monkeypatch.setattr(runner, "usable", lambda *_: False)  # no target takes SQL's
     by_python = run()
     assert by_sql == by_python
     assert [(q, b) for q, b, _, _ in by_sql] == [
         ("billing", {"order": 1, "total": 5.0}),
         ("billing", {"order": 3, "total": 12.5}),
-        ("audit", {"order": 1, "n": 1}),
+        ("audit", {"order": 1, "n": 1, "meta": {"label": "a"}}),
         ("audit", {"order": 1, "n": 2, "total": 5.0}),
         ("audit", 2),
-        ("audit", {"order": 3, "n": 1}),
+        ("audit", {"order": 3, "n": 1, "meta": {"label": "c"}}),
         ("audit", {"order": 3, "n": 2, "total": 12.5}),
     ]
+    assert by_sql[2][3]["label"] == "a"
+    assert by_sql[5][3]["label"] == "c"
     billed = by_sql[0][3]
     assert billed == {"region": "north", "urgent": False, "total": 5.0, "rule": "fan",
                       "created_at": T0, "trigger_queue": "orders"}  # fmt: skip

@@ -622,9 +622,6 @@ class RuleStore(Protocol):
     def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
         """SQL of a JSON object from (key, value SQL, value type) (see backends/rules.py)."""
 
-    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
-        """SQL of JSON object ``first`` overlaid by ``second``, NULL values left out."""
-
     def rules_inherited(self, name: str) -> str:
         """SQL of the triggering message's property ``name`` as a JSON value."""
 

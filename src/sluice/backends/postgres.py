@@ -408,9 +408,6 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
         built = f"jsonb_build_object({items})"
         return f"jsonb_strip_nulls({built})::text" if strip else f"{built}::text"
 
-    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
-        return f"jsonb_strip_nulls(({first})::jsonb || ({second})::jsonb)::text"
-
     def rules_inherited(self, name: str) -> str:
         return f"(m.properties::jsonb -> '{name}')"
 

@@ -119,11 +119,6 @@ class SqlRules:
         whose value is NULL are left out (else they are JSON null)."""
 
     @abstractmethod
-    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
-        """SQL of JSON object text ``first`` overlaid by ``second``, NULL values left out;
-        ``disjoint``: they have no key in common, and ``second`` has no NULL value."""
-
-    @abstractmethod
     def rules_inherited(self, name: str) -> str:
         """SQL of the triggering message m's property ``name`` as a JSON value (or NULL)."""
 

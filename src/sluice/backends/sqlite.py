@@ -312,13 +312,6 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
         built = f"json_object({items})"
         return f"json_patch('{{}}', {built})" if strip else built
 
-    def rules_merge(self, first: str, second: str, *, disjoint: bool) -> str:
-        # json_patch drops the keys a patch sets to null; the outer one those of first.
-        # Without keys in common, first as the patch: its nulls add nothing (one patch).
-        if disjoint:
-            return f"json_patch({second}, {first})"
-        return f"json_patch('{{}}', json_patch({first}, {second}))"
-
     def rules_inherited(self, name: str) -> str:
         return f"(m.properties -> '$.\"{name}\"')"
 

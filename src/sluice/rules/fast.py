@@ -14,13 +14,15 @@ messages.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.backends.base import Backend
 from sluice.backends.records import StoredProperty
 from sluice.engine.content import QueueContent
-from sluice.expr import parse
+from sluice.expr import Node, parse
+from sluice.expr.coercion import as_type
+from sluice.expr.nodes import JsonArray, JsonObject, Path
 from sluice.rules.model import PROPERTY_TYPES, Application
 from sluice.rules.plan import PlannedEnqueue, QueuePlan
 
@@ -55,6 +57,9 @@ class FastInsert:
     """The parameter of the triggers whose messages this action makes."""
     queue_id: str
     """The parameter of the target's id."""
+    checks: tuple[tuple[int, StoredProperty], ...] = ()
+    """Computed properties read off the trigger: (the plan's column of the JSON value, as a
+    one-element array, and the property), whose type the batch checks as an enqueue would."""
 
 
 def build_fast(app: Application, backend: Backend, plan: QueuePlan) -> dict[ActionKey, FastInsert]:
@@ -106,31 +111,65 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
     pairs["created_at"] = (now, "number")
     pairs["trigger_id"] = ("m.id", "number")
     pairs["trigger_queue"] = (f"CAST({compiler.bind(plan.name)} AS TEXT)", "text")
+    # The target's computed properties, each read off the trigger's body (the Python path
+    # computes the others, and refuses a value of another type: see checks).
+    checks = []
+    for p in stored:
+        if p.expression is None or p.name in pairs:
+            continue  # a property the message sets keeps its value, as at any enqueue
+        read = _off_the_trigger(p.expression, action)
+        if read is None:
+            return None
+        if read[0] is not None:
+            nullable = True  # a JSON null, or none there: left out
+            want = PROPERTY_TYPES[p.type]
+            typed = compiler.compile(as_type(read[0], want, p.expression))
+            pairs[p.name] = (typed, "boolean" if want == "boolean" else "value")
+            # The JSON value as it is, for the check the Python path makes of its type.
+            plan.columns.append(compiler.compile(JsonArray((read[0],))))
+            checks.append((len(plan.columns) - 1, p))
+    params = dict(compiler.params)
+    plan.params.update(params)
     base = backend.rules_object(
         [(k, sql, kind) for k, (sql, kind) in pairs.items()], strip=nullable
     )
-    values = backend.rules_compiler(None, prefix=f"v{number}_", alias="n")
-    computed = [
-        (p.name, values.compile(parse(p.expression, want=PROPERTY_TYPES[p.type])), p.type)
-        for p in stored
-        if p.expression is not None
-    ]
-    params = {**compiler.params, **values.params}
-    value = "n.properties"
-    if computed:
-        obj = backend.rules_object(
-            [
-                (name, sql, "boolean" if kind == "boolean" else "value")
-                for name, sql, kind in computed
-            ],
-            strip=False,
-        )
-        disjoint = not {name for name, _, _ in computed} & pairs.keys()
-        value = backend.rules_merge(obj, "n.properties", disjoint=disjoint)
     columns = f"{body}, {base} AS properties{_ROW_COLUMNS.format(now=now)}"
     ids, queue_id = f"f{number}_ids", f"f{number}_queue"
-    part, rows = backend.rules_made(number, columns, value, ids=ids, queue_id=queue_id)
-    return FastInsert(action.queue, number, part, rows, params, stored, ids, queue_id)
+    part, rows = backend.rules_made(number, columns, "n.properties", ids=ids, queue_id=queue_id)
+    return FastInsert(
+        action.queue, number, part, rows, params, stored, ids, queue_id, tuple(checks)
+    )
+
+
+def _off_the_trigger(  # noqa: PLR0911  (a case per kind of made body)
+    expression: str, action: PlannedEnqueue
+) -> tuple[Node | None] | None:
+    """A computed property of a made message read off its trigger: where the property's
+    expression is a path into the made body, and that body is the trigger's own or a
+    ``json_object`` whose entry on the path is a path into the trigger's body, the same
+    JSON value (untyped), read without parsing the made body. ``(None,)``: the made body
+    has no such entry (NULL); None: only the Python path computes it."""
+    node = parse(expression)
+    if not (isinstance(node, Path) and node.root == "body" and node.row is None and node.steps):
+        return None
+    if action.kind == "same":
+        return (node,)
+    if action.kind in ("text", "value"):
+        return (None,)  # text, or a number or boolean: no path leads into it
+    if action.kind == "scalar":
+        made = action.node  # the made body is the JSON value at this path of the trigger's
+        if not (isinstance(made, Path) and made.root == "body" and made.row is None):
+            return None
+        return (replace(made, steps=made.steps + node.steps),)
+    first, rest = node.steps[0], node.steps[1:]
+    if not (isinstance(action.node, JsonObject) and isinstance(first, str)):
+        return None
+    entry = dict(action.node.items).get(first)
+    if entry is None:
+        return (None,)
+    if not (isinstance(entry, Path) and entry.root == "body" and entry.row is None):
+        return None
+    return (replace(entry, steps=entry.steps + rest),)
 
 
 def usable(fast: FastInsert, content: QueueContent) -> bool:

@@ -72,6 +72,9 @@ class PlannedEnqueue:
     properties: tuple[tuple[str, int], ...]
     """(property, its column) set by WITH."""
     line: int
+    node: Node | None = None
+    """The body's expression: a JSON object's, or the path of a JSON value's (the SQL
+    enqueue reads computed properties of the made message off the trigger through it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,10 +352,13 @@ def _enqueue(
     elif isinstance(node, Path) or node.type == "any":
         # A JSON value whose type the data decides: read as a one-element array.
         kind = "scalar"
+        shape: Node | None = node if isinstance(node, Path) else None
         node = parsed(Expr(f"json_array({action.body.text})", line), "json")
+        return PlannedEnqueue(action.queue, node_column(node), kind, tuple(properties), line, shape)
     else:
         kind = "value"
-    return PlannedEnqueue(action.queue, node_column(node), kind, tuple(properties), line)
+    shape = node if kind == "json" else None
+    return PlannedEnqueue(action.queue, node_column(node), kind, tuple(properties), line, shape)
 
 
 def _reset(

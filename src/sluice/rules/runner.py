@@ -324,7 +324,7 @@ class _Batch:
                     ):
                         actions = None
                         continue
-                    check = _Check.of(action, contents[planned_fast.queue])
+                    check = _Check.of(action, contents[planned_fast.queue], planned_fast)
                     actions.append(((r, b, a), check))
                 branches.append((branch.condition, actions))
             shape.append((planned.key, branches))
@@ -608,16 +608,20 @@ class _Check:
     max_size: int
     declared: tuple[tuple[int, StoredProperty, str], ...]
     """(column, the target's property a WITH sets, the target's name)."""
+    computed: tuple[tuple[int, StoredProperty, str], ...] = ()
+    """(column of the JSON value as a one-element array, a computed property read off the
+    trigger, the target's name)."""
 
     @classmethod
-    def of(cls, action: PlannedEnqueue, content: QueueContent) -> _Check:
+    def of(cls, action: PlannedEnqueue, content: QueueContent, fast: FastInsert) -> _Check:
         by_name = {p.name: p for p, _ in content.stored}
+        queue = content.spec.name
         declared = tuple(
-            (column, by_name[name], content.spec.name)
-            for name, column in action.properties
-            if name in by_name
+            (column, by_name[name], queue) for name, column in action.properties if name in by_name
         )
-        return cls(action.body, action.kind == "scalar", content.spec.max_size, declared)
+        computed = tuple((column, prop, queue) for column, prop in fast.checks)
+        scalar = action.kind == "scalar"
+        return cls(action.body, scalar, content.spec.max_size, declared, computed)
 
     def passes(self, values: Sequence[Any]) -> bool:
         if self.body is not None:
@@ -644,6 +648,13 @@ class _Check:
                     property_value(prop, value, queue)
                 except MessageError:
                     return False
+        for column, prop, queue in self.computed:
+            cell = values[column]
+            (value,) = json.loads(cell) if isinstance(cell, str) else cell
+            try:
+                property_value(prop, value, queue)
+            except MessageError:
+                return False  # the Python path makes the error message
         return True
 
 
