@@ -717,6 +717,10 @@ def _rollback(conn: psycopg.Connection[Any]) -> None:
         return
     if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
         try:
-            conn.execute("ROLLBACK")
+            # Not conn.execute("ROLLBACK"): once psycopg prepares that text, its result
+            # empties psycopg's cache of prepared statements and queues a DEALLOCATE ALL,
+            # which a later pipeline sent between a statement's Parse and its Bind:
+            # "prepared statement ... does not exist" (a worker racing on schedules hit it).
+            conn.rollback()
         except psycopg.Error:
             conn.close()  # the pool discards it

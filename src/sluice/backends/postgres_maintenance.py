@@ -66,7 +66,7 @@ def rotate(
         row = conn.execute(queries["rotation_due"]).fetchone()
         slot, ids_since = row if row is not None else (0, 0)  # ids given since the last one
         if row is None or ids_since < every:
-            conn.execute("ROLLBACK")
+            conn.rollback()
             return None
         current, oldest = int(slot), (int(slot) + 1) % PARTITIONS
         target = f"{quoted}.messages_{oldest}"
@@ -75,7 +75,7 @@ def rotate(
             f"SELECT count(*) FROM (SELECT 1 FROM {target} LIMIT %s) AS r", (max_move + 1,)
         ).fetchone()
         if live is None or live[0] > max_move:
-            conn.execute("ROLLBACK")  # a backlog: rotate once it has drained
+            conn.rollback()  # a backlog: rotate once it has drained
             return None
         # The survivors keep their ids, hence their places in the queues.
         conn.execute(
@@ -87,7 +87,7 @@ def rotate(
         conn.execute("COMMIT")
         return oldest
     except psycopg.errors.LockNotAvailable:
-        conn.execute("ROLLBACK")
+        conn.rollback()
         return None
     # Any other failure: the caller's connection guard rolls back.
 
@@ -161,5 +161,5 @@ def with_lock(conn: psycopg.Connection[Any], key: int, work: Callable[[], Any]) 
         # transaction, end that first, or the unlock fails and the pooled
         # connection keeps the lock for good.
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.execute("ROLLBACK")
+            conn.rollback()
         conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
