@@ -85,6 +85,13 @@ def _assert_exactly_once(db: sluice.Database) -> None:
     assert all(s.lag == 0 for s in db.subscriptions())  # a subscription passed everything
 
 
+# Each source on one backend (a driver run costs a minute): the queue's rounds on SQLite,
+# the subscription's positions on PostgreSQL; the sink's crash below runs on both.
+@pytest.mark.parametrize(
+    ("shared_url", "db"),
+    [("sqlite", "queue"), ("postgresql", "subscription")],
+    indirect=True,
+)
 def test_driver_killed_mid_stream_then_restarted(
     db: sluice.Database, shared_url: str, tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from sluice.backends.records import StoredProperty
 from sluice.engine.content import QueueContent
 from sluice.expr import Node, parse
 from sluice.expr.coercion import as_type
-from sluice.expr.nodes import JsonArray, JsonObject, Path
+from sluice.expr.nodes import IsNull, JsonObject, Logic, Path
 from sluice.rules.model import PROPERTY_TYPES, Application
 from sluice.rules.plan import PlannedEnqueue, QueuePlan
 
@@ -57,9 +57,9 @@ class FastInsert:
     """The parameter of the triggers whose messages this action makes."""
     queue_id: str
     """The parameter of the target's id."""
-    checks: tuple[tuple[int, StoredProperty], ...] = ()
-    """Computed properties read off the trigger: (the plan's column of the JSON value, as a
-    one-element array, and the property), whose type the batch checks as an enqueue would."""
+    checks: tuple[int, ...] = ()
+    """The plan's columns that must hold for the messages this action makes to be taken:
+    their computed properties read off the trigger have their types."""
 
 
 def build_fast(app: Application, backend: Backend, plan: QueuePlan) -> dict[ActionKey, FastInsert]:
@@ -123,11 +123,13 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
         if read[0] is not None:
             nullable = True  # a JSON null, or none there: left out
             want = PROPERTY_TYPES[p.type]
-            typed = compiler.compile(as_type(read[0], want, p.expression))
-            pairs[p.name] = (typed, "boolean" if want == "boolean" else "value")
-            # The JSON value as it is, for the check the Python path makes of its type.
-            plan.columns.append(compiler.compile(JsonArray((read[0],))))
-            checks.append((len(plan.columns) - 1, p))
+            typed = as_type(read[0], want, p.expression)
+            pairs[p.name] = (compiler.compile(typed), "boolean" if want == "boolean" else "value")
+            # An enqueue refuses a value of another type: true where it has the type or is
+            # none (a JSON null goes by Python, which leaves it out).
+            fits = Logic("or", (IsNull(typed, negated=True), IsNull(read[0], negated=False)))
+            plan.columns.append(compiler.compile(fits))
+            checks.append(len(plan.columns) - 1)
     params = dict(compiler.params)
     plan.params.update(params)
     base = backend.rules_object(
