@@ -589,3 +589,30 @@ def test_the_background_engine_tells_of_each_committed_batch(db: sluice.Database
         db.rules.stop()
     assert told == [("orders", 1, {"billing": 1, "shipping": 1, "audit": 1})]
     assert ready(db, "billing") == [{"order": 1, "total": 2.0}]
+
+
+def test_a_made_body_its_target_refuses_becomes_an_error_message(db: sluice.Database) -> None:
+    """The SQL enqueue leaves out a body over the target's largest size or a NULL one;
+    the batch then goes by Python, which makes their error messages."""
+    db.apply(
+        """
+        CREATE QUEUE inbox ERRORQUEUE bad;
+        CREATE QUEUE bad;
+        CREATE QUEUE out;
+        CREATE QUEUE names;
+        CREATE RULE copy FOR inbox IF true THEN
+          ENQUEUE json_object('text', body.text) INTO out,
+          ENQUEUE body.name INTO names;
+        """
+    )
+    db.alter_queue("out", max_size=40)
+    inbox = db.queue("inbox")
+    inbox.put_many([{"text": "short", "name": "a"}, {"text": "x" * 60, "name": "b"},
+                    {"text": "fine", "name": None}, {"text": "ok", "name": "d"}])  # fmt: skip
+    stats = db.rules.run_until_idle()
+    assert (stats.processed, stats.errors) == (4, 2)
+    assert ready(db, "out") == [{"text": "short"}, {"text": "ok"}]
+    assert ready(db, "names") == ["a", "d"]
+    errors = ready(db, "bad")
+    assert [e["error"] for e in errors] == ["message", "body"]
+    assert [e["trigger"]["body"]["name"] for e in errors] == ["b", None]

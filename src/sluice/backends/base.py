@@ -629,7 +629,15 @@ class RuleStore(Protocol):
         """The body columns of rules_insert for a body of ``kind``; None: Python builds it."""
 
     def rules_made(
-        self, number: int, columns: str, value: str, *, ids: str, queue_id: str
+        self,
+        number: int,
+        columns: str,
+        value: str,
+        *,
+        ids: str,
+        queue_id: str,
+        max_size: str,
+        kind: str,
     ) -> tuple[str, str]:
         """rules_insert's part and rows for one action (see backends/rules.py)."""
 

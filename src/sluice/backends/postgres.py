@@ -429,6 +429,7 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
         return f"FROM {self._schema_sql}.messages AS m WHERE m.id = ANY({ids}::bigint[])"
 
     _rules_made_body = "n.body, n.body_bytes, n.content_type"
+    _rules_made_size = "coalesce(octet_length(n.body), octet_length(n.body_bytes), 0)"
 
     def _rules_committed(self, queues: set[str]) -> None:
         self._notifier.signal(queues)

@@ -135,23 +135,40 @@ class SqlRules:
     """The body columns of n that rules_insert's rows carry (the dialect's)."""
 
     def rules_made(
-        self, number: int, columns: str, value: str, *, ids: str, queue_id: str
+        self,
+        number: int,
+        columns: str,
+        value: str,
+        *,
+        ids: str,
+        queue_id: str,
+        max_size: str,
+        kind: str,
     ) -> tuple[str, str]:
         """rules_insert's part and rows for action ``number``: the new messages'
         ``columns`` over their triggers m (bound as ``ids``), materialized, so that
         ``value`` (their final properties over n) reads them built; their queue bound as
-        ``queue_id``."""
+        ``queue_id``. Rows the target would refuse (a NULL body, or a JSON null for a
+        body of ``kind`` scalar; a body over ``max_size`` bytes) are left out: the batch
+        finds fewer rows than it chose and goes by Python, which makes their errors."""
         placeholder = self._compiler(Source(), "x").placeholder
         part = (
             f"n{number} AS MATERIALIZED (SELECT m.id AS id{columns} "
             f"{self._rules_made_from(placeholder(ids))})"
         )
+        null = {"same": "TRUE", "scalar": "n.body IS NOT NULL AND n.body <> 'null'"}.get(
+            kind, "n.body IS NOT NULL"
+        )
         rows = (
             f"SELECT CAST({placeholder(queue_id)} AS INTEGER) AS queue_id, "
             f"n.id * 64 + {number} AS p_num, {self._rules_made_body}, {value} AS properties "
-            f"FROM n{number} AS n"
+            f"FROM n{number} AS n "
+            f"WHERE {null} AND {self._rules_made_size} <= {placeholder(max_size)}"
         )
         return part, rows
+
+    _rules_made_size: str
+    """SQL of a made message's size in bytes (over n): what an enqueue checks."""
 
     @abstractmethod
     def _rules_committed(self, queues: set[str]) -> None:

@@ -330,6 +330,7 @@ class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
         return f"FROM messages AS m WHERE m.id IN (SELECT value FROM json_each({ids}))"
 
     _rules_made_body = "n.body, n.content_type"
+    _rules_made_size = "coalesce(length(CAST(n.body AS BLOB)), 0)"
 
     def _rules_committed(self, queues: set[str]) -> None:
         pass  # other processes hear of every commit through the WAL (sqlite_notify)

@@ -57,6 +57,8 @@ class FastInsert:
     """The parameter of the triggers whose messages this action makes."""
     queue_id: str
     """The parameter of the target's id."""
+    max_size: str
+    """The parameter of the target's largest body (bytes): a larger one is left out."""
     checks: tuple[int, ...] = ()
     """The plan's columns that must hold for the messages this action makes to be taken:
     their computed properties read off the trigger have their types."""
@@ -136,10 +138,13 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
         [(k, sql, kind) for k, (sql, kind) in pairs.items()], strip=nullable
     )
     columns = f"{body}, {base} AS properties{_ROW_COLUMNS.format(now=now)}"
-    ids, queue_id = f"f{number}_ids", f"f{number}_queue"
-    part, rows = backend.rules_made(number, columns, "n.properties", ids=ids, queue_id=queue_id)
+    ids, queue_id, max_size = f"f{number}_ids", f"f{number}_queue", f"f{number}_max_size"
+    part, rows = backend.rules_made(
+        number, columns, "n.properties", ids=ids, queue_id=queue_id, max_size=max_size,
+        kind=action.kind,
+    )  # fmt: skip
     return FastInsert(
-        action.queue, number, part, rows, params, stored, ids, queue_id, tuple(checks)
+        action.queue, number, part, rows, params, stored, ids, queue_id, max_size, tuple(checks)
     )
 
 

@@ -141,8 +141,11 @@ class QueuePlan:
     def echo(self) -> bool:
         return self.definition.kind == "echo"
 
-    def columns_sql(self) -> str:
-        return "".join(f", {sql} AS c{n}" for n, sql in enumerate(self.columns))
+    def columns_sql(self, omit: frozenset[int] = frozenset()) -> str:
+        """The columns of the evaluation SELECT; those in ``omit`` NULL (not needed)."""
+        return "".join(
+            f", {'NULL' if n in omit else sql} AS c{n}" for n, sql in enumerate(self.columns)
+        )
 
 
 def processed_queues(app: Application) -> list[QueueDef]:

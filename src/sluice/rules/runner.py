@@ -100,6 +100,8 @@ class _Batch:
         self.session, self.tx = context.next_transaction()
         self.num = 0
         self.result = BatchResult()
+        self.contents: dict[str, QueueContent] = {}
+        """The SQL enqueue's targets, as this batch found them."""
 
     # --- the unit ------------------------------------------------------------------
     def run(self, limit: int) -> BatchResult:
@@ -141,7 +143,15 @@ class _Batch:
         without SQL enqueues (the Python path then makes the error messages)."""
         plan, unit = self.plan, self.unit
         params = {**plan.params, "queue_id": plan.queue_id, "now": self.now, "limit": limit}
-        rows = unit.template_rows("rules_take_evaluate", {"columns": plan.columns_sql()}, params)
+        # The bodies the SQL enqueue makes are built by its INSERT, not here as well.
+        made = frozenset(
+            body
+            for r, b, a in self.fast
+            if isinstance(action := plan.rules[r].branches[b].actions[a], PlannedEnqueue)
+            and (body := action.body) is not None
+        )
+        columns = {"columns": plan.columns_sql(made)}
+        rows = unit.template_rows("rules_take_evaluate", columns, params)
         if not rows:
             return self.result
         if int(rows[0][-1] or 0) != self.version:
@@ -293,7 +303,7 @@ class _Batch:
                     if actions is None:
                         return None
                     for key, check in actions:
-                        if not check.passes(values):
+                        if check is not None and not check.passes(values):
                             return None
                         chosen.setdefault(key, []).append(ref)
                     break
@@ -303,7 +313,7 @@ class _Batch:
         """The plan's rules as the fast path walks them: per rule its key column and per
         branch its condition and its actions with their checks (None: a branch that needs
         the Python path); None if a target does not take plain messages now."""
-        contents: dict[str, QueueContent] = {}
+        contents = self.contents
         for fast in self.fast.values():
             if fast.queue not in contents:
                 content = self.context.content(fast.queue)
@@ -314,7 +324,7 @@ class _Batch:
         for r, planned in enumerate(self.plan.rules):
             branches: list[tuple[int | None, Any]] = []
             for b, branch in enumerate(planned.branches):
-                actions: list[tuple[ActionKey, _Check]] | None = []
+                actions: list[tuple[ActionKey, _Check | None]] | None = []
                 for a, action in enumerate(branch.actions):
                     planned_fast = self.fast.get((r, b, a))
                     if (
@@ -325,7 +335,8 @@ class _Batch:
                         actions = None
                         continue
                     check = _Check.of(action, contents[planned_fast.queue], planned_fast)
-                    actions.append(((r, b, a), check))
+                    trivial = not (check.declared or check.computed)
+                    actions.append(((r, b, a), None if trivial else check))
                 branches.append((branch.condition, actions))
             shape.append((planned.key, branches))
         return shape
@@ -350,6 +361,7 @@ class _Batch:
             params.update(fast.params)
             params[fast.ids] = unit.ids(refs)
             params[fast.queue_id] = queue_id
+            params[fast.max_size] = self.contents[fast.queue].spec.max_size
             produced[fast.queue] = produced.get(fast.queue, 0) + len(refs)
         holes = {
             "parts": ", ".join(fast.part for fast, _ in made),
@@ -601,11 +613,9 @@ class _Actions:
 @dataclass(frozen=True, slots=True)
 class _Check:
     """What must hold of an action's evaluated values for its SQL enqueue to be sure to
-    be accepted by its target (else the Python path makes the message or the error)."""
+    be accepted by its target (else the Python path makes the message or the error). A
+    NULL or too large body the SQL leaves out itself (see rules_made)."""
 
-    body: int | None
-    scalar: bool
-    max_size: int
     declared: tuple[tuple[int, StoredProperty, str], ...]
     """(column, the target's property a WITH sets, the target's name)."""
     computed: tuple[int, ...] = ()
@@ -618,25 +628,9 @@ class _Check:
         declared = tuple(
             (column, by_name[name], queue) for name, column in action.properties if name in by_name
         )
-        scalar = action.kind == "scalar"
-        return cls(action.body, scalar, content.spec.max_size, declared, fast.checks)
+        return cls(declared, fast.checks)
 
     def passes(self, values: Sequence[Any]) -> bool:
-        if self.body is not None:
-            value = values[self.body]
-            if value is None:
-                return False
-            if self.scalar:
-                (inner,) = json.loads(value) if isinstance(value, str) else value
-                if inner is None:
-                    return False
-            size = (
-                len(value)
-                if isinstance(value, str) and value.isascii()
-                else len(str(value).encode())
-            )
-            if size > self.max_size:
-                return False
         for column, prop, queue in self.declared:
             value = values[column]
             if value is not None:
