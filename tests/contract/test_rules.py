@@ -490,14 +490,16 @@ def test_queues_of_one_priority_take_turns(db: sluice.Database) -> None:
     assert [m["q"] for m in ready(db, "log")] == ["a", "b", "a", "b", "a", "b"]
 
 
+def _reading(queue: str) -> str:
+    """A condition that is always true but reads ``queue``: rules that write it then go a
+    message at a time, the reference the waves are compared with."""
+    return f"AND NOT EXISTS (SELECT 1 FROM queue('{queue}') AS x WHERE 1 = 0)"
+
+
 def _sliced(suffix: str, *, one_at_a_time: bool) -> str:
     """SLICES with a reset by a queue rule too; ``one_at_a_time``: its rules also read
     a queue they write (an empty read), which makes the engine go a message at a time."""
-    extra = (
-        f"AND NOT EXISTS (SELECT 1 FROM queue('made{suffix}') AS x WHERE 1 = 0)"
-        if one_at_a_time
-        else ""
-    )
+    extra = _reading(f"made{suffix}") if one_at_a_time else ""
     return f"""
     CREATE QUEUE parts{suffix};
     CREATE QUEUE made{suffix};
@@ -549,8 +551,7 @@ def test_a_failure_in_a_wave_undoes_that_message_alone(db: sluice.Database) -> N
       IF (SELECT count(*) FROM slice() AS s) = 2 {extra} THEN
         ENQUEUE body.label INTO out{s}, RESET;
     """
-    one = "AND NOT EXISTS (SELECT 1 FROM queue('outS') AS x WHERE 1 = 0)"
-    db.apply(text.format(s="W", extra="") + text.format(s="S", extra=one))
+    db.apply(text.format(s="W", extra="") + text.format(s="S", extra=_reading("outS")))
     parts = [
         {"pair": "a", "label": "a1"},
         {"pair": "b"},

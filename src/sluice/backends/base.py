@@ -632,7 +632,6 @@ class RuleStore(Protocol):
         self,
         number: int,
         columns: str,
-        value: str,
         *,
         ids: str,
         queue_id: str,

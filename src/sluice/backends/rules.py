@@ -138,7 +138,6 @@ class SqlRules:
         self,
         number: int,
         columns: str,
-        value: str,
         *,
         ids: str,
         queue_id: str,
@@ -146,11 +145,11 @@ class SqlRules:
         kind: str,
     ) -> tuple[str, str]:
         """rules_insert's part and rows for action ``number``: the new messages'
-        ``columns`` over their triggers m (bound as ``ids``), materialized, so that
-        ``value`` (their final properties over n) reads them built; their queue bound as
-        ``queue_id``. Rows the target would refuse (a NULL body, or a JSON null for a
-        body of ``kind`` scalar; a body over ``max_size`` bytes) are left out: the batch
-        finds fewer rows than it chose and goes by Python, which makes their errors."""
+        ``columns`` (body, content type, properties) over their triggers m (bound as
+        ``ids``), materialized; their queue bound as ``queue_id``. Rows the target would
+        refuse (a NULL body, or a JSON null for a body of ``kind`` scalar; a body over
+        ``max_size`` bytes) are left out: the batch finds fewer rows than it chose and
+        goes by Python, which makes their errors."""
         placeholder = self._compiler(Source(), "x").placeholder
         part = (
             f"n{number} AS MATERIALIZED (SELECT m.id AS id{columns} "
@@ -161,7 +160,7 @@ class SqlRules:
         )
         rows = (
             f"SELECT CAST({placeholder(queue_id)} AS INTEGER) AS queue_id, "
-            f"n.id * 64 + {number} AS p_num, {self._rules_made_body}, {value} AS properties "
+            f"n.id * 64 + {number} AS p_num, {self._rules_made_body}, n.properties "
             f"FROM n{number} AS n "
             f"WHERE {null} AND {self._rules_made_size} <= {placeholder(max_size)}"
         )
@@ -214,14 +213,20 @@ class _Unit:
         self._conn = conn
         self._gained = gained
 
-    def _execute(self, text: str, params: Mapping[str, Any]) -> Any:
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """Driver errors as the backend's StorageError (others as they are)."""
         try:
-            return self._conn.execute(text, params)
+            yield
         except Exception as exc:
             error = self._backend._rules_translate(exc)
             if error is None:
                 raise
             raise error from exc
+
+    def _execute(self, text: str, params: Mapping[str, Any]) -> Any:
+        with self._translated():
+            return self._conn.execute(text, params)
 
     def statement_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         cur = self._execute(self._backend._q[name], params)
@@ -258,13 +263,8 @@ class _Unit:
 
     def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
         if envelopes:
-            try:
+            with self._translated():
                 self._backend._rules_enqueue(self._conn, session, tx, envelopes)
-            except Exception as exc:
-                error = self._backend._rules_translate(exc)
-                if error is None:
-                    raise
-                raise error from exc
             self._gained.update(e.queue for e in envelopes)
 
     @contextmanager

@@ -5,10 +5,10 @@ once), and a rule's target takes plain messages (no types, priority functions,
 slotted properties, isolation or computed integers), every message a batch's actions
 produce is made by one ``INSERT ... SELECT`` over their triggering messages (each
 action a part of it): body, properties (inherited, WITH, system) and the target's
-computed properties are SQL, and Python only decides which triggers chose which
-branch and checks what could fail (a NULL body, a size, a WITH value's type).
-Anything else, or any check that fails, takes the Python path, which makes the error
-messages.
+computed properties are SQL (each read off the trigger's body), and Python only decides
+which triggers chose which branch and checks the types of WITH and computed properties;
+the INSERT leaves out a NULL or too large body. Anything else, or any check that fails,
+takes the Python path, which makes the error messages.
 """
 
 from __future__ import annotations
@@ -33,13 +33,6 @@ ActionKey = tuple[int, int, int]
 
 _MAX_ACTIONS = 64
 """p_num is trigger id * 64 + the action's number."""
-
-_ROW_COLUMNS = (
-    ", 0 AS priority, {now} AS enqueued_at, {now} AS available_at,"
-    " CAST(NULL AS DOUBLE PRECISION) AS expires_at, 0 AS attempts, CAST(NULL AS TEXT) AS type,"
-    " CAST(NULL AS TEXT) AS correlation_id, CAST(NULL AS TEXT) AS reply_to"
-)
-"""The rest of a new message's fields, for computed properties that read them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +130,11 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
     base = backend.rules_object(
         [(k, sql, kind) for k, (sql, kind) in pairs.items()], strip=nullable
     )
-    columns = f"{body}, {base} AS properties{_ROW_COLUMNS.format(now=now)}"
+    columns = f"{body}, {base} AS properties"
     ids, queue_id, max_size = f"f{number}_ids", f"f{number}_queue", f"f{number}_max_size"
     part, rows = backend.rules_made(
-        number, columns, "n.properties", ids=ids, queue_id=queue_id, max_size=max_size,
-        kind=action.kind,
-    )  # fmt: skip
+        number, columns, ids=ids, queue_id=queue_id, max_size=max_size, kind=action.kind
+    )
     return FastInsert(
         action.queue, number, part, rows, params, stored, ids, queue_id, max_size, tuple(checks)
     )

@@ -13,7 +13,7 @@ that message's actions alone and puts an error message in its error queue instea
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,7 +213,7 @@ class _Batch:
                 if len(wave) == 1:
                     outcomes[wave[0]] = (None, Failure("evaluation", str(exc), None))
                     continue
-                decided = [self._decided_alone(ref) for ref in wave]
+                decided = [self._alone(ref, self._reset) for ref in wave]
             for row, outcome in decided:
                 if row is not None:
                     outcomes[int(row[0])] = (row, outcome)
@@ -230,17 +230,24 @@ class _Batch:
         rows = self.unit.template_rows("rules_evaluate_lean", {"columns": columns}, params)
         return {int(r[0]): tuple(r[_FIXED_COLUMNS:]) for r in rows}
 
-    def _decided_alone(self, ref: int) -> tuple[Sequence[Any] | None, _Actions | Failure]:
-        """One message of a wave whose evaluation failed: evaluated and reset alone."""
+    def _alone(
+        self, ref: int, act: Callable[[Sequence[_Actions]], None]
+    ) -> tuple[Sequence[Any] | None, _Actions | Failure]:
+        """One message of a part the database could not process whole: evaluated,
+        decided and ``act``ed on alone; its row (None if it cannot be evaluated)."""
         try:
             with self.unit.savepoint():
                 (row,) = self._evaluate([ref])
                 outcome = self._decide(row)
                 if not isinstance(outcome, Failure):
-                    self._reset([outcome])
+                    act([outcome])
         except StorageError as exc:
             return None, Failure("evaluation", str(exc), None)
         return row, outcome
+
+    def _trigger_of(self, ref: int, row: Sequence[Any] | None) -> _Trigger:
+        """The message ``ref``, from its evaluated row or read alone if it has none."""
+        return self._bare_trigger(ref) if row is None else self._trigger(row)
 
     def _write_in_order(
         self,
@@ -254,7 +261,7 @@ class _Batch:
             if isinstance(outcome, Failure):
                 self._flush(pending)
                 pending = []
-                trigger = self._bare_trigger(ref) if row is None else self._trigger(row)
+                trigger = self._trigger_of(ref, row)
                 self._fail(trigger, outcome)
             else:
                 pending.append((row, ref, outcome))
@@ -278,7 +285,7 @@ class _Batch:
                     self._flush([one])
                 return
             row, ref, _ = pending[0]
-            trigger = self._bare_trigger(ref) if row is None else self._trigger(row)
+            trigger = self._trigger_of(ref, row)
             kind = "queue" if isinstance(exc, QueueNotFound) else "message"
             # Its resets stay done: they ran with its wave, before the refusal.
             self._fail(trigger, Failure(kind, str(exc), None))
@@ -375,24 +382,17 @@ class _Batch:
 
     def _messages_alone(self, ref: int) -> None:
         # The joins ran already for the whole batch; evaluation is per message now.
-        try:
-            with self.unit.savepoint():
-                (row,) = self._evaluate([ref])
-                outcome = self._decide(row)
-                if not isinstance(outcome, Failure):
-                    self._write([outcome])
-        except StorageError as exc:
-            self._fail(self._bare_trigger(ref), Failure("evaluation", str(exc), None))
-            return
+        row, outcome = self._alone(ref, self._write)
         if isinstance(outcome, Failure):
-            self._fail(self._trigger(row), outcome)
+            self._fail(self._trigger_of(ref, row), outcome)
 
-    def _evaluate(self, ids: list[int], *, lean: bool = False) -> list[Sequence[Any]]:
-        """The rules' columns for ``ids``; ``lean``: without the messages' own parts."""
+    def _evaluate(self, ids: list[int]) -> list[Sequence[Any]]:
+        """The rules' columns for ``ids``, after the messages' own parts."""
         plan = self.plan
         params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
-        name = "rules_evaluate_lean" if lean else "rules_evaluate"
-        return list(self.unit.template_rows(name, {"columns": plan.columns_sql()}, params))
+        return list(
+            self.unit.template_rows("rules_evaluate", {"columns": plan.columns_sql()}, params)
+        )
 
     # --- deciding --------------------------------------------------------------------
     def _decide(self, row: Sequence[Any]) -> _Actions | Failure:
