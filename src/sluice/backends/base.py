@@ -591,12 +591,17 @@ class RuleUnit(Protocol):
         SQLite's writers are serial anyway."""
 
     def insert_selected(
-        self, queues: Mapping[str, int], holes: Mapping[str, str], params: Mapping[str, Any]
+        self,
+        queues: Mapping[str, int],
+        holes: Mapping[str, str],
+        params: Mapping[str, Any],
+        *,
+        done: str,
     ) -> int:
         """Insert ready messages built by SQL (rules.sql's rules_insert, holes filled) into
-        ``queues`` (names and ids), with the commit locks an enqueue takes, and mark the
-        batch's triggers (``params['ids']``) processed as rules_done does; how many
-        messages it inserted."""
+        ``queues`` (names and ids), with the commit locks an enqueue takes, and settle the
+        batch's triggers (``params['ids']``) as the statement ``done`` does (rules_done or
+        rules_remove); how many messages it inserted."""
 
     def savepoint(self) -> AbstractContextManager[None]:
         """A part of the unit that a failure inside undoes alone (the error propagates)."""

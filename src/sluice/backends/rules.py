@@ -76,8 +76,8 @@ class SqlRules:
     _templates: dict[str, Template]
     _rules_savepoints = itertools.count()
     _rules_insert_marks_done = False
-    """Whether rules_insert marks the batch processed itself (a data-modifying CTE), or
-    rules_done runs after it."""
+    """Whether rules_insert settles the batch itself (its ``{done}`` hole, a
+    data-modifying CTE), or the settling statement runs after it."""
 
     @abstractmethod
     def _transaction(self, *, durable: bool = True) -> AbstractContextManager[Any]: ...
@@ -248,15 +248,23 @@ class _Unit:
         self._backend._rules_exclusive(self._conn, key)
 
     def insert_selected(
-        self, queues: Mapping[str, int], holes: Mapping[str, str], params: Mapping[str, Any]
+        self,
+        queues: Mapping[str, int],
+        holes: Mapping[str, str],
+        params: Mapping[str, Any],
+        *,
+        done: str,
     ) -> int:
         backend = self._backend
         backend._rules_enqueue_lock(self._conn, sorted(queues.values()))
+        settle = backend._q[done]
+        if backend._rules_insert_marks_done:
+            # The statement as a data-modifying CTE of the INSERT (its text, less the ';').
+            holes = {**holes, "done": settle.rstrip().removesuffix(";")}
         text = backend._templates["rules_insert"].fill(**holes)
         count = int(self._execute(text, params).rowcount)
         if not backend._rules_insert_marks_done:
-            done = {"ids": params["ids"], "now": params["now"]}
-            self._execute(backend._q["rules_done"], done)
+            self._execute(settle, {"ids": params["ids"], "now": params["now"]})
         if count:
             self._gained.update(queues)
         return count

@@ -54,6 +54,7 @@ class RunStats:
         self.processed += result.processed
         self.errors += result.errors
         self.produced += sum(result.produced.values())
+        self.removed += result.removed
         self.batches += 1
 
 
@@ -204,7 +205,7 @@ class Rules:
         idle: set[str] = set()
         while self._round(batch, idle, stats):
             pass
-        stats.removed = self.remove()
+        stats.removed += self.remove()
         return stats
 
     def _round(

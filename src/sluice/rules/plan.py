@@ -132,6 +132,11 @@ class QueuePlan:
     """What the batch excludes other engines from while it runs (sequential queues):
     the queue itself, and each slicing whose slices its rules read or reset, since
     a slice spans queues (ids of queues; a slicing's is negative)."""
+    reads: set[str] = field(default_factory=set)
+    """The queues its rules read (``queue('q')``)."""
+    done: str = "rules_done"
+    """How a processed message is settled: kept (rules_done), or removed at once
+    (rules_remove) where nothing could see it kept: see compile_application."""
 
     @property
     def name(self) -> str:
@@ -167,6 +172,13 @@ def compile_application(
                 "the application again"
             )
         plans.append(_plan(app, backend, queue_ids, definition))
+    # A queue without retention keeps a processed message only for a slice or a rule
+    # that reads the queue; with neither, it is removed as it is processed (one write
+    # instead of two, as a consumer's ack removes its message).
+    read = {name for plan in plans for name in plan.reads}
+    for plan in plans:
+        if plan.definition.retention == 0 and not plan.joins and plan.name not in read:
+            plan.done = "rules_remove"
     return plans
 
 
@@ -212,6 +224,7 @@ def _plan(
     for n, rule in enumerate(rules_of(app, definition.name)):
         _rule(app, backend, queue_ids, types, plan, n, rule, reads)
     _order(app, plan, reads)
+    plan.reads = reads.queues
     return plan
 
 

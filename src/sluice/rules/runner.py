@@ -49,6 +49,8 @@ class BatchResult:
     produced: dict[str, int] = field(default_factory=dict)
     deferred: int = 0
     """Echo messages found not yet due: they wait until they are."""
+    removed: int = 0
+    """Processed messages removed as they were (their queue keeps none: see the plan)."""
 
 
 class StalePlan(SluiceError):
@@ -130,11 +132,11 @@ class _Batch:
                 self._messages([ref])
         if ids:
             self._done(ids)
-        self.result.processed = len(ids)
+        self._processed(ids)
         return self.result
 
     def _done(self, ids: list[int]) -> None:
-        self.unit.statement_count("rules_done", {"ids": self.unit.ids(ids), "now": self.now})
+        self.unit.statement_count(self.plan.done, {"ids": self.unit.ids(ids), "now": self.now})
 
     def _at_once(self, limit: int) -> BatchResult:
         """A batch of a queue with SQL enqueues: taken and evaluated by one statement,
@@ -164,8 +166,13 @@ class _Batch:
             self._done(ids)
         elif not self._fast_write(chosen, ids):
             self._done(ids)  # no branch made anything
-        self.result.processed = len(ids)
+        self._processed(ids)
         return self.result
+
+    def _processed(self, ids: list[int]) -> None:
+        self.result.processed = len(ids)
+        if self.plan.done == "rules_remove":
+            self.result.removed = len(ids)
 
     def _join(self, ids: list[int]) -> None:
         """``ids`` join the slices of their queue's slicings."""
@@ -374,7 +381,7 @@ class _Batch:
             "parts": ", ".join(fast.part for fast, _ in made),
             "rows": " UNION ALL ".join(fast.rows for fast, _ in made),
         }
-        count = unit.insert_selected(queues, holes, params)
+        count = unit.insert_selected(queues, holes, params, done=self.plan.done)
         expected = sum(len(refs) for _, refs in made)
         if count != expected:  # every trigger was taken in this transaction: never
             raise StorageError(f"the SQL enqueue made {count} messages of {expected}")

@@ -18,7 +18,8 @@ left, and only a :class:`Template` fills them: ``{select}`` (a selection's condi
 " AND ..." or nothing), ``{order}`` (its ordering keys, each followed by ", ", or
 nothing; the delivery order after them breaks their ties), ``{value}`` (a declared
 property's value expression), ``{columns}``, ``{parts}`` and ``{rows}`` (the rules
-engine's evaluated columns and its enqueues by SQL, rules.sql).
+engine's evaluated columns and its enqueues by SQL, rules.sql) and ``{done}`` (the
+statement that settles the batch those enqueues are made for).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from importlib import resources
 __all__ = ["HOLES", "Template", "migrations", "schema", "statements", "templates"]
 
 DIALECTS = ("sqlite", "postgresql")
-HOLES = frozenset({"select", "order", "value", "selector", "columns", "parts", "rows"})
+HOLES = frozenset({"select", "order", "value", "selector", "columns", "parts", "rows", "done"})
 """The holes a statement may leave for run time (see the module docstring)."""
 _SELECTION = frozenset({"select", "order"})
 

@@ -51,6 +51,12 @@ DELETE FROM {schema}.slice_members WHERE slicing = :slicing;
 UPDATE {schema}.messages SET state = 6, settled_at = :now
 WHERE id {rules_ids} AND state = 1;
 
+-- name: rules_remove
+-- The processed messages of a queue that keeps none (no retention, no slicing holds
+-- them, no rule reads the queue): removed at once, as a consumer's ack removes its
+-- message, instead of kept (rules_done) for the removal to find a moment later.
+DELETE FROM {schema}.messages WHERE id {rules_ids} AND state = 1;
+
 -- name: rules_defer
 -- An echo message not yet due: it waits until then.
 UPDATE {schema}.messages SET available_at = :due WHERE id = :id AND state = 1;

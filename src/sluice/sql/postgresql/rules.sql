@@ -27,9 +27,9 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s::integer);
 
 -- name: rules_insert
 -- As SQLite's (see there); the rows go to the current partition. And the batch's
--- triggers (ids) are marked processed in the same statement (one round trip less).
-WITH done AS (UPDATE {schema}.messages SET state = 6, settled_at = %(now)s
-              WHERE id {rules_ids} AND state = 1),
+-- triggers (ids) are settled in the same statement (one round trip less): done is
+-- rules_done or rules_remove.
+WITH done AS ({done}),
      {parts}
 INSERT INTO {schema}.messages (slot, queue_id, state, priority, p_session, p_tx, p_num, body,
                                body_bytes, content_type, properties, enqueued_at, available_at)
