@@ -75,3 +75,29 @@ def test_a_batch_splits_into_waves_with_one_message_per_slice_each() -> None:
     # 2 follows 1 (slice a); 3 follows 2 (slice x); 5 follows 3 (slice b).
     assert split_waves([1, 2, 3, 4, 5], keys) == [[1, 4], [2], [3], [5]]
     assert split_waves([1, 2], {}) == [[1, 2]]
+
+
+def test_a_queue_keeps_processed_messages_only_where_something_could_see_them(
+    tmp_path: Path,
+) -> None:
+    found = plans(
+        tmp_path,
+        """
+        CREATE QUEUE plain; CREATE QUEUE kept RETENTION 1 hour; CREATE QUEUE read;
+        CREATE QUEUE sliced; CREATE QUEUE out; CREATE QUEUE sink;
+        CREATE PROPERTY k AS text QUEUE sliced VALUE body.k;
+        CREATE SLICING byK ON k;
+        CREATE RULE p FOR plain IF true THEN ENQUEUE body INTO out;
+        CREATE RULE q FOR kept IF true THEN ENQUEUE body INTO out;
+        CREATE RULE r FOR read IF true THEN ENQUEUE body INTO out;
+        CREATE RULE s FOR sliced IF true THEN ENQUEUE body INTO out;
+        CREATE RULE t FOR out IF EXISTS (SELECT 1 FROM queue('read')) THEN ENQUEUE body INTO sink;
+        """,
+    )
+    assert {name: plan.done for name, plan in found.items()} == {
+        "plain": "rules_remove",  # nothing could see it kept: removed as it is processed
+        "kept": "rules_done",  # its retention keeps it
+        "read": "rules_done",  # a rule reads the queue
+        "sliced": "rules_done",  # a slice holds it
+        "out": "rules_remove",  # its rule reads another queue, not this one
+    }
