@@ -94,10 +94,10 @@ def test_a_queue_keeps_processed_messages_only_where_something_could_see_them(
         CREATE RULE t FOR out IF EXISTS (SELECT 1 FROM queue('read')) THEN ENQUEUE body INTO sink;
         """,
     )
-    assert {name: plan.done for name, plan in found.items()} == {
-        "plain": "rules_remove",  # nothing could see it kept: removed as it is processed
-        "kept": "rules_done",  # its retention keeps it
-        "read": "rules_done",  # a rule reads the queue
-        "sliced": "rules_done",  # a slice holds it
-        "out": "rules_remove",  # its rule reads another queue, not this one
+    assert {name: plan.removes for name, plan in found.items()} == {
+        "plain": True,  # nothing could see it kept: removed as it is processed
+        "kept": False,  # its retention keeps it
+        "read": False,  # a rule reads the queue
+        "sliced": False,  # a slice holds it
+        "out": True,  # its rule reads another queue, not this one
     }

@@ -65,6 +65,7 @@ SAMPLE_FOR = {
         "parts": "n1 AS MATERIALIZED (SELECT 1::bigint AS id, '1'::text AS body,"
         " NULL::bytea AS body_bytes, NULL::text AS content_type, '{}'::text AS properties)",
         "rows": MADE.format(body="n.body_bytes, ") + " FROM n1 AS n",
+        "done": "SELECT 1 AS settled",
     },
 }
 """Holes of particular templates, by dialect and name, that need more than SAMPLE."""
@@ -207,7 +208,8 @@ def used_statements() -> tuple[list[Use], list[str]]:
 def loaded(dialect: str) -> set[str]:
     schema = '"sluice"' if dialect == "postgresql" else None
     given = dict.fromkeys(
-        ("message_columns", "claimed_columns", "spool_columns", "spool_names"), "x"
+        ("message_columns", "claimed_columns", "spool_columns", "spool_names", "rules_json_body"),
+        "x",
     )
     return set(sql.statements(dialect, schema=schema, fragments=given)) | set(
         sql.templates(dialect, schema=schema, fragments=given)
@@ -348,7 +350,8 @@ def test_the_postgresql_claim_variants_stay_in_step_with_the_claim() -> None:
     # them to the claim they vary: the transaction's own enqueues in place of the first
     # "state = 1", and (in a caller's transaction) no relaxing of the caller's commit.
     given = dict.fromkeys(
-        ("message_columns", "claimed_columns", "spool_columns", "spool_names"), "x"
+        ("message_columns", "claimed_columns", "spool_columns", "spool_names", "rules_json_body"),
+        "x",
     )
     found = sql.statements("postgresql", schema='"s"', fragments=given)
     own = "(state = 1 OR (state = 0 AND p_session = %(session)s AND p_tx = %(tx)s))"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sluice import sql
 from sluice.backends.postgres_schema import MESSAGES_TABLE, quote_schema
 from sluice.backends.records import MESSAGE_COLUMNS
+from sluice.expr.postgres import json_body
 
 __all__ = ["load_queries"]
 
@@ -22,6 +23,7 @@ def load_queries(schema: str) -> tuple[dict[str, str], dict[str, sql.Template]]:
         "message_columns": columns,
         "spool_columns": ", ".join(f"m.{c}" for c, _ in MESSAGES_TABLE),
         "spool_names": ", ".join(c for c, _ in MESSAGES_TABLE),
+        "rules_json_body": json_body("m"),
     }
     quoted = quote_schema(schema)
     return (

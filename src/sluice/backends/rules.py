@@ -75,6 +75,8 @@ class SqlRules:
     _q: dict[str, str]
     _templates: dict[str, Template]
     _rules_savepoints = itertools.count()
+    rules_workers = 1
+    """How many batches the rules engine processes at once by default (RuleStore)."""
     _rules_insert_marks_done = False
     """Whether rules_insert settles the batch itself (its ``{done}`` hole, a
     data-modifying CTE), or the settling statement runs after it."""
@@ -134,6 +136,11 @@ class SqlRules:
     _rules_made_body: str
     """The body columns of n that rules_insert's rows carry (the dialect's)."""
 
+    def _rules_parsed(self, columns: str) -> str:
+        """``columns`` over the triggers as rules_insert gives them (the dialect's: it may
+        have parsed their bodies once)."""
+        return columns
+
     def rules_made(
         self,
         number: int,
@@ -152,7 +159,7 @@ class SqlRules:
         goes by Python, which makes their errors."""
         placeholder = self._compiler(Source(), "x").placeholder
         part = (
-            f"n{number} AS MATERIALIZED (SELECT m.id AS id{columns} "
+            f"n{number} AS MATERIALIZED (SELECT m.id AS id{self._rules_parsed(columns)} "
             f"{self._rules_made_from(placeholder(ids))})"
         )
         null = {"same": "TRUE", "scalar": "n.body IS NOT NULL AND n.body <> 'null'"}.get(

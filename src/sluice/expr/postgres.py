@@ -10,7 +10,7 @@ from sluice.expr.sql import Source
 from sluice.expr.sql_rules import RulesSqlCompiler
 from sluice.expr.xml import node_selection
 
-__all__ = ["PostgresCompiler"]
+__all__ = ["PostgresCompiler", "json_body"]
 
 _JSON_TYPES: Final[dict[str, str]] = {"number": "number", "text": "string", "boolean": "boolean"}
 _READ: Final[dict[str, str]] = {
@@ -35,6 +35,12 @@ _ISO_TIME: Final = (
 )
 _INT_MAX: Final = 2_147_483_647
 _XML_ESCAPES: Final = (("&lt;", "'<'"), ("&gt;", "'>'"), ("&#x0d;", "chr(13)"), ("&amp;", "'&'"))
+
+
+def json_body(alias: str) -> str:
+    """SQL of message ``alias``'s body parsed as JSON (NULL if it is not JSON): what every
+    path into the body reads."""
+    return f"(CASE WHEN {_IS_JSON.format(a=alias)} THEN {alias}.body::jsonb END)"
 
 
 class PostgresCompiler(RulesSqlCompiler):
@@ -63,7 +69,7 @@ class PostgresCompiler(RulesSqlCompiler):
         """The jsonb value at ``path`` (NULL where there is none)."""
         a = self.alias(path.row)
         if path.root == "body":
-            sql = f"(CASE WHEN {_IS_JSON.format(a=a)} THEN {a}.body::jsonb END)"
+            sql = json_body(a)
         elif path.root == "props":
             sql = f"{a}.properties::jsonb"
         else:

@@ -13,8 +13,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sluice.backends.records import StoredProperty
 from sluice.catalog import FOREVER
@@ -28,6 +28,7 @@ from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
 from sluice.rules.runner import BatchResult, StalePlan, process_batch
+from sluice.rules.turns import Turns
 
 __all__ = ["Rules", "RunStats"]
 
@@ -38,6 +39,18 @@ BATCH = 256
 
 _RELOAD_EVERY = 0.5
 """Seconds between looks at the applied version while running."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """The applied application as this engine compiled it: replaced whole, so that a
+    worker's batch never mixes two versions."""
+
+    version: int = -1
+    app: Application = field(default_factory=Application)
+    plans: tuple[QueuePlan, ...] = ()
+    fast: Mapping[str, Mapping[ActionKey, FastInsert]] = field(default_factory=dict)
+    queue_ids: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -77,12 +90,11 @@ class Rules:
         self._engine = engine
         self._context = engine.context
         self._lock = threading.RLock()
-        self._version = -1
-        self._app = Application()
-        self._plans: list[QueuePlan] = []
-        self._fast: dict[str, dict[ActionKey, FastInsert]] = {}
+        self._compiled = _Compiled()
+        self._turns: dict[str, Turns] = {}
+        """Per queue, shared by this engine's workers (see turns.py)."""
         self._turn = 0
-        self._queue_ids: dict[str, int] = {}
+        self._counting = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -91,7 +103,7 @@ class Rules:
     def application(self) -> Application:
         """The applied application (as of the last look at the database)."""
         self.reload()
-        return self._app
+        return self._compiled.app
 
     def apply(self, text: str) -> Application:
         """Apply a definition: the statements of ``text`` on top of what is applied.
@@ -120,7 +132,7 @@ class Rules:
                 params = {"version": version + 1, "application": text_now,
                           "now": self._context.clock.now()}  # fmt: skip
                 backend.rules_write("rules_catalog_write", params)
-            self._version = -1  # compile anew at the next look
+            self._compiled = _Compiled()  # compile anew at the next look
         return app
 
     def _stored(self) -> tuple[int, Application]:
@@ -181,32 +193,70 @@ class Rules:
         """Read the applied version; compile it if it changed. True if it did."""
         backend = self._engine.backend
         latest = backend.rules_read("rules_version", {})  # cheap: the text only if it changed
-        if (int(latest[0][0]) if latest else 0) == self._version:
+        if (int(latest[0][0]) if latest else 0) == self._compiled.version:
             return False
-        rows = backend.rules_read("rules_catalog_read", {})
-        version = int(rows[0][0]) if rows else 0
         with self._lock:
+            rows = backend.rules_read("rules_catalog_read", {})
+            version = int(rows[0][0]) if rows else 0
+            if version == self._compiled.version:
+                return False  # another worker compiled it meanwhile
             app = codec.decode(rows[0][1]) if rows else Application()
             ids = {str(name): int(ref) for name, ref in backend.rules_read("rules_queue_ids", {})}
-            self._plans = compile_application(app, backend, ids)
-            self._fast = {p.name: build_fast(app, backend, p) for p in self._plans}
-            self._app, self._queue_ids, self._version = app, ids, version
+            plans = compile_application(app, backend, ids)
+            fast = {p.name: build_fast(app, backend, p) for p in plans}
+            for plan in plans:
+                self._turns.setdefault(plan.name, Turns())
+            self._compiled = _Compiled(version, app, tuple(plans), fast, ids)
         return True
 
     # --- running -----------------------------------------------------------------------
-    def run_until_idle(self, *, batch: int = BATCH) -> RunStats:
+    def run_until_idle(self, *, batch: int = BATCH, workers: int | None = None) -> RunStats:
         """Process every due message, then remove what nobody needs; return what was done.
 
         Messages that rules produce on the way are processed too. Echo messages not
         yet due by the engine clock wait (move a ManualClock and call again).
+        ``workers``: batches processed at once (see ``run``).
         """
         stats = RunStats()
         self.reload()
-        idle: set[str] = set()
-        while self._round(batch, idle, stats):
-            pass
+
+        def drain() -> None:
+            idle: set[str] = set()
+            while self._round(batch, idle, stats):
+                pass
+
+        self._together(workers, lambda _: drain())
         stats.removed += self.remove()
         return stats
+
+    def _workers(self, workers: int | None) -> int:
+        if workers is None:
+            return self._engine.backend.rules_workers
+        if workers < 1:
+            raise ConfigurationError(f"workers must be at least 1, not {workers}")
+        return workers
+
+    def _together(self, workers: int | None, work: Callable[[int], None]) -> None:
+        """``work(n)`` in ``workers`` threads, the first this one; the first error raised."""
+        errors: list[BaseException] = []
+
+        def worker(n: int) -> None:
+            try:
+                work(n)
+            except BaseException as exc:  # told to the caller below
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=worker, args=(n,), name=f"sluice-rules-{n}", daemon=True)
+            for n in range(1, self._workers(workers))
+        ]
+        for thread in threads:
+            thread.start()
+        worker(0)
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
 
     def _round(
         self, batch: int, idle: set[str], stats: RunStats, on_batch: OnBatch | None = None
@@ -216,7 +266,8 @@ class Rules:
         Queues of one priority take turns (the one after the last served goes first),
         so a busy queue does not starve another of its priority.
         """
-        plans = self._plans
+        compiled = self._compiled
+        plans = compiled.plans
         turn = self._turn % len(plans) if plans else 0
         order = sorted(
             range(len(plans)),
@@ -230,18 +281,20 @@ class Rules:
             try:
                 result = process_batch(
                     self._context,
-                    self._app,
+                    compiled.app,
                     plan,
                     batch,
-                    self._version,
-                    self._fast.get(plan.name, {}),
-                    self._queue_ids,
+                    compiled.version,
+                    compiled.fast.get(plan.name, {}),
+                    compiled.queue_ids,
+                    self._turns[plan.name],
                 )
             except StalePlan:
                 self.reload()
                 idle.clear()
                 return True  # from the top, with the new rules
-            stats.add(result)
+            with self._counting:
+                stats.add(result)
             if on_batch is not None and (result.processed or result.deferred):
                 on_batch(plan.name, result)
             if result.processed + result.deferred < batch:
@@ -260,23 +313,44 @@ class Rules:
         return remove_kept(self._engine.backend)
 
     def run(self, *, batch: int = BATCH, stop: threading.Event | None = None,
-            poll: float = 1.0, on_batch: OnBatch | None = None) -> RunStats:  # fmt: skip
+            poll: float = 1.0, on_batch: OnBatch | None = None,
+            workers: int | None = None) -> RunStats:  # fmt: skip
         """Run until ``stop`` is set (or ``stop()`` is called): rules, echo timers and
         removal, waiting for news between batches. ``on_batch(queue, result)`` is called
         after each batch that did something has committed (monitoring: it must be quick,
-        and what it raises stops the run)."""
+        and what it raises stops the run; with several workers, from each one's thread).
+
+        ``workers``: threads processing batches at once (default: the backend's
+        ``rules_workers``, 2 on PostgreSQL, 1 on SQLite, whose writers are serial). The
+        batches of one queue still write in the order they were taken.
+        """
         stop = stop or self._stop
         stats = RunStats()
+        self._together(workers, lambda n: self._serve(batch, stop, poll, on_batch, stats, n))
+        return stats
+
+    def _serve(  # noqa: PLR0917  (one worker of run)
+        self,
+        batch: int,
+        stop: threading.Event,
+        poll: float,
+        on_batch: OnBatch | None,
+        stats: RunStats,
+        worker: int,
+    ) -> None:
+        """One worker of ``run``; the first (0) also reloads and removes."""
         wakeups = self._context.wakeups
         idle: set[str] = set()
         looked = 0.0
         while not stop.is_set():
-            if time.monotonic() - looked > _RELOAD_EVERY:
+            if worker == 0 and time.monotonic() - looked > _RELOAD_EVERY:
                 looked = time.monotonic()
                 try:
                     if self.reload():
                         idle.clear()
-                    stats.removed += self.remove()
+                    removed = self.remove()
+                    with self._counting:
+                        stats.removed += removed
                 except (SluiceError, StorageError) as exc:
                     log.warning("rules: reload or removal failed, retrying: %s", exc)
             token = wakeups.token()
@@ -288,29 +362,31 @@ class Rules:
                 continue
             if worked:
                 continue
-            timeout = min(poll, self._next_due())
-            wakeups.wait(token, timeout, [p.name for p in self._plans] or ["-"])
+            plans = self._compiled.plans
+            timeout = min(poll, self._next_due(plans))
+            wakeups.wait(token, timeout, [p.name for p in plans] or ["-"])
             idle.clear()
-        return stats
 
-    def _next_due(self) -> float:
+    def _next_due(self, plans: Sequence[QueuePlan]) -> float:
         """Real seconds until the next delayed message of a processed queue is due."""
         clock = self._context.clock
         best = float("inf")
-        for plan in self._plans:
+        for plan in plans:
             due = self._engine.backend.next_due(plan.name)
             if due is not None:
                 best = min(best, clock.real_seconds(max(due - clock.now(), 0.0)))
         return best
 
-    def start(self, *, batch: int = BATCH, on_batch: OnBatch | None = None) -> None:
-        """Run in a background thread until ``stop()`` (``on_batch``: see ``run``)."""
+    def start(
+        self, *, batch: int = BATCH, on_batch: OnBatch | None = None, workers: int | None = None
+    ) -> None:
+        """Run in the background until ``stop()`` (``on_batch``, ``workers``: see ``run``)."""
         if self._thread is not None and self._thread.is_alive():
             raise ConfigurationError("the rules engine runs already; stop() it first")
         self._stop.clear()
         self._thread = threading.Thread(
             target=self.run,
-            kwargs={"batch": batch, "on_batch": on_batch},
+            kwargs={"batch": batch, "on_batch": on_batch, "workers": workers},
             name="sluice-rules",
             daemon=True,
         )

@@ -134,9 +134,9 @@ class QueuePlan:
     a slice spans queues (ids of queues; a slicing's is negative)."""
     reads: set[str] = field(default_factory=set)
     """The queues its rules read (``queue('q')``)."""
-    done: str = "rules_done"
-    """How a processed message is settled: kept (rules_done), or removed at once
-    (rules_remove) where nothing could see it kept: see compile_application."""
+    removes: bool = False
+    """A processed message is removed at once (rules_remove), not kept (rules_done):
+    nothing could see it kept (see compile_application)."""
 
     @property
     def name(self) -> str:
@@ -178,7 +178,7 @@ def compile_application(
     read = {name for plan in plans for name in plan.reads}
     for plan in plans:
         if plan.definition.retention == 0 and not plan.joins and plan.name not in read:
-            plan.done = "rules_remove"
+            plan.removes = True
     return plans
 
 

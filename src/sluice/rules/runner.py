@@ -35,6 +35,7 @@ from sluice.rules.plan import (
     PlannedRule,
     QueuePlan,
 )
+from sluice.rules.turns import Turns
 
 __all__ = ["BatchResult", "Failure", "StalePlan", "process_batch", "split_waves"]
 
@@ -90,8 +91,13 @@ class _Batch:
         version: int,
         fast: Mapping[ActionKey, FastInsert],
         queue_ids: Mapping[str, int],
+        turns: Turns,
     ) -> None:
         self.version = version
+        self.turns = turns
+        self.ticket: int | None = None
+        """This batch's turn to write (see turns.py), once it has taken its messages."""
+        self._waited = False
         self.fast = fast
         self.queue_ids = queue_ids
         self.context = context
@@ -112,9 +118,10 @@ class _Batch:
             return self._at_once(limit)
         for key in sorted(plan.locks):  # in one order everywhere: no deadlocks
             unit.exclusive(key)
-        taken = unit.statement_rows(
-            "rules_take", {"queue_id": plan.queue_id, "now": self.now, "limit": limit}
-        )
+        with self.turns.taking() as self.ticket:
+            taken = unit.statement_rows(
+                "rules_take", {"queue_id": plan.queue_id, "now": self.now, "limit": limit}
+            )
         ids = [int(r[0]) for r in taken]
         if not ids:
             return self.result
@@ -136,7 +143,8 @@ class _Batch:
         return self.result
 
     def _done(self, ids: list[int]) -> None:
-        self.unit.statement_count(self.plan.done, {"ids": self.unit.ids(ids), "now": self.now})
+        done = "rules_remove" if self.plan.removes else "rules_done"
+        self.unit.statement_count(done, {"ids": self.unit.ids(ids), "now": self.now})
 
     def _at_once(self, limit: int) -> BatchResult:
         """A batch of a queue with SQL enqueues: taken and evaluated by one statement,
@@ -153,7 +161,8 @@ class _Batch:
             and (body := action.body) is not None
         )
         columns = {"columns": plan.columns_sql(made)}
-        rows = unit.template_rows("rules_take_evaluate", columns, params)
+        with self.turns.taking() as self.ticket:
+            rows = unit.template_rows("rules_take_evaluate", columns, params)
         if not rows:
             return self.result
         if int(rows[0][-1] or 0) != self.version:
@@ -171,7 +180,7 @@ class _Batch:
 
     def _processed(self, ids: list[int]) -> None:
         self.result.processed = len(ids)
-        if self.plan.done == "rules_remove":
+        if self.plan.removes:
             self.result.removed = len(ids)
 
     def _join(self, ids: list[int]) -> None:
@@ -381,7 +390,9 @@ class _Batch:
             "parts": ", ".join(fast.part for fast, _ in made),
             "rows": " UNION ALL ".join(fast.rows for fast, _ in made),
         }
-        count = unit.insert_selected(queues, holes, params, done=self.plan.done)
+        self._my_turn()
+        done = "rules_remove" if self.plan.removes else "rules_done"
+        count = unit.insert_selected(queues, holes, params, done=done)
         expected = sum(len(refs) for _, refs in made)
         if count != expected:  # every trigger was taken in this transaction: never
             raise StorageError(f"the SQL enqueue made {count} messages of {expected}")
@@ -502,8 +513,19 @@ class _Batch:
         if pairs:
             self.unit.statement_count("rules_reset", {"pairs": json.dumps(pairs)})
 
-    def _enqueue(self, envelopes: Sequence[Envelope]) -> None:
+    def _my_turn(self) -> None:
+        """Before the batch's first write: the batches taken before it have written."""
+        if not self._waited and self.ticket is not None:
+            self.turns.wait(self.ticket)
+            self._waited = True
+
+    def _put(self, envelopes: Sequence[Envelope]) -> None:
+        """Every enqueue of the batch, in its turn."""
+        self._my_turn()
         self.unit.enqueue(self.session, self.tx, envelopes)
+
+    def _enqueue(self, envelopes: Sequence[Envelope]) -> None:
+        self._put(envelopes)
         for e in envelopes:
             self.result.produced[e.queue] = self.result.produced.get(e.queue, 0) + 1
 
@@ -533,7 +555,7 @@ class _Batch:
             try:
                 with self.unit.savepoint():
                     envelope = self._typed(queue, document, JSON, properties, self.now)
-                    self.unit.enqueue(self.session, self.tx, [envelope])
+                    self._put([envelope])
             except (SluiceError, StorageError):
                 continue  # refused there (a type, a missing queue): the next one takes it
             self.result.produced[queue] = self.result.produced.get(queue, 0) + 1
@@ -570,7 +592,7 @@ class _Batch:
                     envelope = self._typed(
                         target, trigger.body, trigger.content_type, properties, self.now
                     )
-                    self.unit.enqueue(self.session, self.tx, [envelope])
+                    self._put([envelope])
                 self.result.produced[target] = self.result.produced.get(target, 0) + 1
             except (SluiceError, StorageError) as exc:
                 failure = exc if isinstance(exc, Failure) else Failure("echo", str(exc), None)
@@ -714,26 +736,38 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
     version: int,
     fast: Mapping[ActionKey, FastInsert],
     queue_ids: Mapping[str, int],
+    turns: Turns,
 ) -> BatchResult:
     """Process up to ``limit`` due messages of ``plan``'s queue in one transaction;
-    StalePlan if the applied version is not ``version`` any more."""
+    StalePlan if the applied version is not ``version`` any more. ``turns``: the queue's,
+    shared by the workers of this engine (see turns.py)."""
     backend: Backend = context.backend
     durable = plan.definition.mode == "persistent"
 
-    def work(unit: RuleUnit) -> BatchResult:
-        batch = _Batch(context, app, plan, unit, now=context.clock.now(), version=version,
-                       fast=fast, queue_ids=queue_ids)  # fmt: skip
-        return batch.run(limit)
+    def attempt(fast: Mapping[ActionKey, FastInsert]) -> BatchResult:
+        batches: list[_Batch] = []
+
+        def work(unit: RuleUnit) -> BatchResult:
+            batch = _Batch(context, app, plan, unit, now=context.clock.now(), version=version,
+                           fast=fast, queue_ids=queue_ids, turns=turns)  # fmt: skip
+            batches.append(batch)
+            return batch.run(limit)
+
+        try:
+            return backend.rules_unit(work, durable=durable)
+        finally:  # committed or rolled back: the next batch may write
+            for batch in batches:
+                if batch.ticket is not None:
+                    turns.done(batch.ticket)
 
     try:
-        result = backend.rules_unit(work, durable=durable)
+        result = attempt(fast)
     except StorageError:
         if not fast:
             raise
         # The SQL enqueue's batch failed as a whole (it has no savepoint): again by Python,
         # which finds the message at fault and makes its error message.
-        fast = {}
-        result = backend.rules_unit(work, durable=durable)
+        result = attempt({})
     for queue, count in result.produced.items():
         context.wakeups.notify(queue, count)
     return result
