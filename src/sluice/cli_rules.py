@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     print("sluice run: running the rules; SIGTERM or Ctrl-C to stop", file=sys.stderr, flush=True)
-    stats = db.rules.run(batch=args.batch, stop=stop)
+    stats = db.rules.run(batch=args.batch, stop=stop, workers=args.workers)
     print(
         f"sluice run: stopped after {stats.processed} message(s) processed, "
         f"{stats.produced} produced, {stats.errors} error(s), {stats.removed} removed",
@@ -60,3 +60,6 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p = add("run", cmd_run, "run the rules and echo timers until SIGTERM (docs/rules.md)")
     p.add_argument("file", nargs="?", help="apply this definition first")
     p.add_argument("--batch", type=int, default=256, help="messages per transaction")
+    p.add_argument(
+        "--workers", type=int, default=1, help="batches processed at once (docs/rules.md)"
+    )

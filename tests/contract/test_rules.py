@@ -465,6 +465,21 @@ def test_the_sql_enqueue_makes_what_the_python_path_makes_message_for_message(
                       "created_at": T0, "trigger_queue": "orders"}  # fmt: skip
 
 
+def test_workers_process_batches_at_once_and_keep_the_order_of_what_they_make(
+    db: sluice.Database,
+) -> None:
+    db.apply(ROUTING)
+    db.queue("orders").put_many([{"id": n, "total": 1.0 + n} for n in range(200)])
+    stats = db.rules.run_until_idle(batch=8, workers=3)
+    assert (stats.processed, stats.errors) == (200, 0)
+    # Each order once, in every target in the orders' order: a queue's batches write in
+    # the order they were taken, whichever worker took them.
+    for queue in ("billing", "shipping", "audit"):
+        assert [m["order"] for m in ready(db, queue)] == list(range(200))
+    with pytest.raises(ConfigurationError, match="workers must be at least 1"):
+        db.rules.run_until_idle(workers=0)
+
+
 def test_applying_an_unchanged_file_keeps_the_version(db: sluice.Database) -> None:
     db.apply(ROUTING)
     (first,) = db.backend.rules_read("rules_version", {})
@@ -486,7 +501,7 @@ def test_queues_of_one_priority_take_turns(db: sluice.Database) -> None:
     )
     db.queue("a").put_many([1, 2, 3])
     db.queue("b").put_many([1, 2, 3])
-    db.rules.run_until_idle(batch=1, workers=1)  # one worker: the turns show in the log
+    db.rules.run_until_idle(batch=1)
     assert [m["q"] for m in ready(db, "log")] == ["a", "b", "a", "b", "a", "b"]
 
 

@@ -610,12 +610,6 @@ class RuleUnit(Protocol):
 class RuleStore(Protocol):
     """The rules engine's storage (sluice.rules; backends/rules.py, rules.sql)."""
 
-    @property
-    def rules_workers(self) -> int:
-        """How many batches the rules engine processes at once by default: 1 where
-        writers are serial anyway (SQLite)."""
-        ...
-
     def rules_unit(self, work: Callable[[RuleUnit], T], *, durable: bool = True) -> T:
         """Run ``work`` in one database transaction: all of it happens, or none."""
 

@@ -376,9 +376,6 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
         return f"{self._schema_sql}."
 
     _rules_insert_marks_done = True
-    # Two: one batch takes and evaluates while the one before it writes (rules/turns.py);
-    # more only wait for their turn to write.
-    rules_workers = 2
 
     def _rules_enqueue(
         self, conn: psycopg.Connection[Any], session: int, tx: int, envelopes: Sequence[Envelope]

@@ -75,8 +75,6 @@ class SqlRules:
     _q: dict[str, str]
     _templates: dict[str, Template]
     _rules_savepoints = itertools.count()
-    rules_workers = 1
-    """How many batches the rules engine processes at once by default (RuleStore)."""
     _rules_insert_marks_done = False
     """Whether rules_insert settles the batch itself (its ``{done}`` hole, a
     data-modifying CTE), or the settling statement runs after it."""

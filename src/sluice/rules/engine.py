@@ -210,7 +210,7 @@ class Rules:
         return True
 
     # --- running -----------------------------------------------------------------------
-    def run_until_idle(self, *, batch: int = BATCH, workers: int | None = None) -> RunStats:
+    def run_until_idle(self, *, batch: int = BATCH, workers: int = 1) -> RunStats:
         """Process every due message, then remove what nobody needs; return what was done.
 
         Messages that rules produce on the way are processed too. Echo messages not
@@ -229,15 +229,11 @@ class Rules:
         stats.removed += self.remove()
         return stats
 
-    def _workers(self, workers: int | None) -> int:
-        if workers is None:
-            return self._engine.backend.rules_workers
+    @staticmethod
+    def _together(workers: int, work: Callable[[int], None]) -> None:
+        """``work(n)`` in ``workers`` threads, the first this one; the first error raised."""
         if workers < 1:
             raise ConfigurationError(f"workers must be at least 1, not {workers}")
-        return workers
-
-    def _together(self, workers: int | None, work: Callable[[int], None]) -> None:
-        """``work(n)`` in ``workers`` threads, the first this one; the first error raised."""
         errors: list[BaseException] = []
 
         def worker(n: int) -> None:
@@ -248,7 +244,7 @@ class Rules:
 
         threads = [
             threading.Thread(target=worker, args=(n,), name=f"sluice-rules-{n}", daemon=True)
-            for n in range(1, self._workers(workers))
+            for n in range(1, workers)
         ]
         for thread in threads:
             thread.start()
@@ -314,15 +310,16 @@ class Rules:
 
     def run(self, *, batch: int = BATCH, stop: threading.Event | None = None,
             poll: float = 1.0, on_batch: OnBatch | None = None,
-            workers: int | None = None) -> RunStats:  # fmt: skip
+            workers: int = 1) -> RunStats:  # fmt: skip
         """Run until ``stop`` is set (or ``stop()`` is called): rules, echo timers and
         removal, waiting for news between batches. ``on_batch(queue, result)`` is called
         after each batch that did something has committed (monitoring: it must be quick,
         and what it raises stops the run; with several workers, from each one's thread).
 
-        ``workers``: threads processing batches at once (default: the backend's
-        ``rules_workers``, 2 on PostgreSQL, 1 on SQLite, whose writers are serial). The
-        batches of one queue still write in the order they were taken.
+        ``workers``: threads processing batches at once. A queue's batches still write in
+        the order they were taken (rules/turns.py), so what one worker overlaps with the
+        batch before it is taking and evaluating its own: worth it on PostgreSQL with
+        cores to spare; SQLite's writers are serial anyway.
         """
         stop = stop or self._stop
         stats = RunStats()
@@ -378,7 +375,7 @@ class Rules:
         return best
 
     def start(
-        self, *, batch: int = BATCH, on_batch: OnBatch | None = None, workers: int | None = None
+        self, *, batch: int = BATCH, on_batch: OnBatch | None = None, workers: int = 1
     ) -> None:
         """Run in the background until ``stop()`` (``on_batch``, ``workers``: see ``run``)."""
         if self._thread is not None and self._thread.is_alive():
