@@ -431,8 +431,11 @@ class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, Backend)
     def _rules_made_from(self, ids: str) -> str:
         return f"FROM t AS m WHERE m.id = ANY({ids}::bigint[])"
 
+    _rules_parsing = frozenset({"rules_take_evaluate"})
+
     def _rules_parsed(self, columns: str) -> str:
-        # rules_insert's t has every trigger's JSON body parsed once, as j.
+        # rules_insert's t and rules_take_evaluate's m have every trigger's JSON body
+        # parsed once, as j.
         return columns.replace(json_body("m"), "m.j")
 
     _rules_made_body = "n.body, n.body_bytes, n.content_type"

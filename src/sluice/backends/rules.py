@@ -134,9 +134,13 @@ class SqlRules:
     _rules_made_body: str
     """The body columns of n that rules_insert's rows carry (the dialect's)."""
 
+    _rules_parsing: frozenset[str] = frozenset()
+    """Templates whose m has each JSON body parsed once (the dialect's): their columns
+    go through _rules_parsed."""
+
     def _rules_parsed(self, columns: str) -> str:
-        """``columns`` over the triggers as rules_insert gives them (the dialect's: it may
-        have parsed their bodies once)."""
+        """``columns`` over the triggers as rules_insert (and _rules_parsing) give them
+        (the dialect's: it may have parsed their bodies once)."""
         return columns
 
     def rules_made(
@@ -243,7 +247,10 @@ class _Unit:
     def template_rows(
         self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]
     ) -> list[Row]:
-        cur = self._execute(self._backend._templates[name].fill(**holes), params)
+        backend = self._backend
+        if name in backend._rules_parsing and "columns" in holes:
+            holes = {**holes, "columns": backend._rules_parsed(holes["columns"])}
+        cur = self._execute(backend._templates[name].fill(**holes), params)
         return list(cur.fetchall()) if cur.description else []
 
     def ids(self, values: Sequence[int]) -> Any:

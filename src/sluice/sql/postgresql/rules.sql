@@ -57,11 +57,13 @@ WHERE (slicing, key) IN (SELECT p ->> 0, p ->> 1 FROM jsonb_array_elements(%(pai
 -- name: rules_take_evaluate
 -- rules_take and rules_evaluate_lean in one statement, for a queue evaluated a batch at
 -- once: the next due messages, locked, with the rules' columns and (last) the applied
--- version.
+-- version. The columns read the JSON body parsed once (j), as rules_insert's parts do.
 SELECT m.id, NULL, NULL, NULL, NULL{columns},
        (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version
-FROM {schema}.messages AS m
-WHERE m.queue_id = %(queue_id)s AND m.state = 1 AND m.available_at <= %(now)s
-ORDER BY m.priority DESC, m.id
-LIMIT %(limit)s
-FOR UPDATE OF m SKIP LOCKED;
+FROM (SELECT m.*, {rules_json_body} AS j
+      FROM {schema}.messages AS m
+      WHERE m.queue_id = %(queue_id)s AND m.state = 1 AND m.available_at <= %(now)s
+      ORDER BY m.priority DESC, m.id
+      LIMIT %(limit)s
+      FOR UPDATE OF m SKIP LOCKED) AS m
+ORDER BY m.priority DESC, m.id;
