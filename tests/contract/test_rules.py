@@ -607,6 +607,19 @@ def test_the_background_engine_tells_of_each_committed_batch(db: sluice.Database
     assert ready(db, "billing") == [{"order": 1, "total": 2.0}]
 
 
+def test_a_run_of_several_workers_stops_whole_when_one_fails(db: sluice.Database) -> None:
+    db.apply(ROUTING)
+    db.queue("orders").put_many([{"id": n, "total": 1.0} for n in range(20)])
+
+    def on_batch(queue: str, result: BatchResult) -> None:
+        raise RuntimeError("the monitor broke")
+
+    stop = threading.Event()
+    with pytest.raises(RuntimeError, match="the monitor broke"):
+        db.rules.run(batch=5, workers=2, on_batch=on_batch, stop=stop)
+    assert stop.is_set()  # the other worker was stopped too: run returned
+
+
 def test_a_made_body_its_target_refuses_becomes_an_error_message(db: sluice.Database) -> None:
     """The SQL enqueue leaves out a body over the target's largest size or a NULL one;
     the batch then goes by Python, which makes their error messages."""

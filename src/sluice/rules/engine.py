@@ -230,8 +230,11 @@ class Rules:
         return stats
 
     @staticmethod
-    def _together(workers: int, work: Callable[[int], None]) -> None:
-        """``work(n)`` in ``workers`` threads, the first this one; the first error raised."""
+    def _together(
+        workers: int, work: Callable[[int], None], halt: Callable[[], None] | None = None
+    ) -> None:
+        """``work(n)`` in ``workers`` threads, the first this one; the first error raised.
+        ``halt``: what makes the others end when one fails (they would run on)."""
         if workers < 1:
             raise ConfigurationError(f"workers must be at least 1, not {workers}")
         errors: list[BaseException] = []
@@ -241,6 +244,8 @@ class Rules:
                 work(n)
             except BaseException as exc:  # told to the caller below
                 errors.append(exc)
+                if halt is not None:
+                    halt()
 
         threads = [
             threading.Thread(target=worker, args=(n,), name=f"sluice-rules-{n}", daemon=True)
@@ -314,7 +319,8 @@ class Rules:
         """Run until ``stop`` is set (or ``stop()`` is called): rules, echo timers and
         removal, waiting for news between batches. ``on_batch(queue, result)`` is called
         after each batch that did something has committed (monitoring: it must be quick,
-        and what it raises stops the run; with several workers, from each one's thread).
+        and what it raises stops the run, every worker, and sets ``stop``; with several
+        workers it is called from each one's thread).
 
         ``workers``: threads processing batches at once. A queue's batches still write in
         the order they were taken (rules/turns.py), so what one worker overlaps with the
@@ -323,7 +329,13 @@ class Rules:
         """
         stop = stop or self._stop
         stats = RunStats()
-        self._together(workers, lambda n: self._serve(batch, stop, poll, on_batch, stats, n))
+        wakeups = self._context.wakeups
+
+        def halt() -> None:  # one worker failed: the run stops, as it does with one worker
+            stop.set()
+            wakeups.notify()
+
+        self._together(workers, lambda n: self._serve(batch, stop, poll, on_batch, stats, n), halt)
         return stats
 
     def _serve(  # noqa: PLR0917  (one worker of run)
