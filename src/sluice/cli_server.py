@@ -1,0 +1,77 @@
+"""``sluice serve``: the HTTP API on uvicorn (docs/server.md)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from collections.abc import Callable
+
+import sluice
+from sluice.errors import ConfigurationError
+
+__all__ = ["add_commands", "loopback"]
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
+    try:
+        import uvicorn
+
+        from sluice.server.app import create_app
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the server needs its extra: pip install 'sluice[server]' ({exc})"
+        ) from None
+    if args.no_auth:
+        if not loopback(args.host):
+            raise ConfigurationError(
+                f"--no-auth serves only on loopback (127.0.0.1, ::1, localhost), not "
+                f"{args.host!r}: make a key with `sluice keys add` instead"
+            )
+        print(
+            "sluice serve: WARNING: --no-auth: every request may do everything, "
+            "with no key asked",
+            file=sys.stderr,
+            flush=True,
+        )
+    app = create_app(db, auth=not args.no_auth, max_request=args.max_request)
+    # TLS, workers behind a proxy and the rest: uvicorn's own options (docs/server.md).
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
+    )
+    return 0
+
+
+def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+    p = add("serve", cmd_serve, "serve the HTTP API (sluice[server]; docs/server.md)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (8080)")
+    p.add_argument(
+        "--no-auth", action="store_true", help="no API keys asked (loopback only; for trying)"
+    )
+    p.add_argument(
+        "--max-request", type=int, default=16 * 1024 * 1024, help="largest request body, bytes"
+    )
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level",
+    )

@@ -1,0 +1,111 @@
+"""The ASGI application: ``create_app(db)`` for any backend, mounted by ``sluice serve``
+or by the user's own ASGI server (docs/server.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import sluice
+from sluice.errors import ConfigurationError
+from sluice.server import messages, queues
+from sluice.server.auth import Gate
+from sluice.server.grants import Keys
+from sluice.server.leases import Leases
+from sluice.server.problems import PROBLEM, Problem, install
+
+__all__ = ["MAX_REQUEST", "create_app", "from_environment"]
+
+MAX_REQUEST = 16 * 1024 * 1024
+"""The largest request body by default, bytes (a batch of large messages fits)."""
+
+
+def create_app(
+    db: sluice.Database, *, auth: bool = True, max_request: int = MAX_REQUEST
+) -> FastAPI:
+    """The HTTP API over ``db``. ``auth``: requests need an API key (``sluice keys``);
+    False lets every request do everything (``sluice serve --no-auth``, loopback only).
+    ``max_request``: the largest request body in bytes (413 beyond). The app owns no
+    database: closing it gives back what it leased, and ``db`` stays open."""
+    if max_request < 1:
+        raise ConfigurationError(f"max_request must be a positive size, not {max_request!r}")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            app.state.leases.close()
+
+    app = FastAPI(
+        title="sluice",
+        version=sluice.__version__,
+        summary="A persistent, transactional, content-aware message queue over HTTP",
+        lifespan=lifespan,
+    )
+    app.state.db = db
+    app.state.gate = Gate(Keys(db) if auth else None)
+    app.state.leases = Leases(db.clock)
+    install(app)
+    app.include_router(queues.router)
+    app.include_router(messages.router)
+    app.add_middleware(_Limit, limit=max_request)
+    return app
+
+
+def from_environment() -> FastAPI:
+    """The app for ``uvicorn --factory sluice.server.app:from_environment``: the database
+    is ``SLUICE_DB``'s URL; ``SLUICE_NO_AUTH=1`` serves without keys."""
+    url = os.environ.get("SLUICE_DB")
+    if not url:
+        raise ConfigurationError("SLUICE_DB must name the database: a sluice URL")
+    return create_app(sluice.connect(url), auth=os.environ.get("SLUICE_NO_AUTH") != "1")
+
+
+class _Limit:
+    """413 for a request body over ``limit`` bytes, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _refuse(send, self.limit)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise Problem(413, _too_large(self.limit), error="PayloadTooLarge")
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is over this server's limit of {limit} bytes"
+
+
+async def _refuse(send: Send, limit: int) -> None:
+    body: dict[str, Any] = {"type": "about:blank", "title": "Content too large", "status": 413,
+                            "detail": _too_large(limit), "error": "PayloadTooLarge"}  # fmt: skip
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", PROBLEM.encode()),
+                            (b"content-length", str(len(data)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": data})

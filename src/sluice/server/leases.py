@@ -1,0 +1,140 @@
+"""Leases: messages an HTTP client took, held by the server until the client settles
+them by their delivery token, or until the lease runs out.
+
+A leased message is taken as ``Queue.get`` takes one, in its own transaction, so
+each settles alone: ``ack`` commits it (done), ``release`` gives it back to its
+place, ``reject`` sends it to the error queue. A lease that runs out releases its
+message (an attempt counted, as any delivery that ended unacknowledged), and its
+token is then stale: settling by it is refused (410), so a client that was too slow
+cannot acknowledge a message somebody else now holds. Times are the database's
+clock (a ManualClock in tests); a reaper thread waits for the next expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from dataclasses import dataclass
+
+from sluice.clock import Clock
+from sluice.errors import SluiceError, StorageError
+from sluice.message import Message
+from sluice.server.problems import Problem
+
+__all__ = ["MAX_LEASE", "Lease", "Leases"]
+
+log = logging.getLogger(__name__)
+
+MAX_LEASE = 12 * 3600.0
+"""The longest a lease lasts, extensions included (as SQS's visibility timeout)."""
+
+
+@dataclass(slots=True)
+class Lease:
+    """A leased message, its token and when the lease ends (the database's clock)."""
+
+    token: str
+    message: Message
+    expires: float
+    ends_by: float
+    """The lease cannot be extended past this (MAX_LEASE after it began)."""
+
+
+class Leases:
+    """The server's leased messages by token (see the module docstring)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._held: dict[str, Lease] = {}
+        self._changed = threading.Condition()
+        self._closed = False
+        self._reaper = threading.Thread(target=self._reap, name="sluice-leases", daemon=True)
+        self._reaper.start()
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._held)
+
+    def add(self, message: Message, seconds: float) -> Lease:
+        """Hold ``message`` (taken by ``Queue.get``) for ``seconds``; its new lease."""
+        now = self._clock.now()
+        lease = Lease(secrets.token_urlsafe(24), message, now + seconds, now + MAX_LEASE)
+        with self._changed:
+            self._held[lease.token] = lease
+            self._changed.notify()
+        return lease
+
+    def take(self, token: str) -> Lease:
+        """The lease of ``token``, ended now (the caller settles its message); 410 if the
+        token is unknown or its lease ran out."""
+        with self._changed:
+            lease = self._held.get(token)
+            if lease is None or lease.expires <= self._clock.now():
+                raise Problem(410, "the delivery token is stale: its lease ended or it was "
+                              "settled already", error="LeaseEnded")  # fmt: skip
+            del self._held[token]
+            return lease
+
+    def peek(self, token: str) -> Lease:
+        """The live lease of ``token`` without ending it; 410 as for ``take``."""
+        with self._changed:
+            lease = self._held.get(token)
+            if lease is None or lease.expires <= self._clock.now():
+                raise Problem(410, "the delivery token is stale: its lease ended or it was "
+                              "settled already", error="LeaseEnded")  # fmt: skip
+            return lease
+
+    def extend(self, token: str, seconds: float) -> Lease:
+        """Let ``token``'s lease end ``seconds`` from now (at most MAX_LEASE after it began)."""
+        with self._changed:
+            lease = self.peek(token)
+            lease.expires = min(self._clock.now() + seconds, lease.ends_by)
+            self._changed.notify()
+            return lease
+
+    def expire(self) -> int:
+        """Release every message whose lease ran out; how many."""
+        now = self._clock.now()
+        with self._changed:
+            ended = [lease for lease in self._held.values() if lease.expires <= now]
+            for lease in ended:
+                del self._held[lease.token]
+        for lease in ended:
+            self._give_back(lease)
+        return len(ended)
+
+    def close(self) -> None:
+        """Stop the reaper and give every leased message back."""
+        with self._changed:
+            self._closed = True
+            held = list(self._held.values())
+            self._held.clear()
+            self._changed.notify()
+        for lease in held:
+            self._give_back(lease)
+        self._reaper.join(timeout=10)
+
+    @staticmethod
+    def _give_back(lease: Lease) -> None:
+        try:
+            lease.message.release()
+        except (SluiceError, StorageError) as exc:
+            # Its session was taken for dead meanwhile: recovery gave it back already.
+            log.warning("a leased message could not be given back: %s", exc)
+
+    def _reap(self) -> None:
+        while True:
+            with self._changed:
+                if self._closed:
+                    return
+                first = min((lease.expires for lease in self._held.values()), default=None)
+                if first is None:
+                    self._changed.wait()
+                else:
+                    wait = self._clock.real_seconds(first - self._clock.now())
+                    if wait > 0:
+                        self._changed.wait(wait)
+                if self._closed:
+                    return
+            self.expire()

@@ -1,0 +1,143 @@
+"""Routes for messages: enqueue (one transaction per request), lease (take with a
+delivery token), settle by token (ack, release, reject, extend) and browse."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+
+import sluice
+from sluice.server.auth import caller, need
+from sluice.server.grants import Principal
+from sluice.server.leases import Leases
+from sluice.server.models import (
+    Enqueue,
+    Enqueued,
+    Extend,
+    Leased,
+    LeaseRequest,
+    MessageOut,
+    Reject,
+)
+from sluice.server.problems import Problem
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api", tags=["messages"])
+
+Who = Annotated[Principal, Depends(caller)]
+
+
+def _db(request: Request) -> sluice.Database:
+    db: sluice.Database = request.app.state.db
+    return db
+
+
+def _leases(request: Request) -> Leases:
+    leases: Leases = request.app.state.leases
+    return leases
+
+
+@router.post(
+    "/queues/{name}/messages",
+    status_code=201,
+    summary="Enqueue messages (produce): all of them in one transaction, or none",
+)
+def enqueue(request: Request, who: Who, name: str, batch: Enqueue) -> Enqueued:
+    need(who, name, "produce")
+    ids: list[str] = []
+    with _db(request).transaction() as tx:
+        for m in batch.messages:
+            try:
+                body = m.payload()
+            except ValueError as exc:
+                raise Problem(422, str(exc), error="InvalidBody") from None
+            ids.append(
+                tx.enqueue(
+                    name,
+                    body,
+                    priority=m.priority,
+                    properties=m.properties,
+                    delay=m.delay,
+                    ttl=m.ttl,
+                    content_type=m.content_type,
+                    correlation_id=m.correlation_id,
+                    reply_to=m.reply_to,
+                    type=m.type,
+                    group=m.group,
+                )
+            )
+    return Enqueued(ids=ids)
+
+
+@router.post(
+    "/queues/{name}/leases",
+    summary="Take messages (consume), each held under a delivery token until settled",
+)
+def lease(request: Request, who: Who, name: str, ask: LeaseRequest) -> Leased:
+    need(who, name, "consume")
+    queue = _db(request).queue(name)
+    leases = _leases(request)
+    order_by = tuple(ask.order_by) if ask.order_by else None
+    taken: list[MessageOut] = []
+    wait = ask.wait
+    while len(taken) < ask.limit:
+        # One transaction per message, as Queue.get takes it: each settles alone.
+        m = queue.get(wait=wait, where=ask.where, order_by=order_by)
+        if m is None:
+            break
+        held = leases.add(m, ask.lease)
+        taken.append(MessageOut.of(m, held.token, held.expires))
+        wait = 0.0  # the long poll is for the first message only
+    return Leased(messages=taken)
+
+
+def _settled(request: Request, who: Who, token: str) -> sluice.Message:
+    """The leased message of ``token``, its lease ended, if ``who`` consumes its queue."""
+    leases = _leases(request)
+    need(who, leases.peek(token).message.queue, "consume")
+    return leases.take(token).message
+
+
+@router.post("/leases/{token}/ack", status_code=204, summary="Acknowledge: the message is done")
+def ack(request: Request, who: Who, token: str) -> None:
+    _settled(request, who, token).ack()
+
+
+@router.post(
+    "/leases/{token}/release", status_code=204, summary="Give the message back to its place"
+)
+def release(request: Request, who: Who, token: str) -> None:
+    _settled(request, who, token).release()
+
+
+@router.post(
+    "/leases/{token}/reject",
+    status_code=204,
+    summary="Send the message to its queue's error queue, with a reason",
+)
+def reject(request: Request, who: Who, token: str, why: Reject) -> None:
+    _settled(request, who, token).reject(why.reason)
+
+
+@router.post("/leases/{token}/extend", summary="Hold the message longer")
+def extend(request: Request, who: Who, token: str, more: Extend) -> MessageOut:
+    leases = _leases(request)
+    need(who, leases.peek(token).message.queue, "consume")
+    held = leases.extend(token, more.seconds)
+    return MessageOut.of(held.message, held.token, held.expires)
+
+
+@router.get("/queues/{name}/messages", summary="Browse messages without taking them (browse)")
+def browse(
+    request: Request,
+    who: Who,
+    name: str,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    where: Annotated[str | None, Query(max_length=10_000)] = None,
+    after: Annotated[str | None, Query(max_length=100, pattern=r"^-?\d+:\d+$")] = None,
+) -> list[MessageOut]:
+    need(who, name, "browse")
+    found = _db(request).queue(name).browse(limit, where=where, after=after)
+    return [MessageOut.of(m) for m in found]

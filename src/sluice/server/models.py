@@ -1,0 +1,213 @@
+"""The JSON shapes of the HTTP API: what requests carry and answers hold (OpenAPI)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sluice.catalog import Durability, Isolation, QueueSpec
+from sluice.message import Message
+
+__all__ = [
+    "Enqueue",
+    "Enqueued",
+    "LeaseRequest",
+    "Leased",
+    "MessageOut",
+    "NewMessage",
+    "QueueChange",
+    "QueueIn",
+    "QueueOut",
+    "Reject",
+]
+
+MAX_BATCH = 1000
+"""Messages one enqueue request may carry."""
+
+MAX_TAKE = 100
+"""Messages one lease request may take."""
+
+MAX_WAIT = 20.0
+"""The longest a lease request waits for a first message (long poll), seconds."""
+
+_NAME = Field(min_length=1, max_length=200)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QueueIn(_Strict):
+    """A queue to create (docs/queues.md has every setting)."""
+
+    name: str = _NAME
+    durability: Durability = "persistent"
+    max_attempts: int | None = Field(None, ge=1)
+    error_queue: str | None = Field(None, min_length=1, max_length=200)
+    max_size: int | None = Field(None, ge=1)
+    types: list[str] = Field(default_factory=list)
+    isolation: Isolation = "none"
+    priority_levels: int | None = Field(None, ge=1, le=10)
+    max_in_flight: int | None = Field(None, ge=1)
+    retention: float | None = Field(None, ge=0)
+    exist_ok: bool = False
+
+
+class QueueChange(_Strict):
+    """Settings to change; those left out stay."""
+
+    durability: Durability | None = None
+    max_attempts: int | None = Field(None, ge=1)
+    error_queue: str | None = Field(None, min_length=1, max_length=200)
+    max_size: int | None = Field(None, ge=1)
+    max_in_flight: int | None = Field(None, ge=1)
+    retention: float | None = Field(None, ge=0)
+
+
+class QueueOut(BaseModel):
+    """A queue's settings and its counts by state."""
+
+    name: str
+    kind: str
+    durability: str
+    max_attempts: int | None
+    error_queue: str | None
+    max_size: int
+    types: list[str]
+    isolation: str
+    topic: str | None
+    priority_levels: int | None
+    max_in_flight: int | None
+    retention: float | None
+    counts: dict[str, int] | None = None
+
+    @classmethod
+    def of(cls, spec: QueueSpec, counts: dict[str, int] | None = None) -> QueueOut:
+        return cls(
+            name=spec.name,
+            kind=spec.kind,
+            durability=spec.durability,
+            max_attempts=spec.max_attempts,
+            error_queue=spec.error_queue,
+            max_size=spec.max_size,
+            types=list(spec.types),
+            isolation=spec.isolation,
+            topic=spec.topic,
+            priority_levels=spec.priority_levels,
+            max_in_flight=spec.max_in_flight,
+            retention=spec.retention,
+            counts=counts,
+        )
+
+
+class NewMessage(_Strict):
+    """One message to enqueue: ``body`` (a JSON value; a string for a text or XML
+    ``content_type``) or ``body_base64`` (bytes), and its options."""
+
+    body: Any = None
+    body_base64: str | None = None
+    content_type: str | None = Field(None, max_length=200)
+    priority: int | None = None
+    properties: dict[str, Any] | None = None
+    delay: float = Field(0.0, ge=0)
+    ttl: float | None = Field(None, gt=0)
+    group: str | None = Field(None, min_length=1, max_length=200)
+    correlation_id: str | None = Field(None, max_length=200)
+    reply_to: str | None = Field(None, max_length=200)
+    type: str | None = Field(None, max_length=200)
+
+    def payload(self) -> Any:
+        """The body as sluice enqueues it."""
+        if self.body_base64 is None:
+            return self.body
+        if self.body is not None:
+            raise ValueError("a message has a body or a body_base64, not both")
+        try:
+            return base64.b64decode(self.body_base64, validate=True)
+        except ValueError:
+            raise ValueError("body_base64 is not base64") from None
+
+
+class Enqueue(_Strict):
+    """Messages to enqueue, in order, in one transaction: all or none."""
+
+    messages: list[NewMessage] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class Enqueued(BaseModel):
+    ids: list[str]
+
+
+class LeaseRequest(_Strict):
+    """Take up to ``limit`` messages, waiting up to ``wait`` seconds for the first, each
+    held for ``lease`` seconds unless settled or extended; ``where`` and ``order_by``
+    select and order by content (docs/expressions.md)."""
+
+    limit: int = Field(1, ge=1, le=MAX_TAKE)
+    wait: float = Field(0.0, ge=0, le=MAX_WAIT)
+    lease: float = Field(30.0, gt=0, le=12 * 3600)
+    where: str | None = Field(None, max_length=10_000)
+    order_by: list[str] | None = Field(None, max_length=16)
+
+
+class MessageOut(BaseModel):
+    """A message as the API shows it; ``token`` and ``lease_expires`` when leased."""
+
+    id: str
+    queue: str
+    body: Any = None
+    body_base64: str | None = None
+    content_type: str
+    priority: int
+    properties: dict[str, Any]
+    attempts: int
+    enqueued_at: float
+    available_at: float
+    expires_at: float | None
+    correlation_id: str | None
+    reply_to: str | None
+    type: str | None
+    group: str | None
+    position: str
+    token: str | None = None
+    lease_expires: float | None = None
+
+    @classmethod
+    def of(
+        cls, m: Message, token: str | None = None, lease_expires: float | None = None
+    ) -> MessageOut:
+        raw = isinstance(m.body, bytes)
+        return cls(
+            id=m.id,
+            queue=m.queue,
+            body=None if raw else m.body,
+            body_base64=base64.b64encode(m.body).decode() if raw else None,
+            content_type=m.content_type,
+            priority=m.priority,
+            properties=m.properties,
+            attempts=m.attempts,
+            enqueued_at=m.enqueued,
+            available_at=m.available,
+            expires_at=m.expires,
+            correlation_id=m.correlation_id,
+            reply_to=m.reply_to,
+            type=m.type,
+            group=m.group,
+            position=str(m.position),
+            token=token,
+            lease_expires=lease_expires,
+        )
+
+
+class Leased(BaseModel):
+    messages: list[MessageOut]
+
+
+class Reject(_Strict):
+    reason: str = Field(min_length=1, max_length=10_000)
+
+
+class Extend(_Strict):
+    seconds: float = Field(gt=0, le=12 * 3600)

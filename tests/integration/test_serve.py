@@ -1,0 +1,98 @@
+"""``sluice serve`` as a real process on a real port: keys asked, a message through it,
+and kill -9 while it holds a lease loses nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import sluice
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from sluice.server.grants import Grant, Keys  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def serve(url: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sluice.cli", "serve", "--db", url, "--log-level", "warning",
+         *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def ready(base: str, process: subprocess.Popen[str]) -> None:
+    """Until the server answers (a real process starting: polled, for at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"sluice serve exited: {process.stderr.read() if process.stderr else ''}")
+        try:
+            if httpx.get(f"{base}/openapi.json", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError("sluice serve did not answer within 60 s")
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    url = f"sqlite:///{tmp_path / 'served.db'}"
+    with sluice.connect(url) as db:
+        db.create_queue("orders")
+        secret = Keys(db).add("app", [Grant.parse("orders:produce,consume,browse")])
+    yield url, secret
+
+
+def test_a_served_database_takes_and_gives_messages(database: tuple[str, str]) -> None:
+    url, secret = database
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    process = serve(url, "--port", str(port))
+    try:
+        ready(base, process)
+        auth = {"Authorization": f"Bearer {secret}"}
+        assert httpx.get(f"{base}/api/queues").status_code == 401
+        sent = httpx.post(f"{base}/api/queues/orders/messages", headers=auth,
+                          json={"messages": [{"body": {"id": 1}}, {"body": {"id": 2}}]})  # fmt: skip
+        assert sent.status_code == 201, sent.text
+        taken = httpx.post(f"{base}/api/queues/orders/leases", headers=auth,
+                           json={"limit": 1}).json()["messages"]  # fmt: skip
+        assert [m["body"] for m in taken] == [{"id": 1}]
+        # kill -9 with the first message leased: nothing is lost.
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    with sluice.connect(url) as db:
+        db.recover()  # the dead server's session: its lease rolled back
+        assert [m.body for m in db.queue("orders").browse()] == [{"id": 1}, {"id": 2}]
+
+
+def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
+    process = serve(f"sqlite:///{tmp_path / 'x.db'}", "--no-auth", "--host", "0.0.0.0")
+    _, err = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert "--no-auth serves only on loopback" in err
