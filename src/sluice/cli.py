@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 import sluice
-from sluice import admin, cli_jobs, cli_rules, cli_server, demo
+from sluice import admin, cli_jobs, cli_keys, cli_rules, cli_server, demo
 from sluice.catalog import ISOLATION_LEVELS, Durability
 from sluice.engine.topics import Start
 from sluice.message import Message, Position
@@ -23,6 +23,9 @@ from sluice.message import Message, Position
 __all__ = ["main"]
 
 DEFAULT_URL = "sqlite:///sluice.db"
+
+GROUPS = {"keys": "the HTTP server's API keys and their grants: add, list, revoke"}
+"""Commands that are groups of commands ("sluice keys add"), with their help."""
 
 
 def _message_dict(m: Message) -> dict[str, Any]:
@@ -289,6 +292,37 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+Adder = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
+"""Adds a command: its name, the function that runs it, its help text; its parser."""
+
+
+def _adder(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> Adder:
+    """What adds the commands under ``sub``, each with the ``common`` options."""
+    groups: dict[str, argparse._SubParsersAction[argparse.ArgumentParser]] = {}
+
+    def add(name: str, func: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
+        # "keys add" is the command add of the group keys (GROUPS). Only the group's
+        # commands take the common options, so that they go after the command as
+        # everywhere: a --db given to the group too would be overridden by theirs.
+        group, _, command = name.rpartition(" ")
+        under = sub
+        if group:
+            if group not in groups:
+                text = GROUPS[group]
+                parent = sub.add_parser(group, help=text, description=text)
+                groups[group] = parent.add_subparsers(
+                    dest="action", required=True, metavar="ACTION", help="what to do"
+                )
+            under = groups[group]
+        p = under.add_parser(command, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    return add
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="sluice message queues")
     parser.add_argument("--version", action="version", version=f"sluice {sluice.__version__}")
@@ -300,12 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def add(name: str, func: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
-        p.set_defaults(func=func)
-        return p
-
+    add = _adder(sub, common)
     p = add("demo", cmd_demo, "run the transactional producer/consumer demo on a fresh database")
     p.add_argument(
         "--readers", type=int, default=10_000, help="recipients of the mass mailing's report"
@@ -357,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pipeline_parser(
         add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice[spark])")
     )
-    for module in (cli_jobs, cli_rules, cli_server):
+    for module in (cli_jobs, cli_rules, cli_keys, cli_server):
         module.add_commands(add)
     return parser
 

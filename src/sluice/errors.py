@@ -28,10 +28,11 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   ├── LeaseLost               the owner was taken for dead and rolled back
     │   ├── IncompleteBlock         a blockwise commit holding part of a block
     │   └── Conflict                another transaction changed what a commit depended on
-    └── JobError
-        ├── JobNotFound
-        ├── UnknownTaskType         a task type nobody defined or registered
-        └── TaskTimeout             raised inside a task that ran past its timeout
+    ├── JobError
+    │   ├── JobNotFound
+    │   ├── UnknownTaskType         a task type nobody defined or registered
+    │   └── TaskTimeout             raised inside a task that ran past its timeout
+    └── KeyNotFound                 an API key of the server that nobody added
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidBody",
     "JobError",
     "JobNotFound",
+    "KeyNotFound",
     "LeaseLost",
     "MessageError",
     "MessageStateError",
@@ -182,3 +184,7 @@ class UnknownTaskType(JobError):
 
 class TaskTimeout(JobError):
     """The task ran past its timeout; its transaction is rolled back and it is retried."""
+
+
+class KeyNotFound(SluiceError):
+    """No API key of that name; list the keys with `sluice keys list`."""

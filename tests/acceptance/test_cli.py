@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice import connect
 from sluice.cli import build_parser
+from sluice.server.grants import Keys
 
 
 def sluice(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
@@ -23,11 +25,23 @@ def sluice(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _commands(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its name, those of groups ("keys add") too."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[prefix + name] = sub
+                found |= _commands(sub, f"{prefix}{name} ")
+    return found
+
+
 def test_every_command_has_help() -> None:
-    parser = build_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    commands: dict[str, argparse.ArgumentParser] = action.choices
+    commands = _commands(build_parser())
     assert set(commands) >= {"demo", "queues", "create", "drop", "put", "get", "browse", "stats"}
+    assert set(commands) >= {"keys", "keys add", "keys list", "keys revoke"}
     for name, sub in commands.items():
         assert sub.description, f"{name} has no help text"
         for option in sub._actions:
@@ -202,3 +216,57 @@ def test_topics_from_the_command_line(tmp_path: Path) -> None:
         assert "error" in result.stderr
     names = json.loads(sluice("queues", "--json", db=db).stdout)
     assert sorted(q["name"] for q in names) == ["all", "events"]
+
+
+def test_api_keys_from_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    added = sluice(
+        "keys", "add", "orders-app", "--grant", "orders*:produce,consume",
+        "--grant", "audit:browse", db=db,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    secret = added.stdout.strip()
+    assert secret.startswith("sk_")
+    assert "\n" not in secret  # stdout holds the secret alone, for scripts
+    assert "cannot be shown again" in added.stderr
+    admin = sluice("keys", "add", "ops", "--admin", "--json", db=db)
+    assert json.loads(admin.stdout)["name"] == "ops"
+    listed = sluice("keys", "list", db=db)
+    assert listed.returncode == 0, listed.stderr
+    header, ops, app = listed.stdout.splitlines()
+    assert header.split() == ["NAME", "GRANTS", "CREATED", "USED", "REVOKED"]
+    assert ops.split()[:2] == ["ops", "admin"]
+    assert app.split()[:3] == ["orders-app", "orders*:consume,produce", "audit:browse"]
+    assert app.split()[-2:] == ["never", "-"]
+    assert secret not in listed.stdout
+    with connect(f"sqlite:///{db}") as database:
+        principal = Keys(database).authenticate(secret)
+    assert principal is not None
+    assert principal.allows("orders.eu", "consume")
+    assert not principal.allows("audit", "consume")
+    assert sluice("keys", "revoke", "orders-app", db=db).returncode == 0
+    (shown,) = [k for k in json.loads(sluice("keys", "list", "--json", db=db).stdout)
+                if k["name"] == "orders-app"]  # fmt: skip
+    assert shown["revoked_at"] is not None
+    assert shown["used_at"] is not None  # the authentication above
+    assert "secret" not in shown
+    with connect(f"sqlite:///{db}") as database:
+        assert Keys(database).authenticate(secret) is None
+    for bad, message in (
+        (("keys", "revoke", "nobody"), "no API key named 'nobody'"),
+        (("keys", "add", "ops", "--admin"), "'ops' exists already"),
+        (("keys", "add", "x", "--grant", "orders"), "has no colon"),
+        (("keys", "add", "x", "--grant", "orders:fly"), "unknown action(s) 'fly'"),
+        (("keys", "add", "bad name", "--admin"), "invalid API key name"),
+        (("keys", "add", "idle"), "would allow nothing"),
+    ):
+        result = sluice(*bad, db=db)
+        assert result.returncode == 2, bad
+        assert message in result.stderr, bad
+        assert "Traceback" not in result.stderr
+    alone = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "keys"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert alone.returncode == 2
+    assert "required: ACTION" in alone.stderr  # a group needs one of its commands

@@ -3,7 +3,8 @@
 A backend is a ``MessageStore`` (the queue-level operations a transaction and a
 queue handle use) plus the capabilities every backend has: ``Sessions``,
 ``Catalog``, ``ChangeFeed``, ``Streams`` and ``Sinks`` (Spark),
-``JobsStatements``, ``Expressions``, ``Topics`` and ``Retention``. ``Backend``
+``JobsStatements``, ``Expressions``, ``Topics``, ``Retention``, ``RuleStore`` and
+``KeyStore``. ``Backend``
 joins them; each backend class names the protocols it implements, so mypy
 checks it against each.
 The one optional capability, ``Outbox`` (a queue transaction inside the caller's
@@ -41,6 +42,7 @@ from sluice.backends.records import (
     Selection,
     SessionInfo,
     StagedPart,
+    StoredKey,
     StoredProperty,
     StreamState,
     lane_of,
@@ -70,6 +72,7 @@ __all__ = [
     "Expressions",
     "HeldRow",
     "JobsStatements",
+    "KeyStore",
     "Lane",
     "MessageRow",
     "MessageStore",
@@ -85,6 +88,7 @@ __all__ = [
     "Sessions",
     "Sinks",
     "StagedPart",
+    "StoredKey",
     "StoredProperty",
     "StreamState",
     "Streams",
@@ -649,6 +653,36 @@ class RuleStore(Protocol):
         """Where a rule's relations are: ``slicing`` the one its slice() reads."""
 
 
+class KeyStore(Protocol):
+    """API keys of the HTTP server (sluice.server.grants; backends/keys.py, keys.sql).
+
+    A key is stored by the hash of its secret, never the secret; it keeps its row, and
+    its name, when revoked.
+    """
+
+    def keys_add(self, name: str, digest: str, grants: str, *, admin: bool, now: float) -> None:
+        """Store a new key: its name, the hash of its secret, its grants as JSON text.
+
+        ConfigurationError (and nothing stored) if a key of that name exists, revoked
+        or not.
+        """
+
+    def keys_list(self) -> list[StoredKey]:
+        """Every key, revoked ones too, by name."""
+
+    def keys_revoke(self, name: str, now: float) -> bool:
+        """Revoke the key as of ``now``; False if there is no such key.
+
+        Idempotent: a key revoked already stays revoked as of the first time.
+        """
+
+    def keys_find(self, digest: str) -> StoredKey | None:
+        """The key whose secret hashes to ``digest``, or None if none does or it is revoked."""
+
+    def keys_used(self, name: str, now: float) -> None:
+        """Record that the key was used at ``now``; not durable (a lost mark is harmless)."""
+
+
 class Outbox(Protocol):
     """Queue transactions inside the caller's own database transaction (PostgreSQL)."""
 
@@ -672,6 +706,7 @@ class Backend(
     Topics,
     Retention,
     RuleStore,
+    KeyStore,
     Protocol,
 ):
     """Queue storage: every capability above, plus its dialect and its optional outbox."""

@@ -33,6 +33,7 @@ __all__ = [
     "Selection",
     "SessionInfo",
     "StagedPart",
+    "StoredKey",
     "StoredProperty",
     "StreamState",
     "Unchanged",
@@ -258,6 +259,24 @@ class PropertyDef:
     expression: str
     type: str
     slot: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """An API key of the HTTP server as the store keeps it (sluice.server.grants), without
+    the hash of its secret: nothing read from the store needs it.
+
+    ``grants`` is the JSON text the server made of the key's grants; the times are
+    seconds since the epoch, ``used_at`` None until the key is first used and
+    ``revoked_at`` None while it is valid.
+    """
+
+    name: str
+    grants: str
+    admin: bool
+    created_at: float
+    used_at: float | None
+    revoked_at: float | None
 
 
 @dataclass(frozen=True, slots=True)

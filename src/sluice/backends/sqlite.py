@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Backend, Outbox
 from sluice.backends.group_commit import GroupCommitter
+from sluice.backends.keys import SqlKeys
 from sluice.backends.records import (
     CommitPlan,
     Envelope,
@@ -80,7 +81,7 @@ def _json_value(sql: str, kind: str) -> str:
     return sql
 
 
-class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, Backend):
+class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, SqlKeys, Backend):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"

@@ -1,10 +1,12 @@
 """Packaged SQL: per dialect a schema, numbered migrations and named statements.
 
-Statements are sections of ``queries.sql`` (the queue engine) and ``jobs.sql`` (jobs
-and tasks). Those both dialects share are written once in ``common/``, with SQLite's
-``:name`` placeholders; ``sqlite/`` and ``postgresql/`` hold only what really
-differs, each in its driver's style (``:name``, ``%(name)s``). A name is defined in
-one file only: the loader refuses a second definition instead of letting one win.
+Statements are sections of ``queries.sql`` (the queue engine), ``topics.sql``,
+``jobs.sql`` (jobs and tasks), ``rules.sql`` (the rules engine) and ``keys.sql`` (the
+server's API keys). Those both dialects share are written once in ``common/``, with
+SQLite's ``:name`` placeholders; ``sqlite/`` and ``postgresql/`` hold only what really
+differs, each in its driver's style (``:name``, ``%(name)s``), and have no file where
+nothing differs. A name is defined in one file only: the loader refuses a second
+definition instead of letting one win.
 
 At load, and only then, a statement is made ready to run:
 
@@ -37,8 +39,9 @@ HOLES = frozenset({"select", "order", "value", "selector", "columns", "parts", "
 """The holes a statement may leave for run time (see the module docstring)."""
 _SELECTION = frozenset({"select", "order"})
 
-_FILES = ("queries.sql", "topics.sql", "jobs.sql", "rules.sql")
-"""Per folder: the queue engine's statements, then those of jobs and tasks."""
+_FILES = ("queries.sql", "topics.sql", "jobs.sql", "rules.sql", "keys.sql")
+"""Per folder: the queue engine's statements, then those of topics, jobs and tasks, the
+rules engine and API keys."""
 _FOLDERS = ("common", "{dialect}")
 
 _SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
@@ -74,7 +77,10 @@ class Template:
 
 
 def _read(folder: str, filename: str) -> str:
-    return resources.files(__package__).joinpath(folder, filename).read_text("utf-8")
+    entry = resources.files(__package__).joinpath(folder, filename)
+    if filename in _FILES and not entry.is_file():
+        return ""  # a folder has no statements file where it has nothing to add
+    return entry.read_text("utf-8")
 
 
 def _to_psycopg(text: str) -> str:

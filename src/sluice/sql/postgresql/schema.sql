@@ -454,3 +454,14 @@ CREATE TABLE {schema}.rules_catalog (
     application text    NOT NULL,
     applied_at  double precision NOT NULL
 );
+
+-- API keys of the HTTP server (0010_keys.sql): stored as the SHA-256 of their secrets.
+CREATE TABLE {schema}.api_keys (
+    name       text    PRIMARY KEY,
+    hash       text    NOT NULL UNIQUE,
+    grants     text    NOT NULL,
+    admin      boolean NOT NULL DEFAULT false,
+    created_at double precision NOT NULL,
+    used_at    double precision,
+    revoked_at double precision
+);

@@ -251,3 +251,14 @@ CREATE TABLE rules_catalog (
     application TEXT    NOT NULL,
     applied_at  REAL    NOT NULL
 );
+
+-- API keys of the HTTP server (0008_keys.sql): stored as the SHA-256 of their secrets.
+CREATE TABLE api_keys (
+    name       TEXT    PRIMARY KEY,
+    hash       TEXT    NOT NULL UNIQUE,
+    grants     TEXT    NOT NULL,
+    admin      INTEGER NOT NULL DEFAULT 0,
+    created_at REAL    NOT NULL,
+    used_at    REAL,
+    revoked_at REAL
+);

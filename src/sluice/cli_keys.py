@@ -1,0 +1,89 @@
+"""``sluice keys add``, ``list`` and ``revoke``: the HTTP server's API keys from the
+command line (sluice.server.grants)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import sluice
+from sluice.server.grants import ACTIONS, Grant, KeyInfo, Keys
+
+__all__ = ["add_commands"]
+
+
+def cmd_add(args: argparse.Namespace, db: sluice.Database) -> int:
+    grants = [Grant.parse(text) for text in args.grant]
+    secret = Keys(db).add(args.name, grants, admin=args.admin)
+    if args.json:
+        print(json.dumps({"name": args.name, "secret": secret}))
+    else:
+        print(secret)
+    # On stderr, so that a script can take the secret from stdout alone.
+    print(
+        f"sluice keys: the secret of the key {args.name!r} is printed once and cannot be "
+        "shown again; keep it now",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, db: sluice.Database) -> int:
+    keys = Keys(db).list()
+    if args.json:
+        print(json.dumps([k.as_dict() for k in keys]))
+    else:
+        print(_table(keys) if keys else "(no keys)")
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace, db: sluice.Database) -> int:
+    Keys(db).revoke(args.name)
+    print(f"revoked the key {args.name!r}")
+    return 0
+
+
+def _table(keys: list[KeyInfo]) -> str:
+    """The keys in aligned columns, a header first."""
+    rows = [("NAME", "GRANTS", "CREATED", "USED", "REVOKED")]
+    rows += [
+        (
+            k.name,
+            " ".join(["admin"] * k.admin + [str(g) for g in k.grants]),
+            _when(k.created_at),
+            _when(k.used_at, "never"),
+            _when(k.revoked_at, "-"),
+        )
+        for k in keys
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)), row[-1]])
+        for row in rows
+    )
+
+
+def _when(when: float | None, none: str = "") -> str:
+    if when is None:
+        return none
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+    p = add("keys add", cmd_add, "add an API key and print its secret, once")
+    p.add_argument("name", help="the key's name: 1-64 letters, digits and _ . -")
+    p.add_argument(
+        "--grant",
+        action="append",
+        default=[],
+        metavar="PATTERN:ACTIONS",
+        help=f"actions ({', '.join(sorted(ACTIONS))}) on the queues a pattern matches, "
+        "* any run of characters: 'orders*:produce,consume'; repeatable",
+    )
+    p.add_argument("--admin", action="store_true", help="the key may do everything")
+    add("keys list", cmd_list, "list the API keys and their grants (never their secrets)")
+    p = add("keys revoke", cmd_revoke, "revoke an API key: requests with it are refused")
+    p.add_argument("name", help="the key's name")
