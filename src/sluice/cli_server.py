@@ -25,9 +25,9 @@ def loopback(host: str) -> bool:
 
 def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
     try:
-        import uvicorn
+        import uvicorn  # noqa: PLC0415  (sluice[server], an extra)
 
-        from sluice.server.app import create_app
+        from sluice.server.app import create_app  # noqa: PLC0415  (needs the extra)
     except ImportError as exc:
         raise ConfigurationError(
             f"the server needs its extra: pip install 'sluice[server]' ({exc})"
@@ -39,8 +39,7 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
                 f"{args.host!r}: make a key with `sluice keys add` instead"
             )
         print(
-            "sluice serve: WARNING: --no-auth: every request may do everything, "
-            "with no key asked",
+            "sluice serve: WARNING: --no-auth: every request may do everything, with no key asked",
             file=sys.stderr,
             flush=True,
         )

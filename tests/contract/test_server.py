@@ -16,10 +16,10 @@ from sluice import ManualClock
 
 pytest.importorskip("fastapi")
 
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from sluice.server.app import create_app  # noqa: E402
-from sluice.server.grants import Grant, Keys  # noqa: E402
+from sluice.server.app import create_app
+from sluice.server.grants import Grant, Keys
 
 T0 = 1_800_000_000.0
 PROBLEM = "application/problem+json"
@@ -53,7 +53,8 @@ def problem(response: Any, status: int, error: str | None = None) -> dict[str, A
     assert response.headers["content-type"].startswith(PROBLEM)
     doc: dict[str, Any] = response.json()
     assert doc["status"] == status
-    assert doc["title"] and doc["detail"]
+    assert doc["title"]
+    assert doc["detail"]
     if error is not None:
         assert doc["error"] == error
     return doc
@@ -84,7 +85,8 @@ def test_every_route_asks_for_a_key(
     problem(client.request(method, path, **kwargs), 401, "Unauthorized")
     bad = {"Authorization": "Bearer sk_not-a-key"}
     problem(client.request(method, path, headers=bad, **kwargs), 401, "Unauthorized")
-    assert client.request(method, path, headers={"Authorization": "Basic eDp4"}).status_code == 401
+    basic = {"Authorization": "Basic eDp4"}
+    assert client.request(method, path, headers=basic, **kwargs).status_code == 401
     assert db.queue("orders").stats()["ready"] == 0  # nothing done
 
 
@@ -110,8 +112,8 @@ def test_a_revoked_key_is_refused(client: TestClient, db: sluice.Database) -> No
 
 
 def test_an_admin_manages_queues(client: TestClient, admin: dict[str, str]) -> None:
-    made = client.post("/api/queues", headers=admin,
-                       json={"name": "orders", "max_attempts": 2, "error_queue": "bad"})  # fmt: skip
+    new = {"name": "orders", "max_attempts": 2, "error_queue": "bad"}
+    made = client.post("/api/queues", headers=admin, json=new)
     assert made.status_code == 201, made.text
     assert made.headers["location"] == "/api/queues/orders"
     assert made.json()["max_attempts"] == 2

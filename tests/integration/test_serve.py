@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,7 +45,9 @@ def ready(base: str, process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"sluice serve exited: {process.stderr.read() if process.stderr else ''}")
+            raise AssertionError(
+                f"sluice serve exited: {process.stderr.read() if process.stderr else ''}"
+            )
         try:
             if httpx.get(f"{base}/openapi.json", timeout=1).status_code == 200:
                 return
@@ -56,12 +57,12 @@ def ready(base: str, process: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def database(tmp_path: Path) -> tuple[str, str]:
     url = f"sqlite:///{tmp_path / 'served.db'}"
     with sluice.connect(url) as db:
         db.create_queue("orders")
         secret = Keys(db).add("app", [Grant.parse("orders:produce,consume,browse")])
-    yield url, secret
+    return url, secret
 
 
 def test_a_served_database_takes_and_gives_messages(database: tuple[str, str]) -> None:
@@ -73,8 +74,8 @@ def test_a_served_database_takes_and_gives_messages(database: tuple[str, str]) -
         ready(base, process)
         auth = {"Authorization": f"Bearer {secret}"}
         assert httpx.get(f"{base}/api/queues").status_code == 401
-        sent = httpx.post(f"{base}/api/queues/orders/messages", headers=auth,
-                          json={"messages": [{"body": {"id": 1}}, {"body": {"id": 2}}]})  # fmt: skip
+        two = {"messages": [{"body": {"id": 1}}, {"body": {"id": 2}}]}
+        sent = httpx.post(f"{base}/api/queues/orders/messages", headers=auth, json=two)
         assert sent.status_code == 201, sent.text
         taken = httpx.post(f"{base}/api/queues/orders/leases", headers=auth,
                            json={"limit": 1}).json()["messages"]  # fmt: skip
@@ -86,6 +87,8 @@ def test_a_served_database_takes_and_gives_messages(database: tuple[str, str]) -
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()
     with sluice.connect(url) as db:
         db.recover()  # the dead server's session: its lease rolled back
         assert [m.body for m in db.queue("orders").browse()] == [{"id": 1}, {"id": 2}]

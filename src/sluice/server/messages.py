@@ -134,6 +134,7 @@ def browse(
     request: Request,
     who: Who,
     name: str,
+    *,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     where: Annotated[str | None, Query(max_length=10_000)] = None,
     after: Annotated[str | None, Query(max_length=100, pattern=r"^-?\d+:\d+$")] = None,

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.catalog import Durability, Isolation, QueueSpec
-from sluice.message import Message
+from sluice.message import Message, is_json
 
 __all__ = [
     "Enqueue",
@@ -121,6 +121,12 @@ class NewMessage(_Strict):
     def payload(self) -> Any:
         """The body as sluice enqueues it."""
         if self.body_base64 is None:
+            kind = self.content_type
+            if kind is not None and not is_json(kind) and not isinstance(self.body, str):
+                raise ValueError(
+                    f"a body of content type {kind!r} is a string (or bytes as body_base64), "
+                    f"not {type(self.body).__name__}"
+                )
             return self.body
         if self.body is not None:
             raise ValueError("a message has a body or a body_base64, not both")

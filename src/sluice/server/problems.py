@@ -61,7 +61,7 @@ _TITLES = {
 }
 
 
-class Problem(Exception):  # noqa: N818  (an answer, not a failure of the server)
+class Problem(Exception):
     """An answer that is a problem document: ``raise Problem(403, "...")`` in a route."""
 
     def __init__(self, status: int, detail: str, *, error: str | None = None) -> None:
