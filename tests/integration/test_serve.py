@@ -80,7 +80,16 @@ def test_a_served_database_takes_and_gives_messages(database: tuple[str, str]) -
         taken = httpx.post(f"{base}/api/queues/orders/leases", headers=auth,
                            json={"limit": 1}).json()["messages"]  # fmt: skip
         assert [m["body"] for m in taken] == [{"id": 1}]
-        # kill -9 with the first message leased: nothing is lost.
+        # And a transaction across requests that took the second and made a third.
+        ref = httpx.post(f"{base}/api/transactions", headers=auth, json={}).json()["id"]
+        moved = httpx.post(f"{base}/api/transactions/{ref}/queues/orders/dequeue",
+                           headers=auth, json={}).json()  # fmt: skip
+        assert [m["body"] for m in moved] == [{"id": 2}]
+        made = httpx.post(f"{base}/api/transactions/{ref}/queues/orders/messages",
+                          headers=auth, json={"messages": [{"body": {"id": 3}}]})  # fmt: skip
+        assert made.status_code == 201, made.text
+        # kill -9 with a message leased and the transaction open: nothing is lost, and
+        # nothing of the transaction shows.
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
     finally:

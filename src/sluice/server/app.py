@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
 from sluice.errors import ConfigurationError
-from sluice.server import messages, queues
+from sluice.server import messages, queues, transactions
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.leases import Leases
@@ -40,8 +40,9 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
-        finally:
+        finally:  # what clients still hold goes back
             app.state.leases.close()
+            app.state.transactions.close()
 
     app = FastAPI(
         title="sluice",
@@ -52,9 +53,11 @@ def create_app(
     app.state.db = db
     app.state.gate = Gate(Keys(db) if auth else None)
     app.state.leases = Leases(db.clock)
+    app.state.transactions = transactions.Transactions(db.clock)
     install(app)
     app.include_router(queues.router)
     app.include_router(messages.router)
+    app.include_router(transactions.router)
     app.add_middleware(_Limit, limit=max_request)
     return app
 

@@ -21,6 +21,7 @@ from sluice.clock import Clock
 from sluice.errors import SluiceError, StorageError
 from sluice.message import Message
 from sluice.server.problems import Problem
+from sluice.server.reaper import Reaper
 
 __all__ = ["MAX_LEASE", "Lease", "Leases"]
 
@@ -48,9 +49,7 @@ class Leases:
         self._clock = clock
         self._held: dict[str, Lease] = {}
         self._changed = threading.Condition()
-        self._closed = False
-        self._reaper = threading.Thread(target=self._reap, name="sluice-leases", daemon=True)
-        self._reaper.start()
+        self._reaper = Reaper("sluice-leases", clock, self._changed, self._next, self.expire)
 
     def __len__(self) -> int:
         with self._changed:
@@ -106,14 +105,12 @@ class Leases:
 
     def close(self) -> None:
         """Stop the reaper and give every leased message back."""
+        self._reaper.stop()
         with self._changed:
-            self._closed = True
             held = list(self._held.values())
             self._held.clear()
-            self._changed.notify()
         for lease in held:
             self._give_back(lease)
-        self._reaper.join(timeout=10)
 
     @staticmethod
     def _give_back(lease: Lease) -> None:
@@ -123,18 +120,5 @@ class Leases:
             # Its session was taken for dead meanwhile: recovery gave it back already.
             log.warning("a leased message could not be given back: %s", exc)
 
-    def _reap(self) -> None:
-        while True:
-            with self._changed:
-                if self._closed:
-                    return
-                first = min((lease.expires for lease in self._held.values()), default=None)
-                if first is None:
-                    self._changed.wait()
-                else:
-                    wait = self._clock.real_seconds(first - self._clock.now())
-                    if wait > 0:
-                        self._changed.wait(wait)
-                if self._closed:
-                    return
-            self.expire()
+    def _next(self) -> float | None:
+        return min((lease.expires for lease in self._held.values()), default=None)

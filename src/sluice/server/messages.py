@@ -53,21 +53,7 @@ def enqueue(request: Request, who: Who, name: str, batch: Enqueue) -> Enqueued:
                 body = m.payload()
             except ValueError as exc:
                 raise Problem(422, str(exc), error="InvalidBody") from None
-            ids.append(
-                tx.enqueue(
-                    name,
-                    body,
-                    priority=m.priority,
-                    properties=m.properties,
-                    delay=m.delay,
-                    ttl=m.ttl,
-                    content_type=m.content_type,
-                    correlation_id=m.correlation_id,
-                    reply_to=m.reply_to,
-                    type=m.type,
-                    group=m.group,
-                )
-            )
+            ids.append(tx.enqueue(name, body, **m.options()))
     return Enqueued(ids=ids)
 
 

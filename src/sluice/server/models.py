@@ -21,6 +21,7 @@ __all__ = [
     "QueueIn",
     "QueueOut",
     "Reject",
+    "Strict",
 ]
 
 MAX_BATCH = 1000
@@ -35,11 +36,13 @@ MAX_WAIT = 20.0
 _NAME = Field(min_length=1, max_length=200)
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """A request shape that refuses fields it does not know (a typo is an error)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class QueueIn(_Strict):
+class QueueIn(Strict):
     """A queue to create (docs/queues.md has every setting)."""
 
     name: str = _NAME
@@ -55,7 +58,7 @@ class QueueIn(_Strict):
     exist_ok: bool = False
 
 
-class QueueChange(_Strict):
+class QueueChange(Strict):
     """Settings to change; those left out stay."""
 
     durability: Durability | None = None
@@ -102,7 +105,7 @@ class QueueOut(BaseModel):
         )
 
 
-class NewMessage(_Strict):
+class NewMessage(Strict):
     """One message to enqueue: ``body`` (a JSON value; a string for a text or XML
     ``content_type``) or ``body_base64`` (bytes), and its options."""
 
@@ -117,6 +120,20 @@ class NewMessage(_Strict):
     correlation_id: str | None = Field(None, max_length=200)
     reply_to: str | None = Field(None, max_length=200)
     type: str | None = Field(None, max_length=200)
+
+    def options(self) -> dict[str, Any]:
+        """The enqueue options, as ``Transaction.enqueue`` takes them."""
+        return {
+            "priority": self.priority,
+            "properties": self.properties,
+            "delay": self.delay,
+            "ttl": self.ttl,
+            "content_type": self.content_type,
+            "correlation_id": self.correlation_id,
+            "reply_to": self.reply_to,
+            "type": self.type,
+            "group": self.group,
+        }
 
     def payload(self) -> Any:
         """The body as sluice enqueues it."""
@@ -136,7 +153,7 @@ class NewMessage(_Strict):
             raise ValueError("body_base64 is not base64") from None
 
 
-class Enqueue(_Strict):
+class Enqueue(Strict):
     """Messages to enqueue, in order, in one transaction: all or none."""
 
     messages: list[NewMessage] = Field(min_length=1, max_length=MAX_BATCH)
@@ -146,7 +163,7 @@ class Enqueued(BaseModel):
     ids: list[str]
 
 
-class LeaseRequest(_Strict):
+class LeaseRequest(Strict):
     """Take up to ``limit`` messages, waiting up to ``wait`` seconds for the first, each
     held for ``lease`` seconds unless settled or extended; ``where`` and ``order_by``
     select and order by content (docs/expressions.md)."""
@@ -211,9 +228,9 @@ class Leased(BaseModel):
     messages: list[MessageOut]
 
 
-class Reject(_Strict):
+class Reject(Strict):
     reason: str = Field(min_length=1, max_length=10_000)
 
 
-class Extend(_Strict):
+class Extend(Strict):
     seconds: float = Field(gt=0, le=12 * 3600)
