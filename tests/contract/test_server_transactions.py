@@ -13,10 +13,10 @@ from sluice import ManualClock
 
 pytest.importorskip("fastapi")
 
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from sluice.server.app import create_app  # noqa: E402
-from tests.contract.test_server import T0, key, problem  # noqa: E402
+from sluice.server.app import create_app
+from tests.contract.test_server import T0, key, problem
 
 
 @pytest.fixture
