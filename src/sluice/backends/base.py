@@ -3,8 +3,8 @@
 A backend is a ``MessageStore`` (the queue-level operations a transaction and a
 queue handle use) plus the capabilities every backend has: ``Sessions``,
 ``Catalog``, ``ChangeFeed``, ``Streams`` and ``Sinks`` (Spark),
-``JobsStatements``, ``Expressions``, ``Topics``, ``Retention``, ``RuleStore`` and
-``KeyStore``. ``Backend``
+``JobsStatements``, ``Expressions``, ``Topics``, ``Retention``, ``RuleStore``,
+``KeyStore`` and ``IdempotencyStore``. ``Backend``
 joins them; each backend class names the protocols it implements, so mypy
 checks it against each.
 The one optional capability, ``Outbox`` (a queue transaction inside the caller's
@@ -35,6 +35,7 @@ from sluice.backends.records import (
     Effect,
     Envelope,
     HeldRow,
+    IdempotentRequest,
     Lane,
     MessageRow,
     PropertyDef,
@@ -71,6 +72,7 @@ __all__ = [
     "Envelope",
     "Expressions",
     "HeldRow",
+    "IdempotencyStore",
     "JobsStatements",
     "KeyStore",
     "Lane",
@@ -683,6 +685,36 @@ class KeyStore(Protocol):
         """Record that the key was used at ``now``; not durable (a lost mark is harmless)."""
 
 
+class IdempotencyStore(Protocol):
+    """The answers of HTTP requests made with an Idempotency-Key (sluice.server
+    .idempotency; backends/idempotency.py, idempotency.sql), per API key (``owner``).
+
+    The statement ``idempotency_done`` is the effect (``Transaction.add_effect``, expect
+    1) that stores a request's answer in the transaction of its work.
+    """
+
+    def idempotency_claim(self, owner: str, key: str, fingerprint: str, now: float) -> bool:
+        """Record a first request with ``key`` as running; False if the key has a row."""
+
+    def idempotency_find(self, owner: str, key: str) -> IdempotentRequest | None:
+        """What is known of ``key``: its request's fingerprint and, once run, its answer."""
+
+    def idempotency_restart(
+        self, owner: str, key: str, fingerprint: str, *, now: float, stale: float
+    ) -> bool:
+        """Run the same request again in place of one that started before ``stale`` and
+        never answered (its server died); False if there is no such one."""
+
+    def idempotency_answer(self, owner: str, key: str, status: int, answer: str) -> None:
+        """Keep ``answer`` (JSON text) with ``status`` as the running request's answer."""
+
+    def idempotency_forget(self, owner: str, key: str) -> None:
+        """Drop a running request's row: it failed on the server's side; a retry runs."""
+
+    def idempotency_expire(self, before: float) -> int:
+        """Drop every key whose request started before ``before``; how many."""
+
+
 class Outbox(Protocol):
     """Queue transactions inside the caller's own database transaction (PostgreSQL)."""
 
@@ -707,6 +739,7 @@ class Backend(
     Retention,
     RuleStore,
     KeyStore,
+    IdempotencyStore,
     Protocol,
 ):
     """Queue storage: every capability above, plus its dialect and its optional outbox."""

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sluice.backends.base import Backend
+from sluice.backends.idempotency import SqlIdempotency
 from sluice.backends.keys import SqlKeys
 from sluice.backends.records import (
     CommitPlan,
@@ -101,7 +102,9 @@ _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's
 _MAX_SELECTIONS = 256
 
 
-class PostgresBackend(SqlBackend, PostgresStreams, SqlTopics, SqlRules, SqlKeys, Backend):
+class PostgresBackend(
+    SqlBackend, PostgresStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, Backend
+):
     """Queue storage in a PostgreSQL schema (see the module docstring)."""
 
     dialect = "postgresql"

@@ -26,6 +26,7 @@ __all__ = [
     "Effect",
     "Envelope",
     "HeldRow",
+    "IdempotentRequest",
     "Lane",
     "MessageRow",
     "PropertyDef",
@@ -259,6 +260,18 @@ class PropertyDef:
     expression: str
     type: str
     slot: str
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotentRequest:
+    """A request made with an Idempotency-Key as the store keeps it: the fingerprint of
+    the request, and its HTTP ``status`` and JSON ``answer`` once it ran (None while it
+    runs); ``started_at`` in seconds since the epoch."""
+
+    fingerprint: str
+    status: int | None
+    answer: str | None
+    started_at: float
 
 
 @dataclass(frozen=True, slots=True)

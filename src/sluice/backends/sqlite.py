@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Backend, Outbox
 from sluice.backends.group_commit import GroupCommitter
+from sluice.backends.idempotency import SqlIdempotency
 from sluice.backends.keys import SqlKeys
 from sluice.backends.records import (
     CommitPlan,
@@ -81,7 +82,9 @@ def _json_value(sql: str, kind: str) -> str:
     return sql
 
 
-class SQLiteBackend(SqlBackend, SQLiteStreams, SqlTopics, SqlRules, SqlKeys, Backend):
+class SQLiteBackend(
+    SqlBackend, SQLiteStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, Backend
+):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
     dialect = "sqlite"

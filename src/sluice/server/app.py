@@ -17,6 +17,7 @@ from sluice.errors import ConfigurationError
 from sluice.server import messages, queues, transactions
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
+from sluice.server.idempotency import Idempotency
 from sluice.server.leases import Leases
 from sluice.server.problems import PROBLEM, Problem, install
 
@@ -54,6 +55,7 @@ def create_app(
     app.state.gate = Gate(Keys(db) if auth else None)
     app.state.leases = Leases(db.clock)
     app.state.transactions = transactions.Transactions(db.clock)
+    app.state.idempotency = Idempotency(db)
     install(app)
     app.include_router(queues.router)
     app.include_router(messages.router)

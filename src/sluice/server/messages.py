@@ -3,13 +3,18 @@ delivery token), settle by token (ack, release, reject, extend) and browse."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
 
 import sluice
+from sluice.backends.records import Effect
+from sluice.errors import SluiceError
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
+from sluice.server.idempotency import Idempotency, fingerprint
 from sluice.server.leases import Leases
 from sluice.server.models import (
     Enqueue,
@@ -20,7 +25,7 @@ from sluice.server.models import (
     MessageOut,
     Reject,
 )
-from sluice.server.problems import Problem
+from sluice.server.problems import PROBLEM, Problem, problem_body, status_of
 
 __all__ = ["router"]
 
@@ -42,19 +47,66 @@ def _leases(request: Request) -> Leases:
 @router.post(
     "/queues/{name}/messages",
     status_code=201,
+    response_model=Enqueued,
     summary="Enqueue messages (produce): all of them in one transaction, or none",
 )
-def enqueue(request: Request, who: Who, name: str, batch: Enqueue) -> Enqueued:
+def enqueue(
+    request: Request,
+    who: Who,
+    name: str,
+    batch: Enqueue,
+    idempotency_key: Annotated[
+        str | None,
+        Header(description="Makes a retry safe: same key and request, same answer"),
+    ] = None,
+) -> Enqueued | Response:
     need(who, name, "produce")
+    db = _db(request)
+    if idempotency_key is None:
+        return _enqueue(db, name, batch)
+    keys: Idempotency = request.app.state.idempotency
+    asked = fingerprint("POST", request.url.path, batch.model_dump(mode="json"))
+    replay = keys.begin(who.name, idempotency_key, asked)
+    if replay is not None:
+        media = PROBLEM if replay.status >= 400 else "application/json"
+        return JSONResponse(replay.answer, status_code=replay.status, media_type=media,
+                            headers={"Idempotent-Replayed": "true"})  # fmt: skip
+    try:
+        return _enqueue(db, name, batch, lambda done: keys.answered(
+            who.name, idempotency_key, 201, done.model_dump(mode="json")))  # fmt: skip
+    except Problem as exc:
+        keys.failed(who.name, idempotency_key, exc.status,
+                    problem_body(exc.status, exc.detail, error=exc.error))  # fmt: skip
+        raise
+    except SluiceError as exc:
+        status = status_of(exc)
+        keys.failed(who.name, idempotency_key, status,
+                    problem_body(status, str(exc), error=type(exc).__name__))  # fmt: skip
+        raise
+    except BaseException:
+        keys.failed(who.name, idempotency_key, 500, None)
+        raise
+
+
+def _enqueue(
+    db: sluice.Database,
+    name: str,
+    batch: Enqueue,
+    answered: Callable[[Enqueued], Effect] | None = None,
+) -> Enqueued:
+    """The batch in one transaction; ``answered``: an effect that commits with it."""
     ids: list[str] = []
-    with _db(request).transaction() as tx:
+    with db.transaction() as tx:
         for m in batch.messages:
             try:
                 body = m.payload()
             except ValueError as exc:
                 raise Problem(422, str(exc), error="InvalidBody") from None
             ids.append(tx.enqueue(name, body, **m.options()))
-    return Enqueued(ids=ids)
+        done = Enqueued(ids=ids)
+        if answered is not None:
+            tx.add_effect(answered(done))
+    return done
 
 
 @router.post(

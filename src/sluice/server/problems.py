@@ -26,7 +26,7 @@ from sluice.errors import (
     TransactionError,
 )
 
-__all__ = ["Problem", "install", "problem_response"]
+__all__ = ["PROBLEM", "Problem", "install", "problem_body", "problem_response", "status_of"]
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +71,9 @@ class Problem(Exception):
         self.error = error
 
 
-def problem_response(
+def problem_body(
     status: int, detail: str, *, error: str | None = None, **extra: Any
-) -> JSONResponse:
+) -> dict[str, Any]:
     """The problem document for ``status``: type, title, status, detail and, where a
     sluice error caused it, its name as ``error``."""
     body: dict[str, Any] = {
@@ -85,6 +85,14 @@ def problem_response(
     if error is not None:
         body["error"] = error
     body.update(extra)
+    return body
+
+
+def problem_response(
+    status: int, detail: str, *, error: str | None = None, **extra: Any
+) -> JSONResponse:
+    """``problem_body`` as a response."""
+    body = problem_body(status, detail, error=error, **extra)
     headers = {"WWW-Authenticate": 'Bearer realm="sluice"'} if status == 401 else None
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 

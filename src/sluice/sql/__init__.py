@@ -39,7 +39,7 @@ HOLES = frozenset({"select", "order", "value", "selector", "columns", "parts", "
 """The holes a statement may leave for run time (see the module docstring)."""
 _SELECTION = frozenset({"select", "order"})
 
-_FILES = ("queries.sql", "topics.sql", "jobs.sql", "rules.sql", "keys.sql")
+_FILES = ("queries.sql", "topics.sql", "jobs.sql", "rules.sql", "keys.sql", "idempotency.sql")
 """Per folder: the queue engine's statements, then those of topics, jobs and tasks, the
 rules engine and API keys."""
 _FOLDERS = ("common", "{dialect}")

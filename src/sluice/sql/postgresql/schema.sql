@@ -455,7 +455,7 @@ CREATE TABLE {schema}.rules_catalog (
     applied_at  double precision NOT NULL
 );
 
--- API keys of the HTTP server (0010_keys.sql): stored as the SHA-256 of their secrets.
+-- API keys of the HTTP server (0010_server.sql): stored as the SHA-256 of their secrets.
 CREATE TABLE {schema}.api_keys (
     name       text    PRIMARY KEY,
     hash       text    NOT NULL UNIQUE,
@@ -465,3 +465,15 @@ CREATE TABLE {schema}.api_keys (
     used_at    double precision,
     revoked_at double precision
 );
+
+-- The answers of requests with an Idempotency-Key (0010_server.sql).
+CREATE TABLE {schema}.idempotency (
+    owner       text    NOT NULL,
+    key         text    NOT NULL,
+    fingerprint text    NOT NULL,
+    status      integer,
+    answer      text,
+    started_at  double precision NOT NULL,
+    PRIMARY KEY (owner, key)
+);
+CREATE INDEX idempotency_started ON {schema}.idempotency (started_at);

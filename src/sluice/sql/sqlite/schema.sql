@@ -252,7 +252,7 @@ CREATE TABLE rules_catalog (
     applied_at  REAL    NOT NULL
 );
 
--- API keys of the HTTP server (0008_keys.sql): stored as the SHA-256 of their secrets.
+-- API keys of the HTTP server (0008_server.sql): stored as the SHA-256 of their secrets.
 CREATE TABLE api_keys (
     name       TEXT    PRIMARY KEY,
     hash       TEXT    NOT NULL UNIQUE,
@@ -262,3 +262,15 @@ CREATE TABLE api_keys (
     used_at    REAL,
     revoked_at REAL
 );
+
+-- The answers of requests with an Idempotency-Key (0008_server.sql).
+CREATE TABLE idempotency (
+    owner       TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    fingerprint TEXT    NOT NULL,
+    status      INTEGER,
+    answer      TEXT,
+    started_at  REAL    NOT NULL,
+    PRIMARY KEY (owner, key)
+);
+CREATE INDEX idempotency_started ON idempotency (started_at);
