@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
 from sluice.errors import ConfigurationError
-from sluice.server import messages, queues, transactions
+from sluice.server import jobs, messages, queues, rules, topics, transactions
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
@@ -60,6 +60,9 @@ def create_app(
     app.include_router(queues.router)
     app.include_router(messages.router)
     app.include_router(transactions.router)
+    app.include_router(topics.router)
+    app.include_router(jobs.router)
+    app.include_router(rules.router)
     app.add_middleware(_Limit, limit=max_request)
     return app
 

@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException
 from sluice.errors import (
     ConfigurationError,
     Conflict,
+    JobNotFound,
+    KeyNotFound,
     MessageError,
     MessageStateError,
     PayloadTooLarge,
@@ -24,6 +26,7 @@ from sluice.errors import (
     SluiceError,
     StorageError,
     TransactionError,
+    UnknownTaskType,
 )
 
 __all__ = ["PROBLEM", "Problem", "install", "problem_body", "problem_response", "status_of"]
@@ -35,6 +38,9 @@ PROBLEM = "application/problem+json"
 _STATUS: tuple[tuple[type[SluiceError], int], ...] = (
     # The first that matches: subclasses before their parents.
     (QueueNotFound, 404),
+    (JobNotFound, 404),
+    (KeyNotFound, 404),
+    (UnknownTaskType, 422),
     (QueueExists, 409),
     (QueueInUse, 409),
     (Conflict, 409),
