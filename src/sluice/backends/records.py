@@ -29,6 +29,7 @@ __all__ = [
     "Lane",
     "MessageRow",
     "PropertyDef",
+    "QueueCounts",
     "Row",
     "Selection",
     "SessionInfo",
@@ -259,6 +260,16 @@ class PropertyDef:
     expression: str
     type: str
     slot: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """A queue's counts as ``stats()`` has them, and when its oldest ready message became
+    available (epoch seconds; None: nothing is ready). Its own rows only: a
+    subscription's messages still in its topic are not counted here."""
+
+    counts: dict[str, int]
+    oldest_ready: float | None
 
 
 @dataclass(frozen=True, slots=True)

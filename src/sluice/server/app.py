@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
 from sluice.errors import ConfigurationError
-from sluice.server import messages, queues
+from sluice.server import messages, metrics, queues
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.leases import Leases
@@ -56,6 +56,7 @@ def create_app(
     app.include_router(queues.router)
     app.include_router(messages.router)
     app.add_middleware(_Limit, limit=max_request)
+    metrics.install(app)  # outermost: refused bodies (413) are timed too
     return app
 
 
