@@ -39,6 +39,7 @@ from sluice.backends.records import (
     Lane,
     MessageRow,
     PropertyDef,
+    QueueCounts,
     Row,
     Selection,
     SessionInfo,
@@ -80,6 +81,7 @@ __all__ = [
     "MessageStore",
     "Outbox",
     "PropertyDef",
+    "QueueCounts",
     "Reached",
     "Retention",
     "Row",
@@ -186,6 +188,11 @@ class MessageStore(TxStore, Protocol):
 
     def stats(self, queue: str) -> dict[str, int]:
         """Message counts by state name, with ``delayed`` apart from ``ready``."""
+
+    def stats_all(self) -> dict[str, QueueCounts]:
+        """Every queue that has messages: its ``stats`` counts and its oldest ready
+        message's time, in one statement (the server's metrics read them at each
+        scrape). A queue without messages is absent."""
 
 
 class Retention(Protocol):

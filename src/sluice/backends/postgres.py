@@ -38,6 +38,7 @@ from sluice.backends.records import (
     Envelope,
     Lane,
     MessageRow,
+    QueueCounts,
     Row,
     Selection,
     SessionInfo,
@@ -45,7 +46,13 @@ from sluice.backends.records import (
 )
 from sluice.backends.rules import SqlRules
 from sluice.backends.selection import compile_selection
-from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
+from sluice.backends.sql_backend import (
+    PURGEABLE,
+    SqlBackend,
+    SqlConnection,
+    queue_counts,
+    state_counts,
+)
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
 from sluice.errors import ConfigurationError, QueueNotFound, StorageError
@@ -693,6 +700,13 @@ class PostgresBackend(
             [("expire", {"now": now}), ("stats", {"queue": queue, "now": now})], durable=False
         )
         return state_counts(rows)
+
+    def stats_all(self) -> dict[str, QueueCounts]:
+        now = self.clock.now()
+        _, rows = self._unit(
+            [("expire", {"now": now}), ("queue_gauges", {"now": now})], durable=False
+        )
+        return queue_counts(rows)
 
     def remove_kept(self, limit: int) -> int:
         params = {"now": self.clock.now(), "limit": limit}

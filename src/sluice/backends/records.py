@@ -30,6 +30,7 @@ __all__ = [
     "Lane",
     "MessageRow",
     "PropertyDef",
+    "QueueCounts",
     "Row",
     "Selection",
     "SessionInfo",
@@ -272,6 +273,16 @@ class IdempotentRequest:
     status: int | None
     answer: str | None
     started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """A queue's counts as ``stats()`` has them, and when its oldest ready message became
+    available (epoch seconds; None: nothing is ready). Its own rows only: a
+    subscription's messages still in its topic are not counted here."""
+
+    counts: dict[str, int]
+    oldest_ready: float | None
 
 
 @dataclass(frozen=True, slots=True)

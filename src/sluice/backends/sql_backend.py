@@ -19,6 +19,7 @@ from sluice.backends.records import (
     Effect,
     Lane,
     PropertyDef,
+    QueueCounts,
     Row,
     StoredProperty,
     Unchanged,
@@ -32,7 +33,14 @@ from sluice.errors import ConfigurationError, QueueExists, QueueInUse, QueueNotF
 from sluice.message import MessageState
 from sluice.sql import Template
 
-__all__ = ["PURGEABLE", "SqlBackend", "SqlConnection", "SqlCursor", "state_counts"]
+__all__ = [
+    "PURGEABLE",
+    "SqlBackend",
+    "SqlConnection",
+    "SqlCursor",
+    "queue_counts",
+    "state_counts",
+]
 
 _STATE_NAMES = MessageState.names()
 
@@ -287,3 +295,18 @@ def state_counts(rows: Sequence[Row]) -> dict[str, int]:
         name = _STATE_NAMES[state]
         counts["delayed" if name == "ready" and delayed else name] += n
     return counts
+
+
+def queue_counts(rows: Sequence[Row]) -> dict[str, QueueCounts]:
+    """``stats_all()`` from the queue_gauges statement's (queue, state, delayed, count,
+    earliest available_at) rows."""
+    counts: dict[str, dict[str, int]] = {}
+    oldest: dict[str, float] = {}
+    for queue, state, delayed, n, earliest in rows:
+        name = _STATE_NAMES[state]
+        ready = name == "ready" and not delayed
+        into = counts.setdefault(queue, dict.fromkeys(_COUNTED, 0))
+        into["delayed" if name == "ready" and delayed else name] += int(n)
+        if ready:  # READY and WAITING rows are both ready: the earlier of the two
+            oldest[queue] = min(oldest.get(queue, float(earliest)), float(earliest))
+    return {queue: QueueCounts(c, oldest.get(queue)) for queue, c in counts.items()}

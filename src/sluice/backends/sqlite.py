@@ -24,6 +24,7 @@ from sluice.backends.records import (
     Envelope,
     Lane,
     MessageRow,
+    QueueCounts,
     Row,
     Selection,
     SessionInfo,
@@ -35,7 +36,13 @@ from sluice.backends.records import (
 )
 from sluice.backends.rules import SqlRules
 from sluice.backends.selection import compile_selection
-from sluice.backends.sql_backend import PURGEABLE, SqlBackend, SqlConnection, state_counts
+from sluice.backends.sql_backend import (
+    PURGEABLE,
+    SqlBackend,
+    SqlConnection,
+    queue_counts,
+    state_counts,
+)
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_notify import Watcher, watch
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
@@ -646,6 +653,12 @@ class SQLiteBackend(
             self._expire(conn)
             params = {"queue": queue, "now": self.clock.now()}
             return state_counts(conn.execute(self._q["stats"], params).fetchall())
+
+    def stats_all(self) -> dict[str, QueueCounts]:
+        with self._transaction(durable=False) as conn:  # as in stats
+            self._expire(conn)
+            params = {"now": self.clock.now()}
+            return queue_counts(conn.execute(self._q["queue_gauges"], params).fetchall())
 
     def remove_kept(self, limit: int) -> int:
         # Not durable: undone by a power cut, it is simply done again after it.

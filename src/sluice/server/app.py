@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
 from sluice.errors import ConfigurationError
-from sluice.server import jobs, messages, queues, rules, topics, transactions
+from sluice.server import jobs, messages, metrics, queues, rules, topics, transactions
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
@@ -64,6 +64,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(rules.router)
     app.add_middleware(_Limit, limit=max_request)
+    metrics.install(app)  # outermost: refused bodies (413) are timed too
     return app
 
 

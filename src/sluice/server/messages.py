@@ -16,6 +16,7 @@ from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
 from sluice.server.idempotency import Idempotency, fingerprint
 from sluice.server.leases import Leases
+from sluice.server.metrics import count
 from sluice.server.models import (
     Enqueue,
     Enqueued,
@@ -63,7 +64,9 @@ def enqueue(
     need(who, name, "produce")
     db = _db(request)
     if idempotency_key is None:
-        return _enqueue(db, name, batch)
+        done = _enqueue(db, name, batch)
+        count(request, name, "enqueued", len(done.ids))
+        return done
     keys: Idempotency = request.app.state.idempotency
     asked = fingerprint("POST", request.url.path, batch.model_dump(mode="json"))
     replay = keys.begin(who.name, idempotency_key, asked)
@@ -72,8 +75,10 @@ def enqueue(
         return JSONResponse(replay.answer, status_code=replay.status, media_type=media,
                             headers={"Idempotent-Replayed": "true"})  # fmt: skip
     try:
-        return _enqueue(db, name, batch, lambda done: keys.answered(
+        made = _enqueue(db, name, batch, lambda done: keys.answered(
             who.name, idempotency_key, 201, done.model_dump(mode="json")))  # fmt: skip
+        count(request, name, "enqueued", len(made.ids))
+        return made
     except Problem as exc:
         keys.failed(who.name, idempotency_key, exc.status,
                     problem_body(exc.status, exc.detail, error=exc.error))  # fmt: skip
@@ -140,14 +145,18 @@ def _settled(request: Request, who: Who, token: str) -> sluice.Message:
 
 @router.post("/leases/{token}/ack", status_code=204, summary="Acknowledge: the message is done")
 def ack(request: Request, who: Who, token: str) -> None:
-    _settled(request, who, token).ack()
+    m = _settled(request, who, token)
+    m.ack()
+    count(request, m.queue, "acked")
 
 
 @router.post(
     "/leases/{token}/release", status_code=204, summary="Give the message back to its place"
 )
 def release(request: Request, who: Who, token: str) -> None:
-    _settled(request, who, token).release()
+    m = _settled(request, who, token)
+    m.release()
+    count(request, m.queue, "released")
 
 
 @router.post(
@@ -156,7 +165,9 @@ def release(request: Request, who: Who, token: str) -> None:
     summary="Send the message to its queue's error queue, with a reason",
 )
 def reject(request: Request, who: Who, token: str, why: Reject) -> None:
-    _settled(request, who, token).reject(why.reason)
+    m = _settled(request, who, token)
+    m.reject(why.reason)
+    count(request, m.queue, "rejected")
 
 
 @router.post("/leases/{token}/extend", summary="Hold the message longer")

@@ -344,6 +344,20 @@ UNION ALL
 SELECT 6, 0, count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :queue) AND state = 6;
 
+-- name: queue_gauges
+-- Every queue's stats at once, for the server's metrics: one statement over the queue
+-- index instead of one per queue. Each (state, delayed) group's earliest available_at
+-- gives, for ready messages, when the oldest of them became takeable.
+SELECT q.name, m.state, m.available_at > :now AS delayed, count(*), min(m.available_at)
+FROM queues AS q JOIN messages AS m ON m.queue_id = q.id
+WHERE m.state < 6
+GROUP BY 1, 2, 3
+UNION ALL
+SELECT q.name, 6, 0, count(*), NULL
+FROM queues AS q JOIN messages AS m ON m.queue_id = q.id
+WHERE m.state = 6
+GROUP BY 1;
+
 -- name: stream_insert
 INSERT INTO streams (queue_id, name, session, created_at)
 SELECT id, :name, :session, :now FROM queues WHERE name = :queue;

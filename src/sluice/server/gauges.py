@@ -1,0 +1,149 @@
+"""What ``/metrics`` reads from the database at each scrape: queues' messages by state and
+their lag, subscriptions' lag, open jobs' progress, profiles' limits against their
+starts. The database holds all of it, so every worker of a server answers alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+import sluice
+from sluice.backends.records import QueueCounts
+from sluice.jobs.limits import Gate
+from sluice.jobs.model import JobRow, TaskType, TaskTypeRow
+from sluice.jobs.profiles import cycle_start, hour_start
+from sluice.server.grants import Principal
+
+__all__ = ["JOBS_SHOWN", "Gauges"]
+
+JOBS_SHOWN = 100
+"""Open jobs with series, the newest first: a label per job must stay a bounded set."""
+
+_STATES = ("ready", "delayed", "pending", "claimed", "expired", "failed", "done")
+
+
+class Gauges:
+    """The database's series that ``who`` may see (a prometheus_client collector)."""
+
+    def __init__(self, db: sluice.Database, who: Principal) -> None:
+        self._db = db
+        self._who = who
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._queues()
+        if self._who.admin:  # jobs and task types belong to no one queue
+            yield from self._jobs()
+            yield from self._profiles()
+
+    def _queues(self) -> Iterator[Metric]:
+        db, now = self._db, self._db.clock.now()
+        specs = [s for s in db.queues() if self._who.allows(s.name, "browse")]
+        stats = db.backend.stats_all()
+        counts = {s.name: dict(stats.get(s.name, _EMPTY).counts) for s in specs}
+        oldest = {s.name: stats.get(s.name, _EMPTY).oldest_ready for s in specs}
+        info = GaugeMetricFamily(
+            "sluice_queue_info",
+            "Each queue: its kind (queue, topic, subscription) and its error queue",
+            labels=("queue", "kind", "error_queue"),
+        )
+        lag = GaugeMetricFamily(
+            "sluice_subscription_lag_messages",
+            "Messages a subscription has yet to settle: taken, or still in its topic",
+            labels=("subscription", "topic"),
+        )
+        lag_seconds = GaugeMetricFamily(
+            "sluice_subscription_lag_seconds",
+            "How long a subscription's oldest unsettled message has waited",
+            labels=("subscription", "topic"),
+        )
+        if any(s.kind == "subscription" for s in specs):
+            for sub in db.subscriptions():
+                if sub.name in counts:
+                    # As Queue.stats counts it: what waits in the topic is ready too.
+                    counts[sub.name]["ready"] += sub.backlog
+                    lag.add_metric((sub.name, sub.topic), sub.lag)
+                    lag_seconds.add_metric((sub.name, sub.topic), sub.lag_seconds(now))
+        messages = GaugeMetricFamily(
+            "sluice_queue_messages",
+            "Messages by state; claimed ones are in flight (leased, or held by a transaction)",
+            labels=("queue", "state"),
+        )
+        age = GaugeMetricFamily(
+            "sluice_queue_oldest_ready_age_seconds",
+            "How long the oldest ready message has been takeable (0: none is ready)",
+            labels=("queue",),
+        )
+        errors = GaugeMetricFamily(
+            "sluice_queue_error_messages",
+            "Messages ready in the queue's error queue (of every queue that shares it)",
+            labels=("queue", "error_queue"),
+        )
+        for spec in specs:
+            info.add_metric((spec.name, spec.kind, spec.error_queue or ""), 1)
+            for state in _STATES:
+                messages.add_metric((spec.name, state), counts[spec.name][state])
+            since = oldest[spec.name]
+            age.add_metric((spec.name,), 0.0 if since is None else max(now - since, 0.0))
+            if spec.error_queue is not None and self._who.allows(spec.error_queue, "browse"):
+                failed = stats.get(spec.error_queue, _EMPTY).counts["ready"]
+                errors.add_metric((spec.name, spec.error_queue), failed)
+        yield from (info, messages, age, errors, lag, lag_seconds)
+
+    def _jobs(self) -> Iterator[Metric]:
+        rows = self._db.backend.jobs_read("job_list", {"open": 1, "limit": JOBS_SHOWN})
+        tasks = GaugeMetricFamily(
+            "sluice_job_tasks",
+            f"Tasks of the {JOBS_SHOWN} newest open jobs: succeeded, failed, unfinished",
+            labels=("job", "name", "state"),
+        )
+        progress = GaugeMetricFamily(
+            "sluice_job_progress_ratio",
+            "Fraction of an open job's tasks that are finished, 0 to 1",
+            labels=("job", "name"),
+        )
+        for job in map(JobRow._make, rows):
+            total, succeeded, failed = int(job.total), int(job.succeeded), int(job.failed)
+            for state, n in (("succeeded", succeeded), ("failed", failed),
+                             ("unfinished", total - succeeded - failed)):  # fmt: skip
+                tasks.add_metric((job.id, job.name, state), n)
+            progress.add_metric((job.id, job.name), (succeeded + failed) / total if total else 1.0)
+        yield from (tasks, progress)
+
+    def _profiles(self) -> Iterator[Metric]:
+        db, now = self._db, self._db.clock.now()
+        limit = GaugeMetricFamily(
+            "sluice_profile_limit",
+            "Starts a task type's profile allows in the current hour or cycle",
+            labels=("task_type", "window"),
+        )
+        starts = GaugeMetricFamily(
+            "sluice_profile_starts",
+            "Starts taken in the current hour or cycle, by all workers",
+            labels=("task_type", "window"),
+        )
+        gate = Gate(db, {})  # no signal functions: a following entry uses reported loads
+        rows = db.backend.jobs_read("task_types", {})
+        for task_type in map(TaskType.from_row, map(TaskTypeRow._make, rows)):
+            profile = gate.profile(task_type)
+            limits = gate.limits(task_type, now)
+            if profile is None or limits is None:
+                continue
+            windows = {
+                "hour": (hour_start(now, limits.tz), limits.max_per_hour),
+                "cycle": (cycle_start(now, profile.cycle), limits.max_per_cycle),
+            }
+            used = {
+                (kind, start): n
+                for kind, start, n in db.jobs.usage(
+                    task_type.name, min(start for start, _ in windows.values())
+                )
+            }
+            for kind, (start, cap) in windows.items():
+                if cap is not None:
+                    limit.add_metric((task_type.name, kind), cap)
+                starts.add_metric((task_type.name, kind), used.get((kind, start), 0))
+        yield from (limit, starts)
+
+
+_EMPTY = QueueCounts(dict.fromkeys(_STATES, 0), None)
