@@ -3,7 +3,9 @@
 the bench's database, one caller, median of many calls (wall time, fsync included).
 
 - the whole app called as ASGI (no socket, no uvicorn, no HTTP parsing), with keys and
-  without (``create_app(db, auth=False)``), and the bare Starlette floor the same way;
+  without (``create_app(db, auth=False)``), with FastAPI's thread pool bypassed (the sync
+  key dependency and route run on the event loop's thread: a diagnostic, not a fix, since
+  it blocks the loop), and the bare Starlette floor the same way;
 - the key lookup (``Keys.authenticate``: SHA-256 of the secret and a read by its hash);
 - the body's validation (``Enqueue.model_validate_json``);
 - the route's transaction (``tx.enqueue`` per message, commit).
@@ -15,10 +17,11 @@ client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +39,7 @@ class Parts:
 
     app: dict[int, float]
     app_no_auth: dict[int, float]
+    app_inline: dict[int, float]
     floor_app: float
     sha256: float
     authenticate: float
@@ -95,6 +99,26 @@ def _asgi_call(app: Any, path: str, body: bytes, secret: str) -> Callable[[], Aw
     return call
 
 
+@contextlib.contextmanager
+def _inline() -> Iterator[None]:
+    """FastAPI's sync routes and dependencies run in the caller's thread: no thread hop."""
+    import fastapi.dependencies.utils
+    import fastapi.routing
+
+    async def run_inline(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    modules = (fastapi.routing, fastapi.dependencies.utils)
+    saved = [m.run_in_threadpool for m in modules]
+    for m in modules:
+        m.run_in_threadpool = run_inline  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for m, original in zip(modules, saved, strict=True):
+            m.run_in_threadpool = original  # type: ignore[attr-defined]
+
+
 def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
     """Each part ``n`` times (after n // 10 untimed) on ``db``'s queue ``bench``."""
     from sluice.server.app import create_app
@@ -105,16 +129,18 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
     path = f"/api/queues/{QUEUE}/messages"
     keys = Keys(db)
 
-    async def apps() -> tuple[dict[int, float], dict[int, float], float]:
+    async def apps() -> tuple[dict[str, dict[int, float]], float]:
         with_keys, without = create_app(db), create_app(db, auth=False)
-        timed: dict[str, dict[int, float]] = {"keys": {}, "none": {}}
+        timed: dict[str, dict[int, float]] = {"keys": {}, "none": {}, "inline": {}}
         try:
             for size in (1, 10):
-                for label, app, key in (("keys", with_keys, secret), ("none", without, "")):
+                for label, app, key in (("keys", with_keys, secret), ("none", without, ""),
+                                        ("inline", with_keys, secret)):  # fmt: skip
                     call = _asgi_call(app, path, payload(size), key)
-                    for _ in range(warm):
-                        await call()
-                    timed[label][size] = await _amedian_us(call, n)
+                    with _inline() if label == "inline" else contextlib.nullcontext():
+                        for _ in range(warm):
+                            await call()
+                        timed[label][size] = await _amedian_us(call, n)
             floor = _asgi_call(floor_app, FLOOR_PATH, payload(1), "")
             for _ in range(warm):
                 await floor()
@@ -122,9 +148,9 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
         finally:
             with_keys.state.leases.close()
             without.state.leases.close()
-        return timed["keys"], timed["none"], floor_us
+        return timed, floor_us
 
-    app_us, no_auth_us, floor_us = asyncio.run(apps())
+    timed, floor_us = asyncio.run(apps())
     validate: dict[int, float] = {}
     transaction: dict[int, float] = {}
     for size in (1, 10):
@@ -145,8 +171,9 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
             enqueue()
         transaction[size] = _median_us(enqueue, n)
     return Parts(
-        app=app_us,
-        app_no_auth=no_auth_us,
+        app=timed["keys"],
+        app_no_auth=timed["none"],
+        app_inline=timed["inline"],
         floor_app=floor_us,
         sha256=_median_us(lambda: hashlib.sha256(secret.encode()).hexdigest(), n),
         authenticate=_median_us(lambda: keys.authenticate(secret), n),

@@ -201,6 +201,8 @@ def _parts(res: Results) -> list[str]:
         line("- the rest: routing, dependencies, thread hops, the response", rest[0], rest[1])
         line("the app as ASGI without keys (auth=False)", parts.app_no_auth[1],
              parts.app_no_auth[10])  # fmt: skip
+        line("the app as ASGI, no thread-pool hop (diagnostic)", parts.app_inline[1],
+             parts.app_inline[10])  # fmt: skip
         gap = [None if h is None else h - parts.app[s] for h, s in ((h1, 1), (h10, 10))]
         line("uvicorn (h11), loopback, client: HTTP p50 - ASGI call", gap[0], gap[1])
         floor_http = p50(floor)
