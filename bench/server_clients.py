@@ -24,6 +24,7 @@ from bench.server_floor import FLOOR_PATH
 from bench.server_procs import cpu_seconds, rabbit_auth
 
 __all__ = [
+    "BACKLOG_BODY",
     "QUEUE",
     "RABBIT_QUEUE",
     "Factory",
@@ -52,6 +53,8 @@ def payload(size: int) -> bytes:
     return json.dumps({"messages": [{"body": b} for b in _BODIES[:size]]}).encode()
 
 
+BACKLOG_BODY = json.dumps(_BODIES[0]).encode()
+"""One message's body, as RabbitMQ's publish row sends it."""
 _ONE = payload(1)
 _TEN = payload(10)
 _LEASE = json.dumps({"limit": 1, "wait": 0}).encode()
