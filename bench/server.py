@@ -88,10 +88,10 @@ NOTES = [
     "dependency `caller` and the route are both sync functions, and each is sent to the "
     "thread pool and back; the app called as ASGI drops from about 0.8 ms to 0.35-0.5 ms "
     "without them); uvicorn with the pure-Python h11 parser, loopback and the client (about "
-    "0.2-0.3 ms; the whole floor round trip is 0.17 ms); FastAPI's routing, dependency "
+    "0.2-0.5 ms; the whole floor round trip is 0.17 ms); FastAPI's routing, dependency "
     "solving and response model. Validation (2-11 us), SHA-256 (under 1 us) and the "
     "key's read on SQLite (9 us) are small. On PostgreSQL the key's read is a round trip "
-    "(about 0.1 ms per request, plus its thread hop), and the transaction takes 0.5-0.7 ms.",
+    "(0.1-0.15 ms per request, plus its thread hop), and the transaction takes 0.5-0.7 ms.",
     "A check by hand outside this bench (same machine and day, one client, 1,500 "
     "requests, not in the tables): the same app on uvicorn with httptools installed "
     "(uvicorn's 'auto' then takes it instead of h11) had an enqueue-1 p50 of 879 us "
@@ -100,13 +100,13 @@ NOTES = [
     "in-process batch rate (45-75k msgs/s) needs 2,300-3,700 requests of 10 per second "
     "for the target: within the floor's reach (5.8k-11k requests/s) only if the rest of "
     "the request costs little more than the transaction. PostgreSQL's target is nearer "
-    "(0.27-0.32 now): its transaction is a larger share of the request.",
+    "(0.3-0.4 in the runs of 2026-11-25): its transaction is a larger share of the request.",
     "**Lease + ack** is two requests per message, each lease taking its message in a "
-    "transaction of its own: 1.6-2.5 ms of server CPU per message, 10-20 % of the "
+    "transaction of its own: 1.6-2.5 ms of server CPU per message, 10-25 % of the "
     "in-process `get()` + `ack()` rate.",
     "**RabbitMQ's management API** is an operator's tool in its own docs (HTTP 'not ideal "
     "for high performance publishing'; get 'should be treated as a sysadmin's tool'); its "
-    "node spent 1.2-1.9 ms of CPU per message here. Whether its HTTP publish waits for a "
+    "node spent 1.0-1.9 ms of CPU per message here. Whether its HTTP publish waits for a "
     "publisher confirm was not checked. Between its publish and its get rows the bench puts "
     "a backlog in its queue by AMQP (untimed), so that get has messages.",
     "uvicorn ran with `--log-level warning`: no access-log line per request. The default "
