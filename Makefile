@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-topics bench-rules soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-topics bench-rules bench-server soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,12 @@ bench-topics: $(BIN)/sluice-bench-stamp
 # Demaq's procurement, latency), on a SQLite file and PostgreSQL (127.0.0.1:5432), about 5 minutes.
 bench-rules: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.rules
+
+# The HTTP server (sluice serve) against the in-process API, RabbitMQ's management API (the
+# bench enables its plugin when it is off) and a bare Starlette route, on a SQLite file and
+# PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672, about 5 minutes.
+bench-server: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.server
 
 soak: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.soak
