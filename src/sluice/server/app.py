@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
 from sluice.errors import ConfigurationError
-from sluice.server import jobs, messages, metrics, queues, rules, topics, transactions
+from sluice.server import events, jobs, messages, metrics, queues, rules, topics, transactions
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
@@ -59,6 +59,7 @@ def create_app(
     install(app)
     app.include_router(queues.router)
     app.include_router(messages.router)
+    app.include_router(events.router)
     app.include_router(transactions.router)
     app.include_router(topics.router)
     app.include_router(jobs.router)

@@ -40,6 +40,8 @@ class Lease:
     expires: float
     ends_by: float
     """The lease cannot be extended past this (MAX_LEASE after it began)."""
+    stream: str | None = None
+    """The event stream that leased it (None: a lease request)."""
 
 
 class Leases:
@@ -55,13 +57,14 @@ class Leases:
         with self._changed:
             return len(self._held)
 
-    def add(self, message: Message, seconds: float) -> Lease:
+    def add(self, message: Message, seconds: float, *, stream: str | None = None) -> Lease:
         """Hold ``message`` (taken by ``Queue.get``) for ``seconds``; its new lease."""
         now = self._clock.now()
-        lease = Lease(secrets.token_urlsafe(24), message, now + seconds, now + MAX_LEASE)
+        lease = Lease(secrets.token_urlsafe(24), message, now + seconds, now + MAX_LEASE,
+                      stream)  # fmt: skip
         with self._changed:
             self._held[lease.token] = lease
-            self._changed.notify()
+            self._changed.notify_all()
         return lease
 
     def take(self, token: str) -> Lease:
@@ -73,6 +76,7 @@ class Leases:
                 raise Problem(410, "the delivery token is stale: its lease ended or it was "
                               "settled already", error="LeaseEnded")  # fmt: skip
             del self._held[token]
+            self._changed.notify_all()  # a stream waiting for credit may go on
             return lease
 
     def peek(self, token: str) -> Lease:
@@ -89,8 +93,27 @@ class Leases:
         with self._changed:
             lease = self.peek(token)
             lease.expires = min(self._clock.now() + seconds, lease.ends_by)
-            self._changed.notify()
+            self._changed.notify_all()
             return lease
+
+    def wait_for_credit(self, stream: str, credit: int, timeout: float) -> bool:
+        """Until ``stream`` holds fewer than ``credit`` leases (True), or ``timeout`` real
+        seconds pass (False)."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: sum(1 for x in self._held.values() if x.stream == stream) < credit,
+                timeout,
+            )
+
+    def end_stream(self, stream: str) -> int:
+        """The stream's client went: give back what it held; how many."""
+        with self._changed:
+            ended = [lease for lease in self._held.values() if lease.stream == stream]
+            for lease in ended:
+                del self._held[lease.token]
+        for lease in ended:
+            self._give_back(lease)
+        return len(ended)
 
     def expire(self) -> int:
         """Release every message whose lease ran out; how many."""
@@ -99,6 +122,7 @@ class Leases:
             ended = [lease for lease in self._held.values() if lease.expires <= now]
             for lease in ended:
                 del self._held[lease.token]
+            self._changed.notify_all()
         for lease in ended:
             self._give_back(lease)
         return len(ended)

@@ -1,0 +1,88 @@
+"""The server-sent events stream of a queue (sluice.server.events), on every backend,
+read from a real uvicorn server (Starlette's TestClient cannot read an endless
+stream): messages pushed as leased events, no more unsettled than the credit,
+settled by token, and what the stream held given back when the client goes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import sluice
+
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+
+from sluice.server.app import create_app  # noqa: E402
+from tests.contract.test_server import key, problem  # noqa: E402
+
+
+@pytest.fixture
+def base(db: sluice.Database) -> Iterator[str]:
+    """A real server over ``db`` on a free loopback port, in a thread of this process."""
+    db.create_queue("orders")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(db), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:  # uvicorn sets it once it listens
+        if not thread.is_alive():
+            raise AssertionError("the server did not start")
+        thread.join(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """The messages of an event stream's lines (comments and blank lines skipped)."""
+    for line in lines:
+        if line.startswith("data: "):
+            yield json.loads(line.removeprefix("data: "))
+
+
+def test_a_stream_pushes_messages_within_its_credit(base: str, db: sluice.Database) -> None:
+    auth = key(db, "app", "orders:consume")
+    db.queue("orders").put_many([{"n": n} for n in range(3)])
+    with httpx.Client(base_url=base, headers=auth, timeout=30) as http:
+        with http.stream("GET", "/api/queues/orders/events",
+                         params={"credit": 2, "lease": 60}) as r:  # fmt: skip
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            pushed = events(r.iter_lines())
+            first, second = next(pushed), next(pushed)
+            assert [first["body"], second["body"]] == [{"n": 0}, {"n": 1}]
+            assert db.queue("orders").stats()["claimed"] == 2  # the credit: no third
+            assert http.post(f"/api/leases/{first['token']}/ack").status_code == 204
+            third = next(pushed)  # a settled one makes room
+            assert third["body"] == {"n": 2}
+        # The client went: the stream gives back what it held (the second and third).
+        ready = 0
+        for _ in range(600):
+            ready = db.queue("orders").stats()["ready"]
+            if ready == 2:
+                break
+            threading.Event().wait(0.05)  # the server notices on its next look (<= 1 s)
+        assert ready == 2
+        assert db.queue("orders").stats()["claimed"] == 0
+
+
+def test_a_stream_needs_consume_and_a_good_selection(base: str, db: sluice.Database) -> None:
+    with httpx.Client(base_url=base, timeout=30) as http:
+        problem(http.get("/api/queues/orders/events"), 401)
+        producer = key(db, "p", "orders:produce")
+        problem(http.get("/api/queues/orders/events", headers=producer), 403)
+        auth = key(db, "c", "*:consume")
+        problem(http.get("/api/queues/nowhere/events", headers=auth), 404)
+        problem(http.get("/api/queues/orders/events", headers=auth,
+                         params={"where": "body.n >"}), 422, "ExpressionError")  # fmt: skip
