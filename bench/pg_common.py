@@ -8,6 +8,7 @@ PostgreSQL URL names.
 from __future__ import annotations
 
 import math
+import sqlite3
 import tempfile
 from collections.abc import Sequence
 from importlib import metadata
@@ -133,6 +134,28 @@ def host_facts() -> list[tuple[str, str]]:
     wanted = ("Date", "CPU", "Cores", "RAM", "Kernel", "Python")
     facts = dict(machine_facts(Path(tempfile.gettempdir())))
     return [(key, facts[key]) for key in wanted if key in facts]
+
+
+def store_facts(tmp_root: Path, systems: Sequence[str]) -> list[tuple[str, str]]:
+    """The machine, and the SQLite file (and PostgreSQL, if among ``systems``) a bench's
+    cases run on: the rows every sluice-on-both-backends report starts with."""
+    from bench.harness import filesystem_of
+    from sluice.backends.sqlite_settings import SQLiteSettings
+
+    device, mount, fstype = filesystem_of(tmp_root)
+    rows = [
+        *host_facts(),
+        ("SQLite library", sqlite3.sqlite_version),
+        (
+            "SQLite file",
+            f"in {tmp_root} on {device} ({fstype}, mounted at {mount}); WAL, synchronous="
+            f"{SQLiteSettings().synchronous} (sluice's default: fsync at every commit;"
+            " concurrent commits of one Database share an fsync, group commit)",
+        ),
+    ]
+    if "postgresql" in systems:
+        rows += pg_facts(PG_CONNINFO)
+    return rows
 
 
 def package_versions(dists: Sequence[str]) -> str:

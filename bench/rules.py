@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -35,13 +34,11 @@ from pathlib import Path
 
 from bench import rules_procurement as procurement
 from bench import rules_routing as routing
-from bench.harness import filesystem_of, write_report
+from bench.harness import write_report
 from bench.pg_common import (
-    PG_CONNINFO,
-    host_facts,
     one_line,
     package_versions,
-    pg_facts,
+    store_facts,
 )
 from bench.rules_latency import measure
 from bench.rules_place import SYSTEMS, Place, fresh
@@ -222,22 +219,9 @@ def load_average(when: str) -> tuple[str, str]:
 
 
 def facts(tmp_root: Path, systems: Sequence[str]) -> list[tuple[str, str]]:
-    from sluice.backends.sqlite_settings import SQLiteSettings
     from sluice.rules.engine import BATCH
 
-    device, mount, fstype = filesystem_of(tmp_root)
-    rows = [
-        *host_facts(),
-        ("SQLite library", sqlite3.sqlite_version),
-        (
-            "SQLite file",
-            f"in {tmp_root} on {device} ({fstype}, mounted at {mount}); WAL, synchronous="
-            f"{SQLiteSettings().synchronous} (sluice's default: fsync at every commit;"
-            " concurrent commits of one Database share an fsync, group commit)",
-        ),
-    ]
-    if "postgresql" in systems:
-        rows += pg_facts(PG_CONNINFO)
+    rows = store_facts(tmp_root, systems)
     rows += [
         ("Engine batch", f"B = {', '.join(map(str, BATCHES))} (the engine's default: {BATCH})"),
         ("Packages", package_versions(("sluice", "psycopg", "lxml"))),

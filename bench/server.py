@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -33,15 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sluice
-from bench.harness import filesystem_of, write_report
+from bench.harness import write_report
 from bench.pg_common import (
     PG_CONNINFO,
     RABBIT_HOST,
     drop_schema,
-    host_facts,
     one_line,
     package_versions,
-    pg_facts,
+    store_facts,
 )
 from bench.server_clients import (
     BACKLOG_BODY,
@@ -284,23 +282,10 @@ def _importable(module: str) -> bool:
 
 
 def facts(tmp_root: Path, systems: Sequence[str]) -> list[tuple[str, str]]:
-    from sluice.backends.sqlite_settings import SQLiteSettings
 
-    device, mount, fstype = filesystem_of(tmp_root)
     loop = "uvloop" if _importable("uvloop") else "asyncio"
     parser = "httptools" if _importable("httptools") else "h11 (pure Python; httptools absent)"
-    rows = [
-        *host_facts(),
-        ("SQLite library", sqlite3.sqlite_version),
-        (
-            "SQLite file",
-            f"in {tmp_root} on {device} ({fstype}, mounted at {mount}); WAL, synchronous="
-            f"{SQLiteSettings().synchronous} (sluice's default: fsync at every commit;"
-            " concurrent commits of one Database share an fsync, group commit)",
-        ),
-    ]
-    if "postgresql" in systems:
-        rows += pg_facts(PG_CONNINFO)
+    rows = store_facts(tmp_root, systems)
     rows += [
         (
             "Server",
