@@ -71,10 +71,7 @@ class Leases:
         """The lease of ``token``, ended now (the caller settles its message); 410 if the
         token is unknown or its lease ran out."""
         with self._changed:
-            lease = self._held.get(token)
-            if lease is None or lease.expires <= self._clock.now():
-                raise Problem(410, "the delivery token is stale: its lease ended or it was "
-                              "settled already", error="LeaseEnded")  # fmt: skip
+            lease = self.peek(token)
             del self._held[token]
             self._changed.notify_all()  # a stream waiting for credit may go on
             return lease

@@ -25,6 +25,7 @@ from sluice.server.models import (
     LeaseRequest,
     MessageOut,
     Reject,
+    enqueue_into,
 )
 from sluice.server.problems import PROBLEM, Problem, problem_body, status_of
 
@@ -100,15 +101,8 @@ def _enqueue(
     answered: Callable[[Enqueued], Effect] | None = None,
 ) -> Enqueued:
     """The batch in one transaction; ``answered``: an effect that commits with it."""
-    ids: list[str] = []
     with db.transaction() as tx:
-        for m in batch.messages:
-            try:
-                body = m.payload()
-            except ValueError as exc:
-                raise Problem(422, str(exc), error="InvalidBody") from None
-            ids.append(tx.enqueue(name, body, **m.options()))
-        done = Enqueued(ids=ids)
+        done = Enqueued(ids=enqueue_into(tx, name, batch))
         if answered is not None:
             tx.add_effect(answered(done))
     return done

@@ -8,7 +8,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.catalog import Durability, Isolation, QueueSpec
+from sluice.engine.transaction import Transaction
 from sluice.message import Message, is_json
+from sluice.server.problems import Problem
 
 __all__ = [
     "Enqueue",
@@ -22,6 +24,7 @@ __all__ = [
     "QueueOut",
     "Reject",
     "Strict",
+    "enqueue_into",
 ]
 
 MAX_BATCH = 1000
@@ -161,6 +164,19 @@ class Enqueue(Strict):
 
 class Enqueued(BaseModel):
     ids: list[str]
+
+
+def enqueue_into(tx: Transaction, queue: str, batch: Enqueue) -> list[str]:
+    """Enqueue ``batch`` into ``queue`` in ``tx``; their ids. A body that is not what its
+    content type says: 422, and ``tx`` left to its owner to abort."""
+    ids = []
+    for m in batch.messages:
+        try:
+            body = m.payload()
+        except ValueError as exc:
+            raise Problem(422, str(exc), error="InvalidBody") from None
+        ids.append(tx.enqueue(queue, body, **m.options()))
+    return ids
 
 
 class LeaseRequest(Strict):

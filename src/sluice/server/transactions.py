@@ -28,7 +28,7 @@ from sluice.clock import Clock
 from sluice.errors import SluiceError, StorageError
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
-from sluice.server.models import Enqueue, Enqueued, MessageOut, Reject, Strict
+from sluice.server.models import Enqueue, Enqueued, MessageOut, Reject, Strict, enqueue_into
 from sluice.server.problems import Problem
 from sluice.server.reaper import Reaper
 
@@ -189,14 +189,7 @@ def get(request: Request, who: Who, ref: str) -> TransactionOut:
 def enqueue(request: Request, who: Who, ref: str, name: str, batch: Enqueue) -> Enqueued:
     need(who, name, "produce")
     with _registry(request).using(ref, who.name) as found:
-        ids = []
-        for m in batch.messages:
-            try:
-                body = m.payload()
-            except ValueError as exc:
-                raise Problem(422, str(exc), error="InvalidBody") from None
-            ids.append(found.tx.enqueue(name, body, **m.options()))
-        return Enqueued(ids=ids)
+        return Enqueued(ids=enqueue_into(found.tx, name, batch))
 
 
 @router.post("/{ref}/queues/{name}/dequeue", summary="Take messages, done at commit (consume)")
