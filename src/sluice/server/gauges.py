@@ -5,6 +5,7 @@ starts. The database holds all of it, so every worker of a server answers alike.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
@@ -15,7 +16,7 @@ from sluice.jobs.model import JobRow, TaskType, TaskTypeRow
 from sluice.jobs.profiles import cycle_start, hour_start
 from sluice.server.grants import Principal
 
-__all__ = ["JOBS_SHOWN", "Gauges"]
+__all__ = ["JOBS_SHOWN", "Gauges", "ProfileWindow", "profile_windows"]
 
 JOBS_SHOWN = 100
 """Open jobs with series, the newest first: a label per job must stay a bounded set."""
@@ -111,7 +112,6 @@ class Gauges:
         yield from (tasks, progress)
 
     def _profiles(self) -> Iterator[Metric]:
-        db, now = self._db, self._db.clock.now()
         limit = GaugeMetricFamily(
             "sluice_profile_limit",
             "Starts a task type's profile allows in the current hour or cycle",
@@ -122,28 +122,53 @@ class Gauges:
             "Starts taken in the current hour or cycle, by all workers",
             labels=("task_type", "window"),
         )
-        gate = Gate(db, {})  # no signal functions: a following entry uses reported loads
-        rows = db.backend.jobs_read("task_types", {})
-        for task_type in map(TaskType.from_row, map(TaskTypeRow._make, rows)):
-            profile = gate.profile(task_type)
-            limits = gate.limits(task_type, now)
-            if profile is None or limits is None:
-                continue
-            windows = {
-                "hour": (hour_start(now, limits.tz), limits.max_per_hour),
-                "cycle": (cycle_start(now, profile.cycle), limits.max_per_cycle),
-            }
-            used = {
-                (kind, start): n
-                for kind, start, n in db.jobs.usage(
-                    task_type.name, min(start for start, _ in windows.values())
-                )
-            }
-            for kind, (start, cap) in windows.items():
-                if cap is not None:
-                    limit.add_metric((task_type.name, kind), cap)
-                starts.add_metric((task_type.name, kind), used.get((kind, start), 0))
+        for window in profile_windows(self._db, self._db.clock.now()):
+            if window.limit is not None:
+                limit.add_metric((window.task_type, window.kind), window.limit)
+            starts.add_metric((window.task_type, window.kind), window.starts)
         yield from (limit, starts)
+
+
+class ProfileWindow(NamedTuple):
+    """A task type's current hour or cycle under its profile: the starts its profile
+    allows in it (None: no cap) and those all workers took."""
+
+    task_type: str
+    queue: str
+    kind: str
+    """``hour`` or ``cycle``."""
+    limit: int | None
+    starts: int
+
+
+def profile_windows(db: sluice.Database, now: float) -> list[ProfileWindow]:
+    """The current windows of every task type that has a profile (read by /metrics and
+    the console)."""
+    gate = Gate(db, {})  # no signal functions: a following entry uses reported loads
+    rows = db.backend.jobs_read("task_types", {})
+    found = []
+    for task_type in map(TaskType.from_row, map(TaskTypeRow._make, rows)):
+        profile = gate.profile(task_type)
+        limits = gate.limits(task_type, now)
+        if profile is None or limits is None:
+            continue
+        windows = {
+            "hour": (hour_start(now, limits.tz), limits.max_per_hour),
+            "cycle": (cycle_start(now, profile.cycle), limits.max_per_cycle),
+        }
+        used = {
+            (kind, start): n
+            for kind, start, n in db.jobs.usage(
+                task_type.name, min(start for start, _ in windows.values())
+            )
+        }
+        for kind, (start, cap) in windows.items():
+            found.append(
+                ProfileWindow(
+                    task_type.name, task_type.queue, kind, cap, used.get((kind, start), 0)
+                )
+            )
+    return found
 
 
 _EMPTY = QueueCounts(dict.fromkeys(_STATES, 0), None)
