@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -83,7 +83,9 @@ def problem(request: Request, status: int, detail: str) -> Response:
 
 
 def _login_redirect(where: str) -> dict[str, str]:
-    return {"HX-Redirect": f"{LOGIN}?next={quote(where, safe='')}"}
+    page = urlsplit(where)  # the page's own path: the login goes nowhere else
+    back = page.path + (f"?{page.query}" if page.query else "")
+    return {"HX-Redirect": f"{LOGIN}?next={quote(back or '/', safe='')}"}
 
 
 def _duration(seconds: float) -> str:
