@@ -201,6 +201,7 @@ def _browse(
         "after": after,
         "states": _STATES,
         "messages": [(m, shown_body(m)) for m in found],
+        "failed_shown": any(m.origin_queue for m in found),
         "next": str(found[-1].position) if more and state != "done" else None,
         "error": error,
         "notice": notice,
