@@ -384,6 +384,9 @@ class PostgresBackend(
     def _sessions_closed(self) -> None:
         self._notifier.signal()
 
+    def _resumed(self, name: str) -> None:
+        self._notifier.signal((name,))
+
     def expression_compiler(self, alias: str = "m") -> PostgresCompiler:
         """A compiler of expressions for this schema's SQL."""
         return PostgresCompiler(Source(alias=alias), schema=self._schema_sql)

@@ -103,6 +103,10 @@ class SqlBackend(ABC):
         """Sessions were rolled back: messages may have become available (wake-ups)."""
 
     @abstractmethod
+    def _resumed(self, name: str) -> None:
+        """Queue ``name`` was resumed: its messages are available again (wake-ups)."""
+
+    @abstractmethod
     def _selection(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """The text of the named statement shaped by ``select``, and its parameters."""
 
@@ -197,6 +201,12 @@ class SqlBackend(ABC):
                 if conn.execute(self._q["get_queue"], {"name": spec.name}).fetchall():
                     raise isolation_in_use(spec.name)
                 raise QueueNotFound(f"queue {spec.name!r} does not exist")
+
+    def set_paused(self, name: str, paused: bool) -> None:
+        if not self._write_rows("set_paused", {"name": name, "paused": paused}):
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        if not paused:
+            self._resumed(name)
 
     def drop_queue(self, name: str) -> None:
         params = {"name": name}
