@@ -347,3 +347,28 @@ def test_the_charts_follow_the_depth(client: TestClient, db: sluice.Database) ->
     q.put_many(list(range(7)))
     live = wait_for(client, "/console/queues/orders/live", 'data-latest="7"')
     assert "<polyline" in live
+
+
+def test_pause_and_resume_a_queue(
+    client: TestClient, db: sluice.Database, failed: sluice.Queue
+) -> None:
+    orders = db.queue("orders")
+    orders.put("x")
+    viewer = secret(db, "viewer", "orders*:browse,consume")
+    r = client.post("/console/queues/orders/pause", headers=SAME | bearer(viewer))
+    assert r.status_code == 403  # pausing is managing
+    logged_in(client, secret(db, "ops", "orders*:browse,manage"))
+    r = client.post("/console/queues/orders/pause", headers=SAME)
+    assert r.status_code == 200
+    assert "paused" in r.text
+    assert "Resume" in r.text
+    assert orders.paused
+    assert db.queue("orders").get() is None  # consumers get nothing while it is paused
+    page = client.get("/").text
+    assert re.search(r'data-queue="orders">.*?badge paused', page, re.S)
+    r = client.post("/console/queues/orders/resume", data={"from": "overview"}, headers=SAME)
+    assert 'data-queue="orders"' in r.text  # the dashboard's part, redrawn
+    assert not orders.paused
+    m = db.queue("orders").get()
+    assert m is not None
+    m.ack()

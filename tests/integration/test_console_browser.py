@@ -1,6 +1,7 @@
 """The web console as a user meets it: headless Chromium (Debian's ``chromium``, driven by
 Playwright) against a real uvicorn server over a SQLite file. Open the console, log in
-with a key, find a message with a selector, retry a failed one, see the chart move.
+with a key, find a message with a selector, retry a failed one, pause a queue, see the
+chart move.
 
 Without chromium (or Playwright) the test is skipped locally and fails in CI, as the
 PostgreSQL tests are.
@@ -84,7 +85,7 @@ def base(db: sluice.Database) -> Iterator[str]:
         thread.join(30)
 
 
-def test_a_user_finds_retries_and_watches(
+def test_a_user_finds_retries_pauses_and_watches(
     browser: Any, base: str, db: sluice.Database, tmp_path: Path
 ) -> None:
     db.create_queue("orders", error_queue="orders.errors")
@@ -133,8 +134,17 @@ def test_a_user_finds_retries_and_watches(
     assert page.locator("tr", has_text="card declined 1").count() == 0
     assert any(m.body == {"customer": "failing", "n": 1} for m in orders.browse())
 
-    # The chart moves: enqueue, and the page (polling) shows the new depth.
+    # Pause the queue: consumers (here, this process) get nothing; resume it.
     page.goto(base + "/console/queues/orders")
+    page.click("#live button:has-text('Pause')")
+    page.wait_for_selector("#live .badge.paused")
+    assert db.queue("orders").paused
+    assert orders.get() is None
+    page.click("#live button:has-text('Resume')")
+    page.wait_for_selector("#live button:has-text('Pause')")
+    assert not db.queue("orders").paused
+
+    # The chart moves: enqueue, and the page (polling) shows the new depth.
     depth = "svg.chart >> nth=0"
     page.wait_for_function("document.querySelector('svg.chart').dataset.latest === '4'")
     orders.put_many([{"customer": "new", "n": n} for n in range(6)])

@@ -55,10 +55,6 @@ def _sampler(request: Request) -> Sampler:
     return sampler
 
 
-def _paused(request: Request) -> set[str]:
-    return set()
-
-
 # --- logging in ---------------------------------------------------------------------
 @router.get("/console/login", response_class=HTMLResponse)
 def login_page(request: Request, next: str = "/") -> Response:
@@ -113,7 +109,7 @@ def _overview(request: Request, who: Principal) -> dict[str, Any]:
     db = _db(request)
     samples = _sampler(request).samples()
     return {
-        "queues": queue_rows(db, who, samples, _paused(request)),
+        "queues": queue_rows(db, who, samples),
         "subscriptions": subscription_rows(db, who),
         **admin_view(db, who),
     }
@@ -162,15 +158,36 @@ def queue_messages(
 
 
 def _live(request: Request, who: Principal, name: str) -> dict[str, Any]:
-    db = _db(request)
-    stats = db.queue(name).stats()
+    queue = _db(request).queue(name)
+    stats = queue.stats()
     return {
         "name": name,
         "stats": stats,
-        "paused": name in _paused(request),
+        "paused": queue.paused,
         "manage": who.allows(name, "manage"),
-        "charts": queue_charts(_sampler(request).samples(), name, db),
+        "charts": queue_charts(_sampler(request).samples(), name),
     }
+
+
+@router.post("/console/queues/{name}/pause", response_class=HTMLResponse, dependencies=[Changes])
+def pause(request: Request, who: Who, name: str, fields: Form) -> Response:
+    need(who, name, "manage")
+    _db(request).queue(name).pause()
+    return _after_switch(request, who, name, fields)
+
+
+@router.post("/console/queues/{name}/resume", response_class=HTMLResponse, dependencies=[Changes])
+def resume(request: Request, who: Who, name: str, fields: Form) -> Response:
+    need(who, name, "manage")
+    _db(request).queue(name).resume()
+    return _after_switch(request, who, name, fields)
+
+
+def _after_switch(request: Request, who: Principal, name: str, fields: dict[str, str]) -> Response:
+    """The part of the page the button was in, redrawn: the dashboard's or the queue's."""
+    if fields.get("from") == "overview":
+        return render(request, "overview.html", who=who, **_overview(request, who))
+    return render(request, "queue_live.html", **_live(request, who, name))
 
 
 def _browse(

@@ -60,9 +60,7 @@ class QueueRow:
     manage: bool
 
 
-def queue_rows(
-    db: sluice.Database, who: Principal, samples: list[Sample], paused: set[str]
-) -> list[QueueRow]:
+def queue_rows(db: sluice.Database, who: Principal, samples: list[Sample]) -> list[QueueRow]:
     now = db.clock.now()
     stats = db.backend.stats_all()
     rows = []
@@ -87,7 +85,7 @@ def queue_rows(
                 0.0 if counts.oldest_ready is None else max(now - counts.oldest_ready, 0.0),
                 sparkline(points),
                 net[-1][1] if net else None,
-                spec.name in paused,
+                spec.paused,
                 who.allows(spec.name, "manage"),
             )
         )
@@ -132,7 +130,7 @@ def admin_view(db: sluice.Database, who: Principal) -> dict[str, Any]:
     }
 
 
-def queue_charts(samples: list[Sample], queue: str, db: sluice.Database) -> list[Markup]:
+def queue_charts(samples: list[Sample], queue: str) -> list[Markup]:
     """The queue's depth and net rate over time; for a task type's queue under a profile,
     its starts this hour against the profile's limit."""
     points = series(samples, queue)
