@@ -19,6 +19,7 @@ from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
 from sluice.server.leases import Leases
+from sluice.server.models import with_read_bodies
 from sluice.server.problems import PROBLEM, Problem, install
 
 __all__ = ["MAX_REQUEST", "create_app", "from_environment"]
@@ -57,6 +58,8 @@ def create_app(
     app.state.transactions = transactions.Transactions(db.clock)
     app.state.idempotency = Idempotency(db)
     install(app)
+    plain_openapi = app.openapi
+    app.openapi = lambda: with_read_bodies(plain_openapi())  # type: ignore[method-assign]
     app.include_router(queues.router)
     app.include_router(messages.router)
     app.include_router(events.router)
