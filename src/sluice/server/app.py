@@ -14,7 +14,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
 from sluice.errors import ConfigurationError
-from sluice.server import events, jobs, messages, metrics, queues, rules, topics, transactions
+from sluice.server import (
+    events,
+    jobs,
+    messages,
+    metrics,
+    profiles,
+    queues,
+    rules,
+    topics,
+    transactions,
+)
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
@@ -66,6 +76,7 @@ def create_app(
     app.include_router(transactions.router)
     app.include_router(topics.router)
     app.include_router(jobs.router)
+    app.include_router(profiles.router)
     app.include_router(rules.router)
     app.add_middleware(_Limit, limit=max_request)
     metrics.install(app)  # outermost: refused bodies (413) are timed too
