@@ -93,7 +93,9 @@ def test_depth_by_state_age_and_error_queue(
     put = {"messages": [{"body": n} for n in range(3)] + [{"body": "later", "delay": 600}]}
     assert client.post("/api/queues/orders/messages", json=put, headers=admin).status_code == 201
     clock.advance(30)
-    taken = client.post("/api/queues/orders/leases", json={"limit": 2}, headers=admin).json()
+    # Leased for longer than the clock moves below: the reaper must not give it back.
+    ask = {"limit": 2, "lease": 3600}
+    taken = client.post("/api/queues/orders/leases", json=ask, headers=admin).json()
     token = taken["messages"][0]["token"]
     why = {"reason": "bad address"}
     assert client.post(f"/api/leases/{token}/reject", json=why, headers=admin).status_code == 204
