@@ -14,11 +14,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
 from sluice.errors import ConfigurationError
-from sluice.server import events, jobs, messages, metrics, queues, rules, topics, transactions
+from sluice.server import (
+    events,
+    jobs,
+    messages,
+    metrics,
+    profiles,
+    queues,
+    rules,
+    topics,
+    transactions,
+)
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
 from sluice.server.leases import Leases
+from sluice.server.models import with_read_bodies
 from sluice.server.problems import PROBLEM, Problem, install
 
 __all__ = ["MAX_REQUEST", "create_app", "from_environment"]
@@ -57,12 +68,15 @@ def create_app(
     app.state.transactions = transactions.Transactions(db.clock)
     app.state.idempotency = Idempotency(db)
     install(app)
+    plain_openapi = app.openapi
+    app.openapi = lambda: with_read_bodies(plain_openapi())  # type: ignore[method-assign]
     app.include_router(queues.router)
     app.include_router(messages.router)
     app.include_router(events.router)
     app.include_router(transactions.router)
     app.include_router(topics.router)
     app.include_router(jobs.router)
+    app.include_router(profiles.router)
     app.include_router(rules.router)
     app.add_middleware(_Limit, limit=max_request)
     metrics.install(app)  # outermost: refused bodies (413) are timed too

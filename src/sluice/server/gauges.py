@@ -10,10 +10,9 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 import sluice
 from sluice.backends.records import QueueCounts
-from sluice.jobs.limits import Gate
-from sluice.jobs.model import JobRow, TaskType, TaskTypeRow
-from sluice.jobs.profiles import cycle_start, hour_start
+from sluice.jobs.model import JobRow
 from sluice.server.grants import Principal
+from sluice.server.profiles import usage
 
 __all__ = ["JOBS_SHOWN", "Gauges"]
 
@@ -79,7 +78,15 @@ class Gauges:
             "Messages ready in the queue's error queue (of every queue that shares it)",
             labels=("queue", "error_queue"),
         )
+        waiting = GaugeMetricFamily(
+            "sluice_queue_waiting_consumers",
+            "Consumers of this server process blocked waiting for a message (long polls, "
+            "event streams)",
+            labels=("queue",),
+        )
+        blocked = db.context.wakeups.waiting()
         for spec in specs:
+            waiting.add_metric((spec.name,), blocked.get(spec.name, 0))
             info.add_metric((spec.name, spec.kind, spec.error_queue or ""), 1)
             for state in _STATES:
                 messages.add_metric((spec.name, state), counts[spec.name][state])
@@ -88,7 +95,7 @@ class Gauges:
             if spec.error_queue is not None and self._who.allows(spec.error_queue, "browse"):
                 failed = stats.get(spec.error_queue, _EMPTY).counts["ready"]
                 errors.add_metric((spec.name, spec.error_queue), failed)
-        yield from (info, messages, age, errors, lag, lag_seconds)
+        yield from (info, messages, age, errors, lag, lag_seconds, waiting)
 
     def _jobs(self) -> Iterator[Metric]:
         rows = self._db.backend.jobs_read("job_list", {"open": 1, "limit": JOBS_SHOWN})
@@ -111,7 +118,6 @@ class Gauges:
         yield from (tasks, progress)
 
     def _profiles(self) -> Iterator[Metric]:
-        db, now = self._db, self._db.clock.now()
         limit = GaugeMetricFamily(
             "sluice_profile_limit",
             "Starts a task type's profile allows in the current hour or cycle",
@@ -122,27 +128,10 @@ class Gauges:
             "Starts taken in the current hour or cycle, by all workers",
             labels=("task_type", "window"),
         )
-        gate = Gate(db, {})  # no signal functions: a following entry uses reported loads
-        rows = db.backend.jobs_read("task_types", {})
-        for task_type in map(TaskType.from_row, map(TaskTypeRow._make, rows)):
-            profile = gate.profile(task_type)
-            limits = gate.limits(task_type, now)
-            if profile is None or limits is None:
-                continue
-            windows = {
-                "hour": (hour_start(now, limits.tz), limits.max_per_hour),
-                "cycle": (cycle_start(now, profile.cycle), limits.max_per_cycle),
-            }
-            used = {
-                (kind, start): n
-                for kind, start, n in db.jobs.usage(
-                    task_type.name, min(start for start, _ in windows.values())
-                )
-            }
-            for kind, (start, cap) in windows.items():
-                if cap is not None:
-                    limit.add_metric((task_type.name, kind), cap)
-                starts.add_metric((task_type.name, kind), used.get((kind, start), 0))
+        for window in usage(self._db, self._db.clock.now()):
+            if window.limit is not None:
+                limit.add_metric((window.task_type, window.window), window.limit)
+            starts.add_metric((window.task_type, window.window), window.starts)
         yield from (limit, starts)
 
 

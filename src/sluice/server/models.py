@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+import itertools
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sluice.catalog import Durability, Isolation, QueueSpec
 from sluice.engine.transaction import Transaction
 from sluice.message import Message, is_json
 from sluice.server.problems import Problem
+
+_M = TypeVar("_M", bound=BaseModel)
 
 __all__ = [
     "Enqueue",
@@ -166,16 +171,56 @@ class Enqueued(BaseModel):
     ids: list[str]
 
 
+READ_BODIES: set[type[BaseModel]] = set()
+"""The models of routes that read their bodies themselves (body_of)."""
+
+
+def with_read_bodies(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (an OpenAPI one) with the schemas of READ_BODIES among its own."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for model in READ_BODIES:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas.setdefault(model.__name__, schema)
+    return document
+
+
+def body_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of a route that reads ``model`` itself (read_body),
+    for ``openapi_extra``: the model is among the document's schemas (the app's
+    ``openapi`` adds it, see app.py)."""
+    READ_BODIES.add(model)
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+async def read_body(request: Request, model: type[_M]) -> _M:
+    """The request's JSON body as ``model``; 422 as FastAPI's own bodies get it (a route
+    that reads its body itself skips FastAPI's parse to a dict and validation of it)."""
+    kind = request.headers.get("content-type", "application/json").partition(";")[0].strip()
+    if not is_json(kind):
+        raise RequestValidationError(
+            [{"loc": ("body",), "msg": f"the body must be JSON, not {kind!r}", "type": "json"}]
+        )
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
+
+
 def enqueue_into(tx: Transaction, queue: str, batch: Enqueue) -> list[str]:
     """Enqueue ``batch`` into ``queue`` in ``tx``; their ids. A body that is not what its
     content type says: 422, and ``tx`` left to its owner to abort."""
-    ids = []
-    for m in batch.messages:
+    ids: list[str] = []
+    # Neighbours with the same options go in as one enqueue_many: a batch of plain
+    # messages is one call, as ``put_many`` is in process.
+    for options, run in itertools.groupby(batch.messages, key=NewMessage.options):
         try:
-            body = m.payload()
+            bodies = [m.payload() for m in run]
         except ValueError as exc:
             raise Problem(422, str(exc), error="InvalidBody") from None
-        ids.append(tx.enqueue(queue, body, **m.options()))
+        ids.extend(tx.enqueue_many(queue, bodies, **options))
     return ids
 
 
