@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import sluice
 from sluice.errors import ConfigurationError
 from sluice.server import (
+    content,
     events,
     jobs,
     messages,
@@ -71,6 +72,7 @@ def create_app(
     plain_openapi = app.openapi
     app.openapi = lambda: with_read_bodies(plain_openapi())  # type: ignore[method-assign]
     app.include_router(queues.router)
+    app.include_router(content.router)
     app.include_router(messages.router)
     app.include_router(events.router)
     app.include_router(transactions.router)
