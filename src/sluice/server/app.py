@@ -31,7 +31,7 @@ from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
 from sluice.server.leases import Leases
 from sluice.server.models import with_read_bodies
-from sluice.server.problems import PROBLEM, Problem, install
+from sluice.server.problems import PROBLEM, RESPONSES, Problem, install
 
 __all__ = ["MAX_REQUEST", "create_app", "from_environment"]
 
@@ -62,6 +62,7 @@ def create_app(
         version=sluice.__version__,
         summary="A persistent, transactional, content-aware message queue over HTTP",
         lifespan=lifespan,
+        responses=RESPONSES,
     )
     app.state.db = db
     app.state.gate = Gate(Keys(db) if auth else None)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 import itertools
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sluice.catalog import Durability, Isolation, QueueSpec
 from sluice.engine.transaction import Transaction
@@ -18,8 +18,10 @@ from sluice.server.problems import Problem
 _M = TypeVar("_M", bound=BaseModel)
 
 __all__ = [
+    "MAX_DEPTH",
     "Enqueue",
     "Enqueued",
+    "JsonValue",
     "LeaseRequest",
     "Leased",
     "MessageOut",
@@ -41,13 +43,38 @@ MAX_TAKE = 100
 MAX_WAIT = 20.0
 """The longest a lease request waits for a first message (long poll), seconds."""
 
+MAX_DEPTH = 100
+"""How deeply a JSON value in a request (a body, properties, a job's info) may nest."""
+
 _NAME = Field(min_length=1, max_length=200)
 
 
-class Strict(BaseModel):
-    """A request shape that refuses fields it does not know (a typo is an error)."""
+def _shallow(value: Any) -> Any:
+    """``value`` if it nests at most MAX_DEPTH levels deep. A deeper one would be taken
+    and then fail to be shown in every answer that carries it (a 500 on each lease)."""
+    level, depth = [value], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the JSON value nests deeper than {MAX_DEPTH} levels")
+        level = [
+            inner
+            for v in level
+            for inner in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+        ]
+    return value
 
-    model_config = ConfigDict(extra="forbid")
+
+JsonValue = Annotated[Any, AfterValidator(_shallow)]
+"""Any JSON value that nests no deeper than MAX_DEPTH."""
+
+
+class Strict(BaseModel):
+    """A request shape that refuses fields it does not know (a typo is an error) and
+    values of another JSON type than its schema says (``"true"`` for a boolean, ``"5"``
+    for a number): what the OpenAPI document declares is what is accepted."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class QueueIn(Strict):
@@ -117,11 +144,11 @@ class NewMessage(Strict):
     """One message to enqueue: ``body`` (a JSON value; a string for a text or XML
     ``content_type``) or ``body_base64`` (bytes), and its options."""
 
-    body: Any = None
+    body: JsonValue = None
     body_base64: str | None = None
     content_type: str | None = Field(None, max_length=200)
     priority: int | None = None
-    properties: dict[str, Any] | None = None
+    properties: Annotated[dict[str, Any] | None, AfterValidator(_shallow)] = None
     delay: float = Field(0.0, ge=0)
     ttl: float | None = Field(None, gt=0)
     group: str | None = Field(None, min_length=1, max_length=200)
