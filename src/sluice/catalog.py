@@ -95,6 +95,8 @@ class QueueSpec:
     ``max_in_flight``: the most messages its consumers may hold unsettled at once.
     ``retention``: seconds a settled message is kept (``FOREVER``: until purged) as
     ``done``; None deletes it when settled.
+    ``paused``: consumers take nothing from it (``Queue.pause``/``resume`` set it, never
+    ``alter_queue``); what it holds may still be enqueued to and browsed.
     """
 
     name: str
@@ -114,9 +116,12 @@ class QueueSpec:
     priority_levels: int | None = None
     max_in_flight: int | None = None
     retention: float | None = None
+    paused: bool = False
 
     def __post_init__(self) -> None:
         check_queue_name(self.name)
+        if not isinstance(self.paused, bool):
+            raise ConfigurationError(f"paused must be True or False, not {self.paused!r}")
         self._check_topics()
         self._check_limits()
         if self.error_queue is not None:
@@ -230,7 +235,8 @@ class QueueSpec:
 
 
 def spec_params(spec: QueueSpec) -> dict[str, object]:
-    """A queue's settings as the catalog tables store them."""
+    """A queue's settings as the catalog tables store them (``paused`` apart: only pausing
+    and resuming write it, so that altering a setting never undoes another's pause)."""
     return {
         "name": spec.name,
         "max_attempts": spec.max_attempts,
@@ -256,9 +262,9 @@ def spec_from_row(row: tuple[Any, ...]) -> QueueSpec:
     """The inverse of spec_params, from the columns get_queue reads (name, max_attempts,
     error_queue, durability, max_size, types, priority_functions, isolation, kind, the
     topic's name, selector, durable, expire_after, pull_window, priority_levels,
-    max_in_flight, retention)."""
+    max_in_flight, retention, paused)."""
     name, max_attempts, error_queue, durability, max_size, types, priority, isolation = row[:8]
-    kind, topic, selector, durable, expire_after, window, levels, in_flight, retention = row[8:]
+    kind, topic, selector, durable, expire_after, window, levels, in_flight, retention = row[8:17]
     functions: Mapping[str, str] = json.loads(priority) if priority else {}
     return QueueSpec(
         name,
@@ -278,6 +284,7 @@ def spec_from_row(row: tuple[Any, ...]) -> QueueSpec:
         levels,
         in_flight,
         retention,
+        bool(row[17]),
     )
 
 

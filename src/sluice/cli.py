@@ -71,6 +71,7 @@ def cmd_queues(args: argparse.Namespace, db: sluice.Database) -> int:
     text = "\n".join(
         f"{s.name}\t{s.kind}{'' if s.topic is None else ' of ' + s.topic}"
         f"\tmax_attempts={s.max_attempts}\terror_queue={s.error_queue}\t{s.durability}"
+        + ("\tpaused" if s.paused else "")
         for s in specs
     )
     _out(args, [asdict(s) for s in specs], text or "(no queues)")
@@ -146,6 +147,18 @@ def cmd_unsubscribe(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
+def cmd_pause(args: argparse.Namespace, db: sluice.Database) -> int:
+    db.queue(args.queue).pause()
+    _out(args, {"queue": args.queue, "paused": True}, f"paused {args.queue}")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, db: sluice.Database) -> int:
+    db.queue(args.queue).resume()
+    _out(args, {"queue": args.queue, "paused": False}, f"resumed {args.queue}")
+    return 0
+
+
 def cmd_drop(args: argparse.Namespace, db: sluice.Database) -> int:
     db.drop_queue(args.queue)
     _out(args, {"dropped": args.queue}, f"dropped {args.queue}")
@@ -196,8 +209,9 @@ def cmd_stats(args: argparse.Namespace, db: sluice.Database) -> int:
     data: Any = {}
     if args.queue is not None:
         spec = db.queue(args.queue).spec
-        data = stats = db.queue(args.queue).stats()
-        lines.append("  ".join(f"{k}={v}" for k, v in stats.items()))
+        stats = db.queue(args.queue).stats()
+        data = stats | {"paused": spec.paused}
+        lines.append("  ".join(f"{k}={v}" for k, v in stats.items()) + _paused(spec.paused))
         subs = []
         if spec.kind != "queue":
             topic = spec.topic if spec.kind == "subscription" else args.queue
@@ -222,6 +236,10 @@ def cmd_stats(args: argparse.Namespace, db: sluice.Database) -> int:
         ]
     _out(args, data, "\n".join(lines) or "(no subscriptions)")
     return 0
+
+
+def _paused(paused: bool) -> str:
+    return "  (paused: consumers take nothing; sluice resume)" if paused else ""
 
 
 def cmd_purge(args: argparse.Namespace, db: sluice.Database) -> int:
@@ -348,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     _subscribe_parser(add("subscribe", cmd_subscribe, "subscribe to a topic (docs/topics.md)"))
     p = add("unsubscribe", cmd_unsubscribe, "end a subscription and drop what it holds")
     p.add_argument("name", help="subscription name")
+    _pause_parsers(add)
     p = add("drop", cmd_drop, "drop a queue and its messages")
     p.add_argument("queue", help="queue name")
     p = add("put", cmd_put, "enqueue one message")
@@ -389,6 +408,14 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (cli_jobs, cli_rules, cli_keys, cli_server):
         module.add_commands(add)
     return parser
+
+
+def _pause_parsers(add: Adder) -> None:
+    for name, func, text in (
+        ("pause", cmd_pause, "pause a queue: its consumers take nothing until it is resumed"),
+        ("resume", cmd_resume, "resume a paused queue: its consumers take again"),
+    ):
+        add(name, func, text).add_argument("queue", help="queue or subscription name")
 
 
 def _create_parser(p: argparse.ArgumentParser) -> None:

@@ -218,6 +218,29 @@ def test_topics_from_the_command_line(tmp_path: Path) -> None:
     assert sorted(q["name"] for q in names) == ["all", "events"]
 
 
+def test_pause_and_resume_from_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    assert sluice("create", "orders", db=db).returncode == 0
+    paused = sluice("pause", "orders", "--json", db=db)
+    assert paused.returncode == 0, paused.stderr
+    assert json.loads(paused.stdout) == {"queue": "orders", "paused": True}
+    assert sluice("put", "orders", "o1", db=db).returncode == 0  # producers go on
+    assert sluice("get", "orders", db=db).returncode == 3  # consumers get nothing
+    stats = sluice("stats", "orders", db=db)
+    assert "ready=1" in stats.stdout
+    assert "paused" in stats.stdout
+    assert json.loads(sluice("stats", "orders", "--json", db=db).stdout)["paused"] is True
+    assert "\tpaused" in sluice("queues", db=db).stdout
+    (listed,) = json.loads(sluice("queues", "--json", db=db).stdout)
+    assert listed["paused"] is True
+    assert sluice("resume", "orders", db=db).stdout.strip() == "resumed orders"
+    assert json.loads(sluice("get", "orders", "--json", db=db).stdout)["body"] == "o1"
+    assert json.loads(sluice("queues", "--json", db=db).stdout)[0]["paused"] is False
+    missing = sluice("pause", "nope", db=db)
+    assert missing.returncode == 2
+    assert "queue 'nope' does not exist" in missing.stderr
+
+
 def test_api_keys_from_the_command_line(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
     added = sluice(

@@ -68,6 +68,8 @@ ROUTES = [
     ("get", "/api/queues/orders", None),
     ("patch", "/api/queues/orders", {"max_attempts": 3}),
     ("delete", "/api/queues/orders", None),
+    ("post", "/api/queues/orders/pause", None),
+    ("post", "/api/queues/orders/resume", None),
     ("post", "/api/queues/orders/messages", {"messages": [{"body": 1}]}),
     ("get", "/api/queues/orders/messages", None),
     ("post", "/api/queues/orders/leases", {}),
@@ -92,7 +94,7 @@ def test_every_route_asks_for_a_key(
     assert db.queue("orders").stats()["ready"] == 0  # nothing done
 
 
-@pytest.mark.parametrize(("method", "path", "body"), ROUTES[1:8])
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES[1:10])
 def test_a_key_without_the_grant_is_forbidden(
     client: TestClient, db: sluice.Database, method: str, path: str, body: Any
 ) -> None:
@@ -158,6 +160,33 @@ def test_an_admin_manages_queues(client: TestClient, admin: dict[str, str]) -> N
     assert client.delete("/api/queues/orders", headers=admin).status_code == 204
     problem(client.get("/api/queues/orders", headers=admin), 404, "QueueNotFound")
     problem(client.delete("/api/queues/orders", headers=admin), 404, "QueueNotFound")
+
+
+def test_pause_and_resume_a_queue(client: TestClient, db: sluice.Database) -> None:
+    db.create_queue("orders")
+    ops = key(db, "ops", "orders:manage,browse")
+    app = key(db, "app", "orders:produce,consume,browse")
+    for route in ("pause", "resume"):  # consuming or browsing is not managing
+        problem(client.post(f"/api/queues/orders/{route}", headers=app), 403, "Forbidden")
+    assert client.get("/api/queues/orders", headers=app).json()["paused"] is False
+    paused = client.post("/api/queues/orders/pause", headers=ops)
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["paused"] is True
+    assert db.queue("orders").paused
+    sent = client.post("/api/queues/orders/messages", headers=app, json={"messages": [{"body": 1}]})
+    assert sent.status_code == 201  # producers go on
+    taken = client.post("/api/queues/orders/leases", headers=app, json={})
+    assert taken.json()["messages"] == []
+    assert [m["body"] for m in client.get("/api/queues/orders/messages", headers=app).json()] == [1]
+    (listed,) = client.get("/api/queues", headers=app).json()
+    assert (listed["paused"], listed["counts"]["ready"]) == (True, 1)
+    resumed = client.post("/api/queues/orders/resume", headers=ops)
+    assert resumed.json()["paused"] is False
+    (m,) = client.post("/api/queues/orders/leases", headers=app, json={}).json()["messages"]
+    assert m["body"] == 1
+    admin = key(db, "root", admin=True)
+    for route in ("pause", "resume"):
+        problem(client.post(f"/api/queues/nope/{route}", headers=admin), 404, "QueueNotFound")
 
 
 def test_a_key_lists_only_the_queues_it_has_grants_on(
@@ -321,6 +350,7 @@ def test_the_openapi_document_describes_the_api(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     assert doc["info"]["title"] == "sluice"
     for path in ("/api/queues", "/api/queues/{name}/messages", "/api/queues/{name}/leases",
+                 "/api/queues/{name}/pause", "/api/queues/{name}/resume",
                  "/api/leases/{token}/ack"):  # fmt: skip
         assert path in doc["paths"]
 

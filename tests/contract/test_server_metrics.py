@@ -124,6 +124,18 @@ def test_depth_by_state_age_and_error_queue(
     assert at(got["sluice_queue_oldest_ready_age_seconds"], queue="orders") == 645
 
 
+def test_a_paused_queue_s_gauge(
+    db: sluice.Database, client: TestClient, admin: dict[str, str]
+) -> None:
+    db.create_queue("orders")
+    db.create_queue("invoices")
+    assert client.post("/api/queues/orders/pause", headers=admin).status_code == 200
+    paused = scrape(client, admin)["sluice_queue_paused"]
+    assert (at(paused, queue="orders"), at(paused, queue="invoices")) == (1, 0)
+    assert client.post("/api/queues/orders/resume", headers=admin).status_code == 200
+    assert at(scrape(client, admin)["sluice_queue_paused"], queue="orders") == 0
+
+
 def test_a_subscription_counts_its_topic_backlog_as_ready(
     db: sluice.Database, client: TestClient, clock: ManualClock, admin: dict[str, str]
 ) -> None:

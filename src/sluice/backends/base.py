@@ -245,6 +245,13 @@ class Catalog(Protocol):
     def alter_queue(self, spec: QueueSpec) -> None:
         """Replace a queue's settings; QueueNotFound if missing."""
 
+    def set_paused(self, name: str, paused: bool) -> None:
+        """Pause a queue (True) or resume it; QueueNotFound if missing.
+
+        While paused every claim on it, by any process, takes nothing (the claim's own
+        statement reads the flag). Resuming tells other processes' waiters of it.
+        """
+
     def drop_queue(self, name: str) -> None:
         """Remove a queue and all its messages; QueueInUse if another queue names it."""
 

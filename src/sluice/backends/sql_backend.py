@@ -101,6 +101,10 @@ class SqlBackend(ABC):
     def _sessions_closed(self) -> None:
         """Sessions were rolled back: messages may have become available (wake-ups)."""
 
+    @abstractmethod
+    def _resumed(self, name: str) -> None:
+        """Queue ``name`` was resumed: its messages are available again (wake-ups)."""
+
     # --- sessions ---------------------------------------------------------------------
     def close_session(self, session: int) -> None:
         self._close_sessions("close_session", {"session": session})
@@ -154,6 +158,12 @@ class SqlBackend(ABC):
                 if conn.execute(self._q["get_queue"], {"name": spec.name}).fetchall():
                     raise isolation_in_use(spec.name)
                 raise QueueNotFound(f"queue {spec.name!r} does not exist")
+
+    def set_paused(self, name: str, paused: bool) -> None:
+        if not self._write_rows("set_paused", {"name": name, "paused": paused}):
+            raise QueueNotFound(f"queue {name!r} does not exist")
+        if not paused:
+            self._resumed(name)
 
     def drop_queue(self, name: str) -> None:
         params = {"name": name}

@@ -54,6 +54,36 @@ class Queue:
         """The queue's current settings."""
         return self._context.spec(self.name, fresh=True)
 
+    @property
+    def paused(self) -> bool:
+        """Whether consumers are kept from the queue (read now, as every process sees it)."""
+        return self.spec.paused
+
+    def pause(self) -> None:
+        """Keep every consumer, in every process, from taking the queue's messages.
+
+        Until ``resume``: gets, dequeues, job workers and the rules engine take nothing
+        from it, while producers still enqueue and ``browse`` still shows what it holds;
+        messages consumers hold already stay theirs to settle. A topic is not consumed
+        itself: pause its subscriptions. Pausing a paused queue changes nothing.
+        """
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        """Let consumers take from the queue again; those waiting for it wake now."""
+        self._set_paused(False)
+        self._context.wakeups.notify(self.name)
+
+    def _set_paused(self, paused: bool) -> None:
+        spec = self._context.spec(self.name, fresh=True)  # QueueNotFound
+        if spec.kind == "topic":
+            raise ConfigurationError(
+                f"topic {self.name!r} is not consumed itself: pause or resume its "
+                "subscriptions instead"
+            )
+        self._context.backend.set_paused(self.name, paused)
+        self._context.forget(self.name)
+
     def put(self, body: Body, **options: Unpack[EnqueueOptions]) -> str:
         """Enqueue one message and commit; returns its id once it is durable.
 

@@ -1,6 +1,7 @@
-"""What ``/metrics`` reads from the database at each scrape: queues' messages by state and
-their lag, subscriptions' lag, open jobs' progress, profiles' limits against their
-starts. The database holds all of it, so every worker of a server answers alike."""
+"""What ``/metrics`` reads from the database at each scrape: queues' messages by state,
+their lag and whether they are paused, subscriptions' lag, open jobs' progress, profiles'
+limits against their starts. The database holds all of it, so every worker of a server
+answers alike."""
 
 from __future__ import annotations
 
@@ -73,6 +74,11 @@ class Gauges:
             "How long the oldest ready message has been takeable (0: none is ready)",
             labels=("queue",),
         )
+        paused = GaugeMetricFamily(
+            "sluice_queue_paused",
+            "1 while a queue is paused (its consumers take nothing), else 0",
+            labels=("queue",),
+        )
         errors = GaugeMetricFamily(
             "sluice_queue_error_messages",
             "Messages ready in the queue's error queue (of every queue that shares it)",
@@ -88,6 +94,7 @@ class Gauges:
         for spec in specs:
             waiting.add_metric((spec.name,), blocked.get(spec.name, 0))
             info.add_metric((spec.name, spec.kind, spec.error_queue or ""), 1)
+            paused.add_metric((spec.name,), 1 if spec.paused else 0)
             for state in _STATES:
                 messages.add_metric((spec.name, state), counts[spec.name][state])
             since = oldest[spec.name]
@@ -95,7 +102,7 @@ class Gauges:
             if spec.error_queue is not None and self._who.allows(spec.error_queue, "browse"):
                 failed = stats.get(spec.error_queue, _EMPTY).counts["ready"]
                 errors.add_metric((spec.name, spec.error_queue), failed)
-        yield from (info, messages, age, errors, lag, lag_seconds, waiting)
+        yield from (info, paused, messages, age, errors, lag, lag_seconds, waiting)
 
     def _jobs(self) -> Iterator[Metric]:
         rows = self._db.backend.jobs_read("job_list", {"open": 1, "limit": JOBS_SHOWN})

@@ -119,6 +119,7 @@ class QueueOut(BaseModel):
     priority_levels: int | None
     max_in_flight: int | None
     retention: float | None
+    paused: bool
     counts: dict[str, int] | None = None
 
     @classmethod
@@ -136,6 +137,7 @@ class QueueOut(BaseModel):
             priority_levels=spec.priority_levels,
             max_in_flight=spec.max_in_flight,
             retention=spec.retention,
+            paused=spec.paused,
             counts=counts,
         )
 

@@ -1,4 +1,4 @@
-"""Routes for queues: list, create, read (settings and counts), alter, drop."""
+"""Routes for queues: list, create, read (settings and counts), alter, pause, resume, drop."""
 
 from __future__ import annotations
 
@@ -66,6 +66,22 @@ def alter_queue(request: Request, who: Who, name: str, change: QueueChange) -> Q
     db = database(request)
     spec = db.alter_queue(name, **change.model_dump(exclude_unset=True))
     return QueueOut.of(spec, db.queue(name).stats())
+
+
+@router.post("/{name}/pause", summary="Pause a queue: consumers take nothing (manage)")
+def pause_queue(request: Request, who: Who, name: str) -> QueueOut:
+    need(who, name, "manage")
+    queue = database(request).queue(name)
+    queue.pause()
+    return QueueOut.of(queue.spec, queue.stats())
+
+
+@router.post("/{name}/resume", summary="Resume a paused queue, waking its consumers (manage)")
+def resume_queue(request: Request, who: Who, name: str) -> QueueOut:
+    need(who, name, "manage")
+    queue = database(request).queue(name)
+    queue.resume()
+    return QueueOut.of(queue.spec, queue.stats())
 
 
 @router.delete("/{name}", status_code=204, summary="Drop a queue and its messages (manage)")

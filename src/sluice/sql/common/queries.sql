@@ -37,7 +37,7 @@ WHERE :topic IS NULL OR t.id IS NOT NULL;
 -- What spec_from_row reads, over the queue q and its topic t.
 q.name, q.max_attempts, q.error_queue, q.durability, q.max_size, q.types,
 q.priority_functions, q.isolation, q.kind, t.name, q.selector, q.durable, q.expire_after,
-q.pull_window, q.priority_levels, q.max_in_flight, q.retention
+q.pull_window, q.priority_levels, q.max_in_flight, q.retention, q.paused
 
 -- name: get_queue
 SELECT {spec_columns}
@@ -48,6 +48,11 @@ WHERE q.name = :name;
 SELECT {spec_columns}
 FROM {schema}.queues AS q LEFT JOIN {schema}.queues AS t ON t.id = q.topic_id
 ORDER BY q.name;
+
+-- name: set_paused
+-- Pausing is a column of its own, apart from update_queue's settings: an alter that read
+-- the settings before a pause cannot undo it.
+UPDATE {schema}.queues SET paused = :paused WHERE name = :name;
 
 -- name: queues_referencing
 SELECT name FROM {schema}.queues WHERE error_queue = :name AND name <> :name ORDER BY name;
@@ -195,7 +200,7 @@ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
 
 -- name: next_due
 SELECT min(available_at) FROM {schema}.messages
-WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue AND NOT paused)
   AND state = 1 AND available_at > :now;
 
 -- name: stream_find

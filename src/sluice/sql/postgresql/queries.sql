@@ -9,6 +9,8 @@
 -- 5 waiting behind the head of its lane, 6 done (kept by a queue with retention).
 -- Times: sessions use the database's clock ({db_now}); messages the Database's clock
 -- (%(now)s), by default the database's clock read through server_time's offset.
+-- Every claim finds its queue "AND NOT paused": a paused queue (Queue.pause) gives its
+-- consumers nothing, decided by the statement itself, whichever process paused it.
 
 -- fragment: db_now
 extract(epoch FROM clock_timestamp())
@@ -157,7 +159,8 @@ WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
         SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+        WHERE queue_id = (SELECT id FROM {schema}.queues
+                          WHERE name = %(queue)s AND NOT paused {relax})
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
@@ -171,7 +174,7 @@ UNION ALL
 -- queue's next delayed message is due (saves the waiting consumer a round trip).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT min(available_at) FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at > %(now)s),
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
@@ -183,7 +186,8 @@ WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
         SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+        WHERE queue_id = (SELECT id FROM {schema}.queues
+                          WHERE name = %(queue)s AND NOT paused {relax})
           AND {ready_or_own} AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
@@ -197,7 +201,7 @@ UNION ALL
 -- queue's next delayed message is due (saves the waiting consumer a round trip).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT min(available_at) FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at > %(now)s),
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
@@ -210,7 +214,7 @@ WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
         SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
@@ -224,7 +228,7 @@ UNION ALL
 -- queue's next delayed message is due (saves the waiting consumer a round trip).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT min(available_at) FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at > %(now)s),
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
@@ -236,7 +240,7 @@ WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
     FROM (
         SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND {ready_or_own} AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
@@ -250,7 +254,7 @@ UNION ALL
 -- queue's next delayed message is due (saves the waiting consumer a round trip).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT min(available_at) FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at > %(now)s),
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
@@ -263,7 +267,8 @@ ORDER BY 3 DESC, 1;
 -- holds first).
 WITH free AS (
     SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues
+                                   WHERE name = %(queue)s AND NOT paused {relax})
       AND state = 1 AND available_at <= %(now)s
       AND (expires_at IS NULL OR expires_at > %(now)s){select}
     ORDER BY {order}priority DESC, id
@@ -278,7 +283,8 @@ WITH free AS (
                        OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
             FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
                 SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues
+                                    WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
@@ -298,7 +304,8 @@ SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.po
 -- As claim_lanes; a transaction sees its own uncommitted enqueues.
 WITH free AS (
     SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s {relax})
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues
+                                   WHERE name = %(queue)s AND NOT paused {relax})
       AND {ready_or_own} AND available_at <= %(now)s
       AND (expires_at IS NULL OR expires_at > %(now)s){select}
     ORDER BY {order}priority DESC, id
@@ -313,7 +320,8 @@ WITH free AS (
                        OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
             FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
                 SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues
+                                    WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
@@ -333,7 +341,8 @@ SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.po
 -- As claim_lanes, inside a caller's transaction (see claim_in_caller_tx).
 WITH free AS (
     SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues
+                                   WHERE name = %(queue)s AND NOT paused)
       AND state = 1 AND available_at <= %(now)s
       AND (expires_at IS NULL OR expires_at > %(now)s){select}
     ORDER BY {order}priority DESC, id
@@ -348,7 +357,8 @@ WITH free AS (
                        OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
             FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
                 SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues
+                                    WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
@@ -368,7 +378,8 @@ SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.po
 -- As claim_with_own_lanes, inside a caller's transaction (see claim_in_caller_tx).
 WITH free AS (
     SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+    WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues
+                                   WHERE name = %(queue)s AND NOT paused)
       AND {ready_or_own} AND available_at <= %(now)s
       AND (expires_at IS NULL OR expires_at > %(now)s){select}
     ORDER BY {order}priority DESC, id
@@ -383,7 +394,8 @@ WITH free AS (
                        OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
             FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
                 SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues
+                                    WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
@@ -413,7 +425,7 @@ ORDER BY {order}m.priority DESC, m.id;
 COPY (
     DELETE FROM {schema}.messages AS m USING (
         SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id

@@ -9,12 +9,14 @@ m.content_type, m.body, m.body_bytes
 
 -- name: rules_take
 -- The next messages of a queue the rules engine processes: due, in delivery order,
--- with the applied rules' version (the batch checks it is the one it compiled);
--- locked until this transaction ends, skipping those another engine is processing.
+-- with the applied rules' version (the batch checks it is the one it compiled), none
+-- from a paused queue; locked until this transaction ends, skipping those another
+-- engine is processing.
 SELECT id, properties, enqueued_at,
        (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version
 FROM {schema}.messages
-WHERE queue_id = %(queue_id)s AND state = 1 AND available_at <= %(now)s
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE id = %(queue_id)s AND NOT paused)
+  AND state = 1 AND available_at <= %(now)s
 ORDER BY priority DESC, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -62,7 +64,8 @@ SELECT m.id, NULL, NULL, NULL, NULL{columns},
        (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version
 FROM (SELECT m.*, {rules_json_body} AS j
       FROM {schema}.messages AS m
-      WHERE m.queue_id = %(queue_id)s AND m.state = 1 AND m.available_at <= %(now)s
+      WHERE m.queue_id = (SELECT id FROM {schema}.queues WHERE id = %(queue_id)s AND NOT paused)
+        AND m.state = 1 AND m.available_at <= %(now)s
       ORDER BY m.priority DESC, m.id
       LIMIT %(limit)s
       FOR UPDATE OF m SKIP LOCKED) AS m

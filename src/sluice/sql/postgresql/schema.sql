@@ -27,7 +27,9 @@ CREATE TABLE {schema}.queues (
     pull_window  integer,
     priority_levels integer,
     max_in_flight integer,
-    retention    double precision
+    retention    double precision,
+    -- Claims take nothing from the queue while it is set (0011_pause.sql).
+    paused       boolean NOT NULL DEFAULT false
 );
 CREATE INDEX queues_topic ON {schema}.queues (topic_id) WHERE topic_id IS NOT NULL;
 

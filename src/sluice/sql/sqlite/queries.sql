@@ -8,6 +8,8 @@
 -- Columns read back for a message are always {message_columns} (sluice.backends.sqlite);
 -- {claimed_columns} are the same with the claimed state (2) in the state column, for the
 -- selects a batch claim marks claimed right after.
+-- Every claim finds its queue "AND NOT paused": a paused queue (Queue.pause) gives its
+-- consumers nothing, decided by the statement itself, whichever process paused it.
 
 -- name: open_session
 INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease)
@@ -123,7 +125,7 @@ ORDER BY id LIMIT 1;
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id = (
     SELECT id FROM messages AS m
-    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
       AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
     ORDER BY {order}priority DESC, id
     LIMIT :limit)
@@ -134,7 +136,7 @@ RETURNING {message_columns};
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id = (
     SELECT id FROM messages AS m
-    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
       AND {ready_or_own}
       AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
     ORDER BY {order}priority DESC, id
@@ -147,7 +149,7 @@ RETURNING {message_columns};
 UPDATE messages SET state = 2, c_session = :session, c_tx = :tx
 WHERE id IN (
     SELECT id FROM messages AS m
-    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+    WHERE queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
       AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
     ORDER BY {order}priority DESC, id
     LIMIT :limit);
@@ -155,14 +157,14 @@ WHERE id IN (
 -- name: select_claimable
 -- Batch claims select in delivery order, then mark by id (cheaper than RETURNING many rows).
 SELECT {claimed_columns} FROM messages AS m
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
   AND state = 1 AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
 ORDER BY {order}priority DESC, id
 LIMIT :limit;
 
 -- name: select_claimable_with_own
 SELECT {claimed_columns} FROM messages AS m
-WHERE queue_id = (SELECT id FROM queues WHERE name = :queue)
+WHERE queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
   AND {ready_or_own}
   AND available_at <= :now AND (expires_at IS NULL OR expires_at > :now){select}
 ORDER BY {order}priority DESC, id
@@ -176,7 +178,7 @@ LIMIT :limit;
 SELECT {claimed_columns} FROM (
     SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
-        WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue)
+        WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
           AND state = 1 AND available_at <= :now
           AND (expires_at IS NULL OR expires_at > :now){select}
         ORDER BY {order}priority DESC, id
@@ -189,7 +191,7 @@ SELECT {claimed_columns} FROM (
                          OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
             FROM json_each(:lanes) AS l JOIN messages AS r ON r.id IN (
                 SELECT w.id FROM messages AS w
-                WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue)
+                WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
                   AND w.lane = l.value AND w.state = 5
                 ORDER BY w.id LIMIT :run))
         WHERE blocked = 0){select}
@@ -202,7 +204,7 @@ LIMIT :limit;
 SELECT {claimed_columns} FROM (
     SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
-        WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue)
+        WHERE :fill AND queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
           AND {ready_or_own} AND available_at <= :now
           AND (expires_at IS NULL OR expires_at > :now){select}
         ORDER BY {order}priority DESC, id
@@ -215,7 +217,7 @@ SELECT {claimed_columns} FROM (
                          OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
             FROM json_each(:lanes) AS l JOIN messages AS r ON r.id IN (
                 SELECT w.id FROM messages AS w
-                WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue)
+                WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
                   AND w.lane = l.value AND w.state = 5
                 ORDER BY w.id LIMIT :run))
         WHERE blocked = 0){select}

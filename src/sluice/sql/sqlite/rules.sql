@@ -8,12 +8,13 @@ m.content_type, m.body, NULL
 
 -- name: rules_take
 -- The next messages of a queue the rules engine processes: due, in delivery order,
--- with the applied rules' version (the batch checks it is the one it compiled).
--- Inside BEGIN IMMEDIATE, so nobody else takes them meanwhile.
+-- with the applied rules' version (the batch checks it is the one it compiled); none
+-- from a paused queue. Inside BEGIN IMMEDIATE, so nobody else takes them meanwhile.
 SELECT id, properties, enqueued_at,
        (SELECT version FROM rules_catalog WHERE id = 1) AS version
 FROM messages
-WHERE queue_id = :queue_id AND state = 1 AND available_at <= :now
+WHERE queue_id = (SELECT id FROM queues WHERE id = :queue_id AND NOT paused)
+  AND state = 1 AND available_at <= :now
 ORDER BY priority DESC, id
 LIMIT :limit;
 
@@ -45,6 +46,7 @@ WHERE (slicing, key) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:pairs))
 SELECT m.id, NULL, NULL, NULL, NULL{columns},
        (SELECT version FROM rules_catalog WHERE id = 1) AS version
 FROM messages AS m
-WHERE m.queue_id = :queue_id AND m.state = 1 AND m.available_at <= :now
+WHERE m.queue_id = (SELECT id FROM queues WHERE id = :queue_id AND NOT paused)
+  AND m.state = 1 AND m.available_at <= :now
 ORDER BY m.priority DESC, m.id
 LIMIT :limit;

@@ -11,6 +11,7 @@
 -- queues.kind, topic_id, selector, pointer, durable, owner_session, expire_after, used_at,
 -- pull_window, priority_levels, max_in_flight, retention and messages.ref, settled_at:
 -- topics, subscriptions, priority levels, credit and kept outcomes (0006_topics.sql).
+-- queues.paused: claims take nothing from the queue while it is set (0009_pause.sql).
 CREATE TABLE queues (
     id           INTEGER PRIMARY KEY,
     name         TEXT    NOT NULL UNIQUE,
@@ -35,7 +36,8 @@ CREATE TABLE queues (
     pull_window  INTEGER,
     priority_levels INTEGER,
     max_in_flight INTEGER,
-    retention    REAL
+    retention    REAL,
+    paused       INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX queues_topic ON queues (topic_id) WHERE topic_id IS NOT NULL;
 
