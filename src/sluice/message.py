@@ -228,15 +228,20 @@ class Position(NamedTuple):
         try:
             if isinstance(value, str):
                 text_priority, text_seq = value.split(":")
-                return cls(int(text_priority), int(text_seq))
-            priority, seq = value
-            if isinstance(priority, bool) or isinstance(seq, bool):
-                raise TypeError("a bool is not a position")
-            return cls(int(priority), int(seq))
+                found = cls(int(text_priority), int(text_seq))
+            else:
+                priority, seq = value
+                if isinstance(priority, bool) or isinstance(seq, bool):
+                    raise TypeError("a bool is not a position")
+                found = cls(int(priority), int(seq))
         except (TypeError, ValueError):
             raise ConfigurationError(
                 f"{value!r} is not a position: use a message's .position or its text 'priority:seq'"
             ) from None
+        if not all(-(2**63) <= part < 2**63 for part in found):
+            # No message has one: the database stores both as 64-bit integers.
+            raise ConfigurationError(f"{value!r} is not a position: it is beyond the 64-bit range")
+        return found
 
 
 class Message(NamedTuple):

@@ -85,6 +85,27 @@ def test_a_paused_queue_holds_back_its_groups_and_the_held_lane_s_next(
         assert [m.body for m in tx.dequeue("orders", limit=5)] == ["a2", "a3", "b1"]
 
 
+def test_a_transaction_in_the_caller_s_own_takes_nothing_from_a_paused_queue(
+    db: sluice.Database,
+) -> None:
+    if db.backend.dialect != "postgresql":
+        pytest.skip("a queue transaction in the caller's own transaction is PostgreSQL's")
+    import psycopg
+
+    q = db.create_queue("orders", isolation="ordered")
+    q.put_many(["a", "b"])
+    with psycopg.connect(db.backend.conninfo) as business:  # type: ignore[attr-defined]
+        tx = db.begin(connection=business)
+        tx.enqueue("orders", "own")
+        assert [m.body for m in tx.dequeue("orders")] == ["a"]
+        q.pause()
+        assert tx.dequeue("orders", limit=5) == []  # not even its lane's next, nor its own
+        q.resume()
+        assert sorted(m.body for m in tx.dequeue("orders", limit=5)) == ["b", "own"]
+        tx.commit()
+        business.commit()
+
+
 def test_messages_held_before_the_pause_are_settled_as_usual(db: sluice.Database) -> None:
     q = db.create_queue("orders")
     q.put_many(["x", "y"])

@@ -4,6 +4,8 @@ leases and their tokens, browse, and errors as problem documents."""
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from sluice.server.app import create_app
-from sluice.server.grants import Grant, Keys
+from sluice.server.grants import REMEMBER, Grant, Keys
 
 T0 = 1_800_000_000.0
 PROBLEM = "application/problem+json"
@@ -104,13 +106,40 @@ def test_a_key_without_the_grant_is_forbidden(
     assert db.queue("orders").stats()["ready"] == 0
 
 
-def test_a_revoked_key_is_refused(client: TestClient, db: sluice.Database) -> None:
+def test_a_key_revoked_elsewhere_is_refused_within_remember(
+    client: TestClient, db: sluice.Database, clock: ManualClock
+) -> None:
     headers = key(db, "app", "orders:produce")
     db.create_queue("orders")
     assert client.post("/api/queues/orders/messages", headers=headers,
                        json={"messages": [{"body": 1}]}).status_code == 201  # fmt: skip
-    Keys(db).revoke("app")
+    Keys(db).revoke("app")  # as `sluice keys revoke` or another server would
+    clock.advance(REMEMBER)
     problem(client.get("/api/queues/orders", headers=headers), 401)
+
+
+def test_a_key_revoked_through_the_server_is_refused_at_once(
+    client: TestClient, db: sluice.Database
+) -> None:
+    headers = key(db, "app", "orders:produce")
+    db.create_queue("orders")
+    assert client.get("/api/queues/orders", headers=headers).status_code == 200
+    client.app.state.gate.keys.revoke("app")  # type: ignore[attr-defined]
+    problem(client.get("/api/queues/orders", headers=headers), 401)
+
+
+def test_a_key_is_remembered_for_a_while_then_read_again(
+    client: TestClient, db: sluice.Database, clock: ManualClock
+) -> None:
+    headers = key(db, "app", "orders:browse")
+    db.create_queue("orders")
+    keys: Keys = client.app.state.gate.keys  # type: ignore[attr-defined]
+    assert client.get("/api/queues/orders/messages", headers=headers).status_code == 200
+    secret = headers["Authorization"].removeprefix("Bearer ")
+    assert keys.remembered(secret) is not None
+    clock.advance(REMEMBER)
+    assert keys.remembered(secret) is None  # past its time: the store is asked again
+    assert keys.remembered("sk_nobody") is None  # unknown secrets are never remembered
 
 
 def test_an_admin_manages_queues(client: TestClient, admin: dict[str, str]) -> None:
@@ -324,3 +353,31 @@ def test_the_openapi_document_describes_the_api(client: TestClient) -> None:
                  "/api/queues/{name}/pause", "/api/queues/{name}/resume",
                  "/api/leases/{token}/ack"):  # fmt: skip
         assert path in doc["paths"]
+
+
+def test_the_enqueue_body_is_in_the_openapi_document(client: TestClient) -> None:
+    # The enqueue route reads its body itself (server/models.read_body): its schema is
+    # declared by hand, and every reference in it must resolve.
+    doc = client.get("/openapi.json").json()
+    body = doc["paths"]["/api/queues/{name}/messages"]["post"]["requestBody"]
+    ref = body["content"]["application/json"]["schema"]["$ref"]
+    schemas = doc["components"]["schemas"]
+    assert ref == "#/components/schemas/Enqueue"
+    assert "messages" in schemas["Enqueue"]["properties"]
+    text = json.dumps(doc)
+    for name in re.findall(r'"#/components/schemas/([^"]+)"', text):
+        assert name in schemas, name
+
+
+def test_an_enqueue_body_that_is_not_json_is_refused(
+    client: TestClient, db: sluice.Database, admin: dict[str, str]
+) -> None:
+    db.create_queue("orders")
+    post = "/api/queues/orders/messages"
+    text = {**admin, "content-type": "text/plain"}
+    problem(client.post(post, headers=text, content=b'{"messages": []}'), 422, "InvalidRequest")
+    problem(client.post(post, headers=admin, content=b'{"messages": [}'), 422, "InvalidRequest")
+    problem(client.post(post, headers=admin, content=b"\xff\xfe"), 422, "InvalidRequest")
+    wrong = client.post(post, headers=admin, json={"messages": [{"body": 1, "priority": "x"}]})
+    assert problem(wrong, 422, "InvalidRequest")["errors"][0]["where"].startswith("body.")
+    assert db.queue("orders").stats()["ready"] == 0

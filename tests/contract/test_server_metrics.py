@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,7 +93,9 @@ def test_depth_by_state_age_and_error_queue(
     put = {"messages": [{"body": n} for n in range(3)] + [{"body": "later", "delay": 600}]}
     assert client.post("/api/queues/orders/messages", json=put, headers=admin).status_code == 201
     clock.advance(30)
-    taken = client.post("/api/queues/orders/leases", json={"limit": 2}, headers=admin).json()
+    # Leased for longer than the clock moves below: the reaper must not give it back.
+    ask = {"limit": 2, "lease": 3600}
+    taken = client.post("/api/queues/orders/leases", json=ask, headers=admin).json()
     token = taken["messages"][0]["token"]
     why = {"reason": "bad address"}
     assert client.post(f"/api/leases/{token}/reject", json=why, headers=admin).status_code == 204
@@ -293,3 +297,22 @@ def test_workers_in_several_processes_are_summed(tmp_path: Path) -> None:
     }
     route = {"method": "GET", "route": "/api/queues/{name}", "status": "200"}
     assert counts[frozenset(route.items())] == 6
+
+
+def test_consumers_waiting_for_a_message(
+    db: sluice.Database, client: TestClient, admin: dict[str, str]
+) -> None:
+    db.create_queue("orders")
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(db.queue("orders").get(wait=30)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while db.context.wakeups.waiting().get("orders") != 1:  # until it has blocked
+        assert time.monotonic() < deadline, "the consumer never started waiting"
+        time.sleep(0.001)
+    assert at(scrape(client, admin)["sluice_queue_waiting_consumers"], queue="orders") == 1
+    db.queue("orders").put("wake up")
+    waiter.join(10)
+    (message,) = got
+    assert message is not None
+    assert at(scrape(client, admin)["sluice_queue_waiting_consumers"], queue="orders") == 0

@@ -103,3 +103,49 @@ def test_the_rules_application_is_applied_and_read_by_an_admin(
     app = key(db, "app", "*:produce,consume,browse,manage")
     problem(client.get("/api/rules", headers=app), 403)
     problem(client.post("/api/rules", headers=app, json={"text": text}), 403)
+
+
+def test_profiles_are_set_read_and_cleared(client: TestClient, db: sluice.Database) -> None:
+    admin = key(db, "root", admin=True)
+
+    @db.task("send_email")
+    def send(body: object) -> None:
+        pass
+
+    given = {
+        "entries": [{"days": "mon-fri", "window": "08:00-18:00", "tz": "Europe/Berlin",
+                     "max_per_hour": 5},
+                    {"days": "fri", "window": "22:00-24:00", "max_per_hour": 50,
+                     "follow": {"signal": "web_rpm", "capacity": 1000.0}}],
+        "default_per_hour": 1000,
+        "default_per_cycle": 3,
+    }  # fmt: skip
+    problem(client.get("/api/profiles/send_email", headers=admin), 404, "NoProfile")
+    set_ = client.put("/api/profiles/send_email", headers=admin, json=given)
+    assert set_.status_code == 200, set_.text
+    read = client.get("/api/profiles/send_email", headers=admin).json()
+    assert read == set_.json()
+    assert read["entries"][0]["days"] == "mon,tue,wed,thu,fri"
+    assert read["entries"][1]["window"] == "22:00-24:00"
+    assert db.jobs.profile("send_email") is not None
+    # T0 is a Friday 09:00 in Berlin: the working-hours entry is in force, in place of
+    # the defaults (so no cap per cycle).
+    db.jobs.submit("burst", [("send_email", {"n": n}) for n in range(7)])
+    assert db.worker().run_until_idle() == 5
+    now = client.get("/api/profiles", headers=admin).json()[0]["now"]
+    assert now["hour"] == {**now["hour"], "limit": 5, "starts": 5}
+    assert now["cycle"]["limit"] is None
+    # What was read back can be sent again as it is.
+    again = {k: read[k] for k in given}
+    sent_again = client.put("/api/profiles/send_email", headers=admin, json=again).json()
+    assert {k: sent_again[k] for k in given} == again
+
+    problem(client.put("/api/profiles/send_email", headers=admin,
+                       json={"entries": [{"days": "mon-xyz", "window": "*"}]}), 422)  # fmt: skip
+    problem(client.put("/api/profiles/nothing", headers=admin, json={}), 422, "UnknownTaskType")
+    problem(client.get("/api/profiles/nothing", headers=admin), 404, "UnknownTaskType")
+    problem(client.get("/api/profiles", headers=key(db, "app", "*:produce")), 403)
+    problem(client.get("/api/profiles"), 401)
+    assert client.delete("/api/profiles/send_email", headers=admin).status_code == 204
+    assert db.jobs.profile("send_email") is None
+    problem(client.delete("/api/profiles/send_email", headers=admin), 404, "NoProfile")

@@ -385,7 +385,10 @@ class PostgresBackend(
         self._notifier.signal()
 
     def _resumed(self, name: str) -> None:
-        self._notifier.signal((name,))
+        # Sent now, not by the coalescing Notifier: resumes are rare, and the process that
+        # resumed (a CLI command) may end before that thread's turn would have come.
+        note = payload(self._notifier.origin, (name,))
+        self._write_rows("notify", {"channel": self.channel, "payload": note}, durable=False)
 
     def expression_compiler(self, alias: str = "m") -> PostgresCompiler:
         """A compiler of expressions for this schema's SQL."""

@@ -117,6 +117,13 @@ class Wakeups:
                     w.wake()
                     count -= w.limit
 
+    def waiting(self) -> dict[str, int]:
+        """Waiters of this process not yet woken, by queue (one waiting on two queues
+        counts in both): consumers blocked in ``get(wait=...)`` and the like."""
+        with self._lock:
+            counts = {q: sum(not w.woken for w in ws) for q, ws in self._waiters.items()}
+        return {q: n for q, n in counts.items() if n}
+
     def wait(
         self, token: Token, timeout: float, queues: str | Iterable[str], limit: int = 1
     ) -> None:

@@ -16,10 +16,12 @@ import sluice
 from sluice.errors import ConfigurationError
 from sluice.server import (
     console,
+    content,
     events,
     jobs,
     messages,
     metrics,
+    profiles,
     queues,
     rules,
     topics,
@@ -29,7 +31,8 @@ from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
 from sluice.server.leases import Leases
-from sluice.server.problems import PROBLEM, Problem, install
+from sluice.server.models import with_read_bodies
+from sluice.server.problems import PROBLEM, RESPONSES, Problem, install
 
 __all__ = ["MAX_REQUEST", "create_app", "from_environment"]
 
@@ -68,6 +71,7 @@ def create_app(
         version=sluice.__version__,
         summary="A persistent, transactional, content-aware message queue over HTTP",
         lifespan=lifespan,
+        responses=RESPONSES,
     )
     app.state.db = db
     app.state.gate = Gate(Keys(db) if auth else None)
@@ -75,12 +79,16 @@ def create_app(
     app.state.transactions = transactions.Transactions(db.clock)
     app.state.idempotency = Idempotency(db)
     install(app)
+    plain_openapi = app.openapi
+    app.openapi = lambda: with_read_bodies(plain_openapi())  # type: ignore[method-assign]
     app.include_router(queues.router)
+    app.include_router(content.router)
     app.include_router(messages.router)
     app.include_router(events.router)
     app.include_router(transactions.router)
     app.include_router(topics.router)
     app.include_router(jobs.router)
+    app.include_router(profiles.router)
     app.include_router(rules.router)
     sampler = console.install(app, db, sample_every=sample_every)
     app.add_middleware(_Limit, limit=max_request)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from sluice.server.grants import Keys, Principal
 from sluice.server.problems import Problem
@@ -23,7 +24,9 @@ class Gate:
 
     keys: Keys | None
 
-    def principal(self, request: Request) -> Principal:
+    async def principal(self, request: Request) -> Principal:
+        # A coroutine, so that FastAPI runs it on the event loop: a key remembered from
+        # a recent request costs no hop to the thread pool and no read of the store.
         if self.keys is None:
             return ANONYMOUS
         header = request.headers.get("authorization", "")
@@ -31,16 +34,19 @@ class Gate:
         if scheme.lower() != "bearer" or not secret.strip():
             raise Problem(401, "an API key is needed: Authorization: Bearer <key>",
                           error="Unauthorized")  # fmt: skip
-        found = self.keys.authenticate(secret.strip())
+        secret = secret.strip()
+        found = self.keys.remembered(secret)
+        if found is None:
+            found = await run_in_threadpool(self.keys.authenticate, secret)
         if found is None:
             raise Problem(401, "the API key is unknown or revoked", error="Unauthorized")
         return found
 
 
-def caller(request: Request) -> Principal:
+async def caller(request: Request) -> Principal:
     """The request's principal (a FastAPI dependency of every route)."""
     gate: Gate = request.app.state.gate
-    return gate.principal(request)
+    return await gate.principal(request)
 
 
 def need(who: Principal, queue: str, action: str) -> None:

@@ -46,6 +46,7 @@ _POLL = 1.0
     "/queues/{name}/events",
     summary="Messages pushed as server-sent events, each leased (consume)",
     response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
 )
 def events(
     request: Request,

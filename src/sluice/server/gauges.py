@@ -6,18 +6,16 @@ answers alike."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 import sluice
 from sluice.backends.records import QueueCounts
-from sluice.jobs.limits import Gate
-from sluice.jobs.model import JobRow, TaskType, TaskTypeRow
-from sluice.jobs.profiles import cycle_start, hour_start
+from sluice.jobs.model import JobRow
 from sluice.server.grants import Principal
+from sluice.server.profiles import usage
 
-__all__ = ["JOBS_SHOWN", "Gauges", "ProfileWindow", "profile_windows"]
+__all__ = ["JOBS_SHOWN", "Gauges"]
 
 JOBS_SHOWN = 100
 """Open jobs with series, the newest first: a label per job must stay a bounded set."""
@@ -86,7 +84,15 @@ class Gauges:
             "Messages ready in the queue's error queue (of every queue that shares it)",
             labels=("queue", "error_queue"),
         )
+        waiting = GaugeMetricFamily(
+            "sluice_queue_waiting_consumers",
+            "Consumers of this server process blocked waiting for a message (long polls, "
+            "event streams)",
+            labels=("queue",),
+        )
+        blocked = db.context.wakeups.waiting()
         for spec in specs:
+            waiting.add_metric((spec.name,), blocked.get(spec.name, 0))
             info.add_metric((spec.name, spec.kind, spec.error_queue or ""), 1)
             paused.add_metric((spec.name,), 1 if spec.paused else 0)
             for state in _STATES:
@@ -96,7 +102,7 @@ class Gauges:
             if spec.error_queue is not None and self._who.allows(spec.error_queue, "browse"):
                 failed = stats.get(spec.error_queue, _EMPTY).counts["ready"]
                 errors.add_metric((spec.name, spec.error_queue), failed)
-        yield from (info, paused, messages, age, errors, lag, lag_seconds)
+        yield from (info, paused, messages, age, errors, lag, lag_seconds, waiting)
 
     def _jobs(self) -> Iterator[Metric]:
         rows = self._db.backend.jobs_read("job_list", {"open": 1, "limit": JOBS_SHOWN})
@@ -129,53 +135,11 @@ class Gauges:
             "Starts taken in the current hour or cycle, by all workers",
             labels=("task_type", "window"),
         )
-        for window in profile_windows(self._db, self._db.clock.now()):
+        for window in usage(self._db, self._db.clock.now()):
             if window.limit is not None:
-                limit.add_metric((window.task_type, window.kind), window.limit)
-            starts.add_metric((window.task_type, window.kind), window.starts)
+                limit.add_metric((window.task_type, window.window), window.limit)
+            starts.add_metric((window.task_type, window.window), window.starts)
         yield from (limit, starts)
-
-
-class ProfileWindow(NamedTuple):
-    """A task type's current hour or cycle under its profile: the starts its profile
-    allows in it (None: no cap) and those all workers took."""
-
-    task_type: str
-    queue: str
-    kind: str
-    """``hour`` or ``cycle``."""
-    limit: int | None
-    starts: int
-
-
-def profile_windows(db: sluice.Database, now: float) -> list[ProfileWindow]:
-    """The current windows of every task type that has a profile (read by /metrics and
-    the console)."""
-    gate = Gate(db, {})  # no signal functions: a following entry uses reported loads
-    rows = db.backend.jobs_read("task_types", {})
-    found = []
-    for task_type in map(TaskType.from_row, map(TaskTypeRow._make, rows)):
-        profile = gate.profile(task_type)
-        limits = gate.limits(task_type, now)
-        if profile is None or limits is None:
-            continue
-        windows = {
-            "hour": (hour_start(now, limits.tz), limits.max_per_hour),
-            "cycle": (cycle_start(now, profile.cycle), limits.max_per_cycle),
-        }
-        used = {
-            (kind, start): n
-            for kind, start, n in db.jobs.usage(
-                task_type.name, min(start for start, _ in windows.values())
-            )
-        }
-        for kind, (start, cap) in windows.items():
-            found.append(
-                ProfileWindow(
-                    task_type.name, task_type.queue, kind, cap, used.get((kind, start), 0)
-                )
-            )
-    return found
 
 
 _EMPTY = QueueCounts(dict.fromkeys(_STATES, 0), None)

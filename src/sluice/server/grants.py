@@ -22,7 +22,16 @@ from sluice.backends.records import StoredKey
 from sluice.database import Database
 from sluice.errors import ConfigurationError, KeyNotFound
 
-__all__ = ["ACTIONS", "KEY_PREFIX", "USED_EVERY", "Grant", "KeyInfo", "Keys", "Principal"]
+__all__ = [
+    "ACTIONS",
+    "KEY_PREFIX",
+    "REMEMBER",
+    "USED_EVERY",
+    "Grant",
+    "KeyInfo",
+    "Keys",
+    "Principal",
+]
 
 ACTIONS = frozenset({"produce", "consume", "browse", "manage"})
 """What a grant may allow on a queue: enqueue into it, take from it, look at its
@@ -34,6 +43,16 @@ KEY_PREFIX = "sk_"
 USED_EVERY = 60.0
 """Seconds between the marks of a key as used: marking each request would make every
 request, reads too, a write."""
+
+REMEMBER = 1.0
+"""Seconds a server goes on trusting a key it has looked up, before it asks the store
+again: a key revoked by another process (``sluice keys revoke``, another server) is
+refused within this; one revoked through this process's ``Keys``, at once. Without it,
+every request would pay a read of the store (a round trip on PostgreSQL)."""
+
+_REMEMBERED = 10_000
+"""The most keys remembered at once; past it the memory starts again, so that no number
+of distinct keys can grow it."""
 
 _KEY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _GLOB_SPECIAL = re.compile(r"([?\[])")
@@ -139,8 +158,12 @@ class KeyInfo:
 class Keys:
     """The server's API keys in a database: add, list, revoke, and authenticate a secret."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, remember: float = REMEMBER) -> None:
         self._db = db
+        self._remember = remember
+        # The digest of a found secret -> whom it stands for, and when it was read (the
+        # database's clock, so that a test's manual clock can move past it).
+        self._recent: dict[str, tuple[Principal, float]] = {}
 
     def add(self, name: str, grants: Sequence[Grant], *, admin: bool = False) -> str:
         """Add a key and return its secret; it is not stored, and cannot be shown again.
@@ -173,6 +196,18 @@ class Keys:
         """
         if not self._db.backend.keys_revoke(name, self._db.clock.now()):
             raise KeyNotFound(f"no API key named {name!r}; see `sluice keys list`")
+        self._recent.clear()
+
+    def remembered(self, secret: str) -> Principal | None:
+        """Whom ``secret`` stands for if it was found within the last ``remember``
+        seconds, without asking the store; None: ask :meth:`authenticate`.
+
+        Unknown secrets are never remembered: a key added elsewhere works at once, and
+        guesses cannot fill the memory."""
+        seen = self._recent.get(_digest(secret))
+        if seen is None or self._db.clock.now() - seen[1] >= self._remember:
+            return None
+        return seen[0]
 
     def authenticate(self, secret: str) -> Principal | None:
         """Whom ``secret`` stands for, or None: no key has it, or its key is revoked."""
@@ -181,13 +216,19 @@ class Keys:
         # The secret is looked up by its hash through an index: a comparison that takes
         # longer for a longer common prefix would only tell an attacker about hashes,
         # which reveal nothing of the secrets they come from.
-        stored = self._db.backend.keys_find(_digest(secret))
+        digest = _digest(secret)
+        stored = self._db.backend.keys_find(digest)
         if stored is None:
+            self._recent.pop(digest, None)
             return None
         now = self._db.clock.now()
         if stored.used_at is None or now - stored.used_at >= USED_EVERY:
             self._db.backend.keys_used(stored.name, now)
-        return Principal(stored.name, stored.admin, _grants_of(stored.grants))
+        found = Principal(stored.name, stored.admin, _grants_of(stored.grants))
+        if len(self._recent) >= _REMEMBERED:
+            self._recent.clear()
+        self._recent[digest] = (found, now)
+        return found
 
 
 def _digest(secret: str) -> str:

@@ -15,7 +15,7 @@ import sluice
 from sluice.jobs import TaskSpec
 from sluice.server.auth import caller, need, need_admin
 from sluice.server.grants import Principal
-from sluice.server.models import Strict
+from sluice.server.models import JsonValue, Strict
 
 __all__ = ["router"]
 
@@ -26,7 +26,7 @@ Who = Annotated[Principal, Depends(caller)]
 
 class TaskIn(Strict):
     type: str = Field(min_length=1, max_length=200)
-    body: Any = None
+    body: JsonValue = None
     priority: int | None = None
 
 
@@ -36,7 +36,7 @@ class JobIn(Strict):
     priority: int = 0
     deadline: float | None = None
     """Epoch seconds."""
-    info: Any = None
+    info: JsonValue = None
     alert_queue: str | None = Field(None, min_length=1, max_length=200)
 
 

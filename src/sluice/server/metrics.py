@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -83,7 +84,11 @@ def count(request: Request, queue: str, outcome: str, n: int = 1) -> None:
     metrics.messages.labels(queue, outcome).inc(n)
 
 
-@router.get("/metrics", summary="Series in Prometheus' text format (admin, or browse)")
+@router.get(
+    "/metrics",
+    summary="Series in Prometheus' text format (admin, or browse)",
+    response_class=PlainTextResponse,
+)
 def metrics(request: Request, who: Who) -> Response:
     if not who.admin and not any("browse" in g.actions for g in who.grants):
         raise Problem(

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+import itertools
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sluice.catalog import Durability, Isolation, QueueSpec
 from sluice.engine.transaction import Transaction
 from sluice.message import Message, is_json
 from sluice.server.problems import Problem
 
+_M = TypeVar("_M", bound=BaseModel)
+
 __all__ = [
+    "MAX_DEPTH",
     "Enqueue",
     "Enqueued",
+    "JsonValue",
     "LeaseRequest",
     "Leased",
     "MessageOut",
@@ -36,13 +43,38 @@ MAX_TAKE = 100
 MAX_WAIT = 20.0
 """The longest a lease request waits for a first message (long poll), seconds."""
 
+MAX_DEPTH = 100
+"""How deeply a JSON value in a request (a body, properties, a job's info) may nest."""
+
 _NAME = Field(min_length=1, max_length=200)
 
 
-class Strict(BaseModel):
-    """A request shape that refuses fields it does not know (a typo is an error)."""
+def _shallow(value: Any) -> Any:
+    """``value`` if it nests at most MAX_DEPTH levels deep. A deeper one would be taken
+    and then fail to be shown in every answer that carries it (a 500 on each lease)."""
+    level, depth = [value], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the JSON value nests deeper than {MAX_DEPTH} levels")
+        level = [
+            inner
+            for v in level
+            for inner in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+        ]
+    return value
 
-    model_config = ConfigDict(extra="forbid")
+
+JsonValue = Annotated[Any, AfterValidator(_shallow)]
+"""Any JSON value that nests no deeper than MAX_DEPTH."""
+
+
+class Strict(BaseModel):
+    """A request shape that refuses fields it does not know (a typo is an error) and
+    values of another JSON type than its schema says (``"true"`` for a boolean, ``"5"``
+    for a number): what the OpenAPI document declares is what is accepted."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class QueueIn(Strict):
@@ -114,11 +146,11 @@ class NewMessage(Strict):
     """One message to enqueue: ``body`` (a JSON value; a string for a text or XML
     ``content_type``) or ``body_base64`` (bytes), and its options."""
 
-    body: Any = None
+    body: JsonValue = None
     body_base64: str | None = None
     content_type: str | None = Field(None, max_length=200)
     priority: int | None = None
-    properties: dict[str, Any] | None = None
+    properties: Annotated[dict[str, Any] | None, AfterValidator(_shallow)] = None
     delay: float = Field(0.0, ge=0)
     ttl: float | None = Field(None, gt=0)
     group: str | None = Field(None, min_length=1, max_length=200)
@@ -168,16 +200,56 @@ class Enqueued(BaseModel):
     ids: list[str]
 
 
+READ_BODIES: set[type[BaseModel]] = set()
+"""The models of routes that read their bodies themselves (body_of)."""
+
+
+def with_read_bodies(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (an OpenAPI one) with the schemas of READ_BODIES among its own."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for model in READ_BODIES:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas.setdefault(model.__name__, schema)
+    return document
+
+
+def body_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of a route that reads ``model`` itself (read_body),
+    for ``openapi_extra``: the model is among the document's schemas (the app's
+    ``openapi`` adds it, see app.py)."""
+    READ_BODIES.add(model)
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+async def read_body(request: Request, model: type[_M]) -> _M:
+    """The request's JSON body as ``model``; 422 as FastAPI's own bodies get it (a route
+    that reads its body itself skips FastAPI's parse to a dict and validation of it)."""
+    kind = request.headers.get("content-type", "application/json").partition(";")[0].strip()
+    if not is_json(kind):
+        raise RequestValidationError(
+            [{"loc": ("body",), "msg": f"the body must be JSON, not {kind!r}", "type": "json"}]
+        )
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
+
+
 def enqueue_into(tx: Transaction, queue: str, batch: Enqueue) -> list[str]:
     """Enqueue ``batch`` into ``queue`` in ``tx``; their ids. A body that is not what its
     content type says: 422, and ``tx`` left to its owner to abort."""
-    ids = []
-    for m in batch.messages:
+    ids: list[str] = []
+    # Neighbours with the same options go in as one enqueue_many: a batch of plain
+    # messages is one call, as ``put_many`` is in process.
+    for options, run in itertools.groupby(batch.messages, key=NewMessage.options):
         try:
-            body = m.payload()
+            bodies = [m.payload() for m in run]
         except ValueError as exc:
             raise Problem(422, str(exc), error="InvalidBody") from None
-        ids.append(tx.enqueue(queue, body, **m.options()))
+        ids.extend(tx.enqueue_many(queue, bodies, **options))
     return ids
 
 

@@ -5,12 +5,16 @@ bare 500."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from sluice.errors import (
     ConfigurationError,
@@ -29,7 +33,16 @@ from sluice.errors import (
     UnknownTaskType,
 )
 
-__all__ = ["PROBLEM", "Problem", "install", "problem_body", "problem_response", "status_of"]
+__all__ = [
+    "PROBLEM",
+    "RESPONSES",
+    "Problem",
+    "ProblemDocument",
+    "install",
+    "problem_body",
+    "problem_response",
+    "status_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +80,35 @@ _TITLES = {
 }
 
 
+class Invalid(BaseModel):
+    """One reason a request is invalid: where in it (``body.messages.0.delay``), and what."""
+
+    where: str
+    what: str
+
+
+class ProblemDocument(BaseModel):
+    """An error answer (RFC 9457): ``error`` names the sluice error; ``errors`` lists what
+    is invalid in a request (422)."""
+
+    model_config = ConfigDict(extra="allow")  # RFC 9457 extension members
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    error: str | None = None
+    errors: list[Invalid] | None = None
+
+
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ProblemDocument, "description": "The request was refused"},
+    503: {"model": ProblemDocument, "description": "The database is unavailable: retry"},
+}
+"""The error answers every route may give (``FastAPI(responses=...)``); ``install`` makes
+their media type ``application/problem+json`` in the OpenAPI document."""
+
+
 class Problem(Exception):
     """An answer that is a problem document: ``raise Problem(403, "...")`` in a route."""
 
@@ -95,12 +137,19 @@ def problem_body(
 
 
 def problem_response(
-    status: int, detail: str, *, error: str | None = None, **extra: Any
+    status: int,
+    detail: str,
+    *,
+    error: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
 ) -> JSONResponse:
-    """``problem_body`` as a response."""
+    """``problem_body`` as a response, with ``headers`` (a 405's ``Allow``)."""
     body = problem_body(status, detail, error=error, **extra)
-    headers = {"WWW-Authenticate": 'Bearer realm="sluice"'} if status == 401 else None
-    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+    sent = dict(headers or {})
+    if status == 401:
+        sent["WWW-Authenticate"] = 'Bearer realm="sluice"'
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=sent)
 
 
 def status_of(exc: SluiceError) -> int:
@@ -132,7 +181,11 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
-        return problem_response(exc.status_code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette's Allow names one route's methods, not the path's
+            headers["Allow"] = ", ".join(_allowed(request))
+        return problem_response(exc.status_code, str(exc.detail), error=_named(exc.status_code),
+                                headers=headers)  # fmt: skip
 
     async def on_other(request: Request, exc: Exception) -> JSONResponse:
         # A bug of the server's: logged with its traceback, answered without it.
@@ -144,3 +197,45 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_invalid)
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(Exception, on_other)
+    _document(app)
+
+
+def _named(status: int) -> str:
+    """An error's name from its status (``MethodNotAllowed``), where no sluice error
+    caused it (a path no route has, a body that is not JSON)."""
+    try:
+        return HTTPStatus(status).phrase.title().replace(" ", "").replace("-", "")
+    except ValueError:
+        return "HTTPError"
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route of the app answers on the request's path."""
+    return [
+        method
+        for method in ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in request.app.routes
+        )
+    ]
+
+
+_SCHEMA = f"#/components/schemas/{ProblemDocument.__name__}"
+
+
+def _document(app: FastAPI) -> None:
+    """Error answers in ``app``'s OpenAPI document as they are sent: problem documents,
+    ``application/problem+json`` (FastAPI would say ``application/json``)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        doc = generate()  # cached by FastAPI until routes change
+        for operation in (op for ops in doc.get("paths", {}).values() for op in ops.values()):
+            for status, answer in operation.get("responses", {}).items():
+                if status in ("4XX", "503") and PROBLEM not in answer.get("content", {}):
+                    # FastAPI gives them the route's own media type (a text route's too).
+                    answer["content"] = {PROBLEM: {"schema": {"$ref": _SCHEMA}}}
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]

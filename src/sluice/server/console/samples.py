@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import sluice
 from sluice.errors import SluiceError
-from sluice.server.gauges import profile_windows
+from sluice.server.profiles import usage
 
 __all__ = ["DEFAULT_EVERY", "KEPT", "Sample", "Sampler"]
 
@@ -79,9 +79,7 @@ class Sampler:
             name: (c.counts["ready"], c.counts["delayed"], c.counts["claimed"], c.counts["failed"])
             for name, c in db.backend.stats_all().items()
         }
-        starts = {
-            w.queue: (w.starts, w.limit) for w in profile_windows(db, now) if w.kind == "hour"
-        }
+        starts = {w.queue: (w.starts, w.limit) for w in usage(db, now) if w.window == "hour"}
         sample = Sample(now, counts, starts)
         self._ring.append(sample)
         return sample

@@ -16,8 +16,8 @@ from sluice.catalog import QueueSpec
 from sluice.jobs.model import JobStatus
 from sluice.server.console.chart import line_chart, rates, sparkline
 from sluice.server.console.samples import Sample, series
-from sluice.server.gauges import profile_windows
 from sluice.server.grants import Principal
+from sluice.server.profiles import usage
 
 __all__ = [
     "QueueRow",
@@ -124,7 +124,7 @@ def admin_view(db: sluice.Database, who: Principal) -> dict[str, Any]:
     app = db.rules.application
     return {
         "jobs": [(j, j.late(now)) for j in jobs],
-        "profiles": profile_windows(db, now),
+        "profiles": usage(db, now),
         "rules": sorted((r.name, r.target, r.error_queue) for r in app.rules.values()),
         "slicings": sorted((s.name, s.property) for s in app.slicings.values()),
     }
