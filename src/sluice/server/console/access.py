@@ -13,6 +13,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, urlsplit
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from sluice.server.auth import ANONYMOUS, Gate
 from sluice.server.grants import Principal
@@ -26,18 +27,20 @@ COOKIE = "sluice_console"
 _MAX_FORM = 64 * 1024
 
 
-def visitor(request: Request) -> Principal:
-    """The console's caller: by the Bearer header, else the login cookie (401 if none
-    or a key unknown or revoked)."""
+async def visitor(request: Request) -> Principal:
+    """The console's caller: by the Bearer header (as the API's), else the login cookie
+    (401 if none or a key unknown or revoked). The cookie's key is read from the store
+    at every request, never remembered: a person's few requests can afford it, and a
+    revoked key then ends a browser's session at once."""
     gate: Gate = request.app.state.gate
     if gate.keys is None:
         return ANONYMOUS
     if request.headers.get("authorization"):
-        return gate.principal(request)
+        return await gate.principal(request)
     secret = request.cookies.get(COOKIE)
     if not secret:
         raise Problem(401, "log in with an API key to use the console", error="Unauthorized")
-    found = gate.keys.authenticate(secret)
+    found = await run_in_threadpool(gate.keys.authenticate, secret)
     if found is None:
         raise Problem(401, "the API key is unknown or revoked: log in again", error="Unauthorized")
     return found
