@@ -12,7 +12,9 @@ $(BIN)/sluice-run-stamp: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[mail]'
 	touch $@
 
+# The console's browser tests drive Debian's chromium (Playwright's own download cannot work here).
 $(BIN)/sluice-test-stamp: pyproject.toml
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[all,dev]'

@@ -15,8 +15,9 @@ Run: ``python -m bench.server`` (``--quick`` for a smoke run of seconds, ``--onl
 
 1 and 16 concurrent clients: threads with one keep-alive connection each, runs of fixed
 length, in-process and HTTP interleaved. Then the parts of an HTTP enqueue are timed alone
-(bench/server_profile.py). Writes ``bench/results/server-<date>.md`` (``--quick``: the temp
-directory unless ``--out``).
+(bench/server_profile.py), and the web console's page load with 100 queues
+(bench/server_console.py, target <= 300 ms). Writes ``bench/results/server-<date>.md``
+(``--quick``: the temp directory unless ``--out``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from bench.server_clients import (
     rabbit_ops,
     sluice_ops,
 )
+from bench.server_console import measure_console
 from bench.server_procs import (
     LOG_LEVEL,
     RABBIT_API_PORT,
@@ -222,6 +224,17 @@ def run_system(system: str, s: Settings, tmp_root: Path, res: Results, log: Log)
         _failed([r for pair in rows for r in pair], exc, log)
 
 
+def run_console(system: str, tmp_root: Path, res: Results, log: Log) -> None:
+    """The console's page load with 100 queues: a note of the report."""
+    try:
+        with fresh(system, tmp_root) as place:
+            line = measure_console(system, place.url).line()
+    except Exception as exc:  # the other figures stand without it
+        line = f"**Console page, {system}**: not measured ({one_line(exc)})."
+    res.notes.append(line)
+    log(line)
+
+
 def run_rabbit(s: Settings, res: Results, log: Log) -> None:
     import pika
 
@@ -343,14 +356,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per row (3)")
     parser.add_argument("--tmp-dir", type=Path, help="where the SQLite file goes (on disk)")
     parser.add_argument("--out", type=Path, help="the report's path")
+    parser.add_argument("--console-only", action="store_true",
+                        help="only the console's page load with 100 queues, printed")  # fmt: skip
     args = parser.parse_args(argv)
     tmp_root: Path = args.tmp_dir or Path(tempfile.gettempdir())
     s = Settings.quick() if args.quick else Settings.full(args.repeats)
     systems = args.only or list(SYSTEMS)
+    if args.console_only:
+        for system in systems:
+            run_console(system, tmp_root, Results([], [], notes=[]), _log)
+        return 0
     res = Results(facts(tmp_root, systems), workload(s), notes=list(NOTES))
     _log(f"RabbitMQ at {RABBIT_HOST}; clients {s.clients}; {s.seconds:g} s per run")
     for system in systems:
         run_system(system, s, tmp_root, res, _log)
+        run_console(system, tmp_root, res, _log)
     run_rabbit(s, res, _log)
     run_floor(s, res, _log)
     res.facts.append(load_average("at the end"))

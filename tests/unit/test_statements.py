@@ -31,6 +31,7 @@ TAKERS = {
     "_read_rows",
     "_write_rows",
     "_selected",
+    "_selection",
     "selected",
     "jobs_read",
     "Effect",

@@ -186,6 +186,26 @@ class MessageStore(TxStore, Protocol):
         """Delete the queue's ``expired`` or ``failed`` messages enqueued before ``before``,
         or its ``done`` ones settled before it."""
 
+    def retry_failed(
+        self,
+        queue: str,
+        *,
+        select: Selection | None,
+        ref: int | None,
+        allowed: Callable[[str], bool],
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Move the queue's failed messages (rejected or out of attempts, held by no one)
+        that ``select`` matches, or the one stored at ``ref``, back to the queues they
+        came from, ready and with no attempts counted, in one database transaction.
+
+        Only those whose queue ``allowed`` accepts and still exists move. Returns the
+        counts moved and the counts left, each by the queue the messages came from.
+        """
+
+    def discard_failed(self, queue: str, *, select: Selection | None, ref: int | None) -> int:
+        """Delete the queue's failed messages that ``select`` matches (or the one at
+        ``ref``) in one statement; returns how many went."""
+
     def stats(self, queue: str) -> dict[str, int]:
         """Message counts by state name, with ``delayed`` apart from ``ready``."""
 

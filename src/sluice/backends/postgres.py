@@ -107,6 +107,18 @@ __all__ = ["PostgresBackend", "PostgresSettings"]
 _PEER_MEMORY = 60.0  # seconds a notification from another Database counts as a peer
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
 _MAX_SELECTIONS = 256
+# The statements whose selection names the messages table "m" (the others, "s").
+_ALIAS_M = frozenset(
+    {
+        "browse",
+        "browse_done",
+        "scan",
+        "claimed_in_order",
+        "failed_origins",
+        "retry_failed",
+        "discard_failed",
+    }
+)
 
 
 class PostgresBackend(
@@ -461,6 +473,13 @@ class PostgresBackend(
     def _rules_committed(self, queues: set[str]) -> None:
         self._notifier.signal(queues)
 
+    def _selection(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
+        found, params = self.selected(name, select)
+        return self._q[found], params
+
+    def _made_available(self, queues: set[str]) -> None:
+        self._notifier.signal(queues)
+
     def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """The name of the query shaped by ``select``, and the selection's parameters.
 
@@ -475,7 +494,7 @@ class PostgresBackend(
         if cached is None:
             if len(self._selections) >= _MAX_SELECTIONS:
                 self._selections = {}  # selections written with inline values are each new
-            alias = "m" if name in ("browse", "browse_done", "scan", "claimed_in_order") else "s"
+            alias = "m" if name in _ALIAS_M else "s"
             where, order, params = compile_selection(
                 select,
                 lambda source: PostgresCompiler(source, schema=self._schema_sql),

@@ -10,7 +10,7 @@ and PostgreSQL lives in their own modules, never here.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from sluice.backends.records import (
     PropertyDef,
     QueueCounts,
     Row,
+    Selection,
     StoredProperty,
     Unchanged,
     isolation_in_use,
@@ -104,6 +105,48 @@ class SqlBackend(ABC):
     @abstractmethod
     def _resumed(self, name: str) -> None:
         """Queue ``name`` was resumed: its messages are available again (wake-ups)."""
+
+    @abstractmethod
+    def _selection(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
+        """The text of the named statement shaped by ``select``, and its parameters."""
+
+    @abstractmethod
+    def _made_available(self, queues: set[str]) -> None:
+        """Messages of ``queues`` became available outside a queue transaction's commit:
+        other processes' waiters should look (PostgreSQL notifies; SQLite's see the WAL)."""
+
+    # --- failed messages --------------------------------------------------------------
+    def retry_failed(
+        self,
+        queue: str,
+        *,
+        select: Selection | None,
+        ref: int | None,
+        allowed: Callable[[str], bool],
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        found, key = self._selection("failed_origins", select)
+        retry, _ = self._selection("retry_failed", select)
+        params = {"queue": queue, "ref": ref} | key
+        moved: dict[str, int] = {}
+        with self._transaction() as conn:
+            origins = dict(conn.execute(found, params).fetchall())
+            for origin in sorted(origins):
+                # Into a queue or subscription that still exists; a topic takes nothing
+                # back (it never hands out a message to fail).
+                row = conn.execute(self._q["get_queue"], {"name": origin}).fetchone()
+                if row is not None and spec_from_row(row).kind != "topic" and allowed(origin):
+                    n = conn.execute(retry, params | {"origin": origin}).rowcount
+                    if n:
+                        moved[origin] = n
+        left = {o: n - moved.get(o, 0) for o, n in origins.items() if n > moved.get(o, 0)}
+        if moved:
+            self._made_available(set(moved))
+        return moved, left
+
+    def discard_failed(self, queue: str, *, select: Selection | None, ref: int | None) -> int:
+        text, key = self._selection("discard_failed", select)
+        with self._transaction() as conn:
+            return int(conn.execute(text, {"queue": queue, "ref": ref} | key).rowcount)
 
     # --- sessions ---------------------------------------------------------------------
     def close_session(self, session: int) -> None:

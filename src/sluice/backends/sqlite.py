@@ -349,6 +349,12 @@ class SQLiteBackend(
     def _rules_committed(self, queues: set[str]) -> None:
         pass  # other processes hear of every commit through the WAL (sqlite_notify)
 
+    def _selection(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
+        return self._selected(name, select)
+
+    def _made_available(self, queues: set[str]) -> None:
+        pass  # other processes hear of every commit through the WAL (sqlite_notify)
+
     def _selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """A query shaped by a selection, and the selection's parameters (cached)."""
         if select is None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal, Unpack
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple, Unpack
 
+from sluice.backends.records import Selection
 from sluice.catalog import QueueSpec
 from sluice.engine import topics
 from sluice.engine.credit import Credit, CreditedTransaction
@@ -18,7 +19,25 @@ from sluice.message import Body, Message, Position
 if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
 
-__all__ = ["Queue"]
+__all__ = ["Queue", "Retried"]
+
+
+class Retried(NamedTuple):
+    """What ``Queue.retry`` did, by the queue the messages came from."""
+
+    moved: dict[str, int]
+    """Messages sent back, by source queue."""
+    left: dict[str, int]
+    """Messages left failed: their source was not allowed, or exists no more."""
+
+    @property
+    def total(self) -> int:
+        """Messages sent back."""
+        return sum(self.moved.values())
+
+
+def _anywhere(queue: str) -> bool:
+    return True
 
 
 class Queue:
@@ -192,6 +211,49 @@ class Queue:
             raise ConfigurationError(f"older_than must be seconds >= 0, not {older_than!r}")
         self._context.spec(self.name)
         return self._context.backend.purge(self.name, state, self._context.clock.now() - older_than)
+
+    def retry(
+        self,
+        *,
+        where: str | None = None,
+        at: Position | str | tuple[int, int] | None = None,
+        allowed: Callable[[str], bool] | None = None,
+    ) -> Retried:
+        """Send this queue's failed messages back to the queues they came from, all in
+        one database transaction: those ``where`` selects, or the one ``at`` a position,
+        or else every one.
+
+        Failed messages are those rejected or out of attempts that nobody holds: the
+        ready messages of an error queue that came to it so, or those a queue without
+        an error queue keeps as failed. Each goes back ready, as fresh (no attempts,
+        no error), to its place in the source queue's delivery order, in no lane.
+        ``allowed(source)`` False leaves a source's messages where they are, as does a
+        source queue that no longer exists.
+        """
+        select, ref = self._failed(where, at)
+        moved, left = self._context.backend.retry_failed(
+            self.name, select=select, ref=ref, allowed=allowed or _anywhere
+        )
+        for origin, count in moved.items():
+            self._context.wakeups.notify(origin, count)
+        return Retried(moved, left)
+
+    def discard(
+        self, *, where: str | None = None, at: Position | str | tuple[int, int] | None = None
+    ) -> int:
+        """Delete this queue's failed messages (as ``retry`` finds them): those ``where``
+        selects, or the one ``at`` a position, or else every one. Returns how many went."""
+        select, ref = self._failed(where, at)
+        return self._context.backend.discard_failed(self.name, select=select, ref=ref)
+
+    def _failed(
+        self, where: str | None, at: Position | str | tuple[int, int] | None
+    ) -> tuple[Selection | None, int | None]:
+        if where is not None and at is not None:
+            raise ConfigurationError("give where= or at=, not both: at= names one message")
+        content = self._context.content(self.name)  # QueueNotFound first
+        ref = None if at is None else Position.parse(at).seq
+        return content.selection(where, None), ref
 
     def stats(self) -> dict[str, int]:
         """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed, done."""

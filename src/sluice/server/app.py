@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import sluice
 from sluice.errors import ConfigurationError
 from sluice.server import (
+    console,
     content,
     events,
     jobs,
@@ -40,20 +41,28 @@ MAX_REQUEST = 16 * 1024 * 1024
 
 
 def create_app(
-    db: sluice.Database, *, auth: bool = True, max_request: int = MAX_REQUEST
+    db: sluice.Database,
+    *,
+    auth: bool = True,
+    max_request: int = MAX_REQUEST,
+    sample_every: float = console.DEFAULT_EVERY,
 ) -> FastAPI:
-    """The HTTP API over ``db``. ``auth``: requests need an API key (``sluice keys``);
-    False lets every request do everything (``sluice serve --no-auth``, loopback only).
-    ``max_request``: the largest request body in bytes (413 beyond). The app owns no
-    database: closing it gives back what it leased, and ``db`` stays open."""
+    """The HTTP API and the web console over ``db``. ``auth``: requests need an API key
+    (``sluice keys``); False lets every request do everything (``sluice serve
+    --no-auth``, loopback only). ``max_request``: the largest request body in bytes (413
+    beyond). ``sample_every``: seconds between the samples of the console's charts.
+    The app owns no database: closing it gives back what it leased, and ``db`` stays
+    open."""
     if max_request < 1:
         raise ConfigurationError(f"max_request must be a positive size, not {max_request!r}")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sampler.start()
         try:
             yield
         finally:  # what clients still hold goes back
+            sampler.close()
             app.state.leases.close()
             app.state.transactions.close()
 
@@ -81,6 +90,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(profiles.router)
     app.include_router(rules.router)
+    sampler = console.install(app, db, sample_every=sample_every)
     app.add_middleware(_Limit, limit=max_request)
     metrics.install(app)  # outermost: refused bodies (413) are timed too
     return app

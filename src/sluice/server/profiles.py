@@ -71,9 +71,10 @@ class ProfileIn(Strict):
 @dataclass(frozen=True, slots=True)
 class Usage:
     """One window of a profiled task type now: its cap (None: none) and the starts taken
-    in it since ``since`` (epoch seconds), by all workers."""
+    in it since ``since`` (epoch seconds), by all workers; ``queue`` holds its tasks."""
 
     task_type: str
+    queue: str
     window: str  # "hour" or "cycle"
     since: float
     limit: int | None
@@ -81,7 +82,8 @@ class Usage:
 
 
 def usage(db: sluice.Database, now: float) -> list[Usage]:
-    """Every profiled task type's windows at ``now`` (also ``/metrics``' profile series)."""
+    """Every profiled task type's windows at ``now`` (also read by ``/metrics`` and the
+    console)."""
     gate = Gate(db, {})  # no signal functions: a following entry uses reported loads
     found = []
     for task_type in _task_types(db):
@@ -95,7 +97,8 @@ def usage(db: sluice.Database, now: float) -> list[Usage]:
         first = min(start for start, _ in windows.values())
         used = {(kind, start): n for kind, start, n in db.jobs.usage(task_type.name, first)}
         for kind, (start, cap) in windows.items():
-            found.append(Usage(task_type.name, kind, start, cap, used.get((kind, start), 0)))
+            n = used.get((kind, start), 0)
+            found.append(Usage(task_type.name, task_type.queue, kind, start, cap, n))
     return found
 
 

@@ -198,6 +198,33 @@ DELETE FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
   AND state = 6 AND settled_at <= :before;
 
+-- name: failed_origins
+-- The queues a queue's failed messages came from, and how many of them (those selected,
+-- or the one at :ref) came from each. Failed: rejected or out of attempts, and held by
+-- no one: ready in an error queue, or kept as failed where their queue has none.
+SELECT m.origin_queue, count(*) FROM {schema}.messages AS m
+WHERE m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+  AND m.state IN (1, 4) AND m.origin_queue IS NOT NULL
+  AND (CAST(:ref AS bigint) IS NULL OR m.id = :ref){select}
+GROUP BY m.origin_queue;
+
+-- name: retry_failed
+-- Failed messages that came from :origin go back to it, in one statement, as fresh:
+-- no attempts, no error, and in no lane (theirs went on without them when they failed).
+-- They keep their id, hence their place in the queue's delivery order.
+UPDATE {schema}.messages AS m
+SET queue_id = (SELECT id FROM {schema}.queues WHERE name = :origin),
+    state = 1, attempts = 0, error = NULL, origin_queue = NULL, lane = NULL
+WHERE m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+  AND m.state IN (1, 4) AND m.origin_queue = :origin
+  AND (CAST(:ref AS bigint) IS NULL OR m.id = :ref){select};
+
+-- name: discard_failed
+DELETE FROM {schema}.messages AS m
+WHERE m.queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
+  AND m.state IN (1, 4) AND m.origin_queue IS NOT NULL
+  AND (CAST(:ref AS bigint) IS NULL OR m.id = :ref){select};
+
 -- name: next_due
 SELECT min(available_at) FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue AND NOT paused)
