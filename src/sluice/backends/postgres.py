@@ -177,6 +177,11 @@ class PostgresBackend(
             else None
         )
 
+    @property
+    def connect_kwargs(self) -> dict[str, Any]:
+        """What every connection of this backend is opened with, beside ``conninfo``."""
+        return dict(self._kwargs)
+
     # --- connections and units of work ---------------------------------------------
     def close(self) -> None:
         if self._closed:

@@ -252,6 +252,11 @@ class Transaction:
         self._check_active()
         self._flush()
 
+    def flush_steps(self) -> Steps[None]:
+        """``flush`` as steps (engine/steps.py)."""
+        self._check_active()
+        yield from self._flush_steps()
+
     def _flush(self) -> None:
         """Write buffered enqueues as pending, so this transaction's reads see them."""
         steps.run(self._flush_steps(), self._backend, self._context.wakeups)
