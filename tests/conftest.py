@@ -113,7 +113,19 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def db(backend_url: str) -> Iterator[sluice.Database]:
+def api() -> str:
+    """The API the ``db`` fixture gives: a module imports ``both_apis`` for sluice.aio too."""
+    return "sync"
+
+
+@pytest.fixture
+def db(backend_url: str, api: str) -> Iterator[sluice.Database]:
+    if api == "aio":  # the blocking API's shape over sluice.aio (tests/contract/aio_facade.py)
+        from .contract.aio_facade import blocking_facade
+
+        with blocking_facade(backend_url) as facade:
+            yield typing.cast(sluice.Database, facade)
+        return
     database = sluice.connect(backend_url)  # the defaults: FULL, group commit
     try:
         yield database

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,8 @@ import pytest
 
 import sluice
 from sluice.catalog import priority_level
+
+from .aio_facade import both_apis  # noqa: F401 (the fixture: every test over both APIs)
 
 # --- priority levels -------------------------------------------------------------------
 
@@ -457,11 +459,17 @@ def _when_waiting(db: sluice.Database) -> threading.Event:
     """An event set when a consumer of ``db`` starts to wait for news."""
     wakeups = db.context.wakeups
     original: Callable[..., None] = wakeups.wait
+    original_async: Callable[..., Awaitable[None]] = wakeups.wait_async
     waiting = threading.Event()
 
     def wait(*args: Any, **kwargs: Any) -> None:
         waiting.set()
         original(*args, **kwargs)
 
+    async def wait_async(*args: Any, **kwargs: Any) -> None:  # sluice.aio's consumers
+        waiting.set()
+        await original_async(*args, **kwargs)
+
     wakeups.wait = wait  # type: ignore[method-assign]
+    wakeups.wait_async = wait_async  # type: ignore[method-assign]
     return waiting

@@ -19,6 +19,8 @@ import pytest
 
 import sluice
 
+from .aio_facade import both_apis  # noqa: F401 (the fixture: every test over both APIs)
+
 
 @pytest.fixture
 def dbs(shared_url: str) -> Iterator[tuple[sluice.Database, sluice.Database, sluice.Database]]:

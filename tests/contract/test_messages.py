@@ -10,6 +10,8 @@ import pytest
 import sluice
 from sluice import MessageState
 
+from .aio_facade import both_apis  # noqa: F401 (the fixture: every test over both APIs)
+
 
 def test_put_returns_session_transaction_message_id(db: sluice.Database, q: sluice.Queue) -> None:
     first = q.put({"n": 1})

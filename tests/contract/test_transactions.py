@@ -6,6 +6,8 @@ import pytest
 
 import sluice
 
+from .aio_facade import both_apis  # noqa: F401 (the fixture: every test over both APIs)
+
 
 def bodies(messages: list[sluice.Message]) -> list[object]:
     return [m.body for m in messages]

@@ -28,3 +28,11 @@ def test_error_tree_is_drawn_in_the_module_docstring() -> None:
     doc = errors.__doc__ or ""
     for name in errors.__all__:
         assert name in doc, f"{name} missing from the tree in sluice.errors"
+
+
+def test_the_asyncio_api_names_exist_and_are_documented() -> None:
+    import sluice.aio
+
+    for name in sluice.aio.__all__:
+        obj = getattr(sluice.aio, name)
+        assert obj.__doc__, f"sluice.aio.{name} has no docstring"

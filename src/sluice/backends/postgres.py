@@ -83,7 +83,9 @@ from sluice.backends.postgres_schema import LOCK_CLASS, RULES_LOCK_CLASS, migrat
 from sluice.backends.postgres_settings import PostgresSettings
 from sluice.backends.postgres_statements import (
     Expected,
+    Route,
     abort_statements,
+    claim_answer,
     claim_rounds,
     commit_failure,
     commit_statements,
@@ -186,6 +188,11 @@ class PostgresBackend(
             if self.settings.maintenance_interval > 0
             else None
         )
+
+    @property
+    def connect_kwargs(self) -> dict[str, Any]:
+        """What every connection of this backend is opened with, beside ``conninfo``."""
+        return dict(self._kwargs)
 
     # --- connections and units of work ---------------------------------------------
     def close(self) -> None:
@@ -509,13 +516,9 @@ class PostgresBackend(
     def append(
         self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
     ) -> None:
-        statements = [enqueue_statement(session, tx, envelopes, ready, durable)]
-        lanes = sorted({(e.queue, e.lane) for e in envelopes if e.lane is not None})
-        if ready and lanes:
-            statements.append(("promote", lanes_params(lanes)))
+        statements = self.append_statements(session, tx, envelopes, ready=ready, durable=durable)
         notified = self._run_checked(statements, envelopes, durable=durable)
-        if ready and not notified:
-            self._notifier.signal(e.queue for e in envelopes)
+        self.appended(envelopes, ready=ready, notified=notified)
 
     def _run_checked(
         self,
@@ -526,29 +529,94 @@ class PostgresBackend(
     ) -> bool:
         """Run a unit whose ``expect()`` failures mean a missing queue or a lost lease.
 
-        A single statement runs on its own, in one round trip (``enqueue`` relaxes
-        its own commit where it may); several run as one pipelined transaction.
         Returns whether the unit carried a wake-up NOTIFY itself.
         """
-        notified = False
+        route = self.route(statements, envelopes, durable=durable)
         try:
-            if len(statements) == 1 and statements[0][0] == "enqueue":
-                ((name, params),) = statements
-                if params["ready"] and self._notifier.take_turn():
-                    note = payload(self._notifier.origin, (e.queue for e in envelopes))
-                    name = "enqueue_notify"
-                    params = params | {"channel": self.channel, "payload": note}
-                    notified = True
-                self._one(name, params)
-            elif len(statements) == 1 and durable:
-                self._one(*statements[0])
+            if route.single:
+                self._one(*route.statements[0])
             else:
-                self._unit(statements, durable=durable)
+                self._unit(route.statements, durable=route.durable)
         except Expected as exc:
             if exc.what == "queue not found":
                 raise self.queue_not_found(envelopes) from None
             raise
-        return notified
+        return route.notified
+
+    # --- what a unit of work decides before and after its round trips ----------------
+    # No IO: sluice.aio runs the same statements on asyncio connections and calls these.
+    def append_statements(
+        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
+    ) -> list[tuple[str, Any]]:
+        """The statements of ``append``."""
+        statements = [enqueue_statement(session, tx, envelopes, ready, durable)]
+        lanes = sorted({(e.queue, e.lane) for e in envelopes if e.lane is not None})
+        if ready and lanes:
+            statements.append(("promote", lanes_params(lanes)))
+        return statements
+
+    def route(
+        self, statements: list[tuple[str, Any]], envelopes: Sequence[Envelope], *, durable: bool
+    ) -> Route:
+        """How a unit runs: a single statement on its own, in one round trip (``enqueue``
+        relaxes its own commit where it may, and carries the NOTIFY when its turn
+        comes); several as one pipelined transaction."""
+        if len(statements) == 1 and statements[0][0] == "enqueue":
+            params = statements[0][1]
+            if params["ready"] and self._notifier.take_turn():
+                note = payload(self._notifier.origin, (e.queue for e in envelopes))
+                params = params | {"channel": self.channel, "payload": note}
+                return Route([("enqueue_notify", params)], True, True, True)
+            return Route(statements, True, True, False)
+        if len(statements) == 1 and durable:
+            return Route(statements, True, True, False)
+        return Route(statements, False, durable, False)
+
+    def appended(self, envelopes: Sequence[Envelope], *, ready: bool, notified: bool) -> None:
+        """``append`` is done: other processes hear of ready messages."""
+        if ready and not notified:
+            self._notifier.signal(e.queue for e in envelopes)
+
+    def commit_unit(self, plan: CommitPlan) -> list[tuple[str, Any]]:
+        """The statements of ``commit``."""
+        statements = commit_statements(plan)
+        if (plan.session, plan.tx) in self._uncertain:
+            # Claims whose outcome was unknown go back; the known ones are settled.
+            key = {"session": plan.session, "tx": plan.tx}
+            statements += [("release", key | {"ids": None})]
+        return statements
+
+    def committed(self, plan: CommitPlan, *, notified: bool) -> None:
+        """``commit`` is done: other processes hear of what it made available."""
+        self._uncertain.discard((plan.session, plan.tx))
+        if (plan.pending or plan.rejects) and not notified:
+            self._notifier.signal(None)  # which queues gained is not known here
+        elif plan.enqueues and not notified:
+            self._notifier.signal(e.queue for e in plan.enqueues)
+        if plan.freed:  # credit freed: waiters of capped queues elsewhere may take more
+            self._notifier.signal(plan.freed)
+
+    def claim_unknown(self, session: int, tx: int) -> None:
+        """A claim's connection broke: it may have committed, so the transaction's end must
+        settle rows it never heard of."""
+        self._uncertain.add((session, tx))
+
+    def released(self) -> None:
+        """``release`` is done: other processes may take the messages."""
+        self._notifier.signal()
+
+    def abort_unit(
+        self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane]
+    ) -> list[tuple[str, Any]]:
+        """The statements of ``abort``: all it holds, known or not."""
+        key = {"session": session, "tx": tx, "ids": None}
+        return abort_statements(key, bool(held) or (session, tx) in self._uncertain, lanes)
+
+    def aborted(self, session: int, tx: int, held: Sequence[int]) -> None:
+        """``abort`` is done: other processes may take what it held."""
+        self._uncertain.discard((session, tx))
+        if held:
+            self._notifier.signal()
 
     def queue_not_found(self, envelopes: Sequence[Envelope]) -> QueueNotFound:
         existing = {spec.name for spec in self.list_queues()}
@@ -591,9 +659,7 @@ class PostgresBackend(
             rows = self._one(name, params)
         except StorageError as exc:
             if isinstance(exc, ConnectionLost):
-                # The claim may have committed before the connection broke: the
-                # transaction's end must then settle rows it never heard of.
-                self._uncertain.add((session, tx))
+                self.claim_unknown(session, tx)
             raise
         return self.keep_due(params["queue"], rows)
 
@@ -642,7 +708,7 @@ class PostgresBackend(
                 conn.execute("COMMIT")
         except StorageError as exc:
             if isinstance(exc, ConnectionLost):
-                self._uncertain.add((session, tx))  # as in _claim
+                self.claim_unknown(session, tx)
             raise
         return rows
 
@@ -651,45 +717,32 @@ class PostgresBackend(
 
     def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]:
         """Claimed rows; an empty claim's answer to ``next_due`` is kept for this thread."""
-        claimed = message_rows(rows)
-        if claimed and claimed[0].id is None:
-            self._due.answer = (queue, claimed[0].available_at)
-            return []
+        claimed, due = claim_answer(rows)
+        if due is not None:
+            self._due.answer = (queue, due[0])
         return claimed
 
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
     ) -> None:
         self._unit(release_statements(session, tx, refs, lanes), durable=False)
-        self._notifier.signal()
+        self.released()
 
     def commit(self, plan: CommitPlan) -> None:
-        key = {"session": plan.session, "tx": plan.tx}
-        statements = commit_statements(plan)
-        if (plan.session, plan.tx) in self._uncertain:
-            # Claims whose outcome was unknown go back; the known ones are settled.
-            statements += [("release", key | {"ids": None})]
         try:
-            notified = self._run_checked(statements, plan.enqueues, durable=plan.durable)
+            notified = self._run_checked(
+                self.commit_unit(plan), plan.enqueues, durable=plan.durable
+            )
         except Expected as exc:
             raise commit_failure(plan, exc) from exc
-        self._uncertain.discard((plan.session, plan.tx))
-        if (plan.pending or plan.rejects) and not notified:
-            self._notifier.signal(None)  # which queues gained is not known here
-        elif plan.enqueues and not notified:
-            self._notifier.signal(e.queue for e in plan.enqueues)
-        if plan.freed:  # credit freed: waiters of capped queues elsewhere may take more
-            self._notifier.signal(plan.freed)
+        self.committed(plan, notified=notified)
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
-        key = {"session": session, "tx": tx, "ids": None}  # all it holds, known or not
         # Idempotent, so it is retried through a server restart: an abort that
         # failed would leave claims behind until the session ends.
-        statements = abort_statements(key, bool(held) or (session, tx) in self._uncertain, lanes)
+        statements = self.abort_unit(session, tx, held, lanes)
         self._retrying(lambda: self._unit(statements, durable=False))
-        self._uncertain.discard((session, tx))
-        if held:
-            self._notifier.signal()
+        self.aborted(session, tx, held)
 
     def browse(
         self,

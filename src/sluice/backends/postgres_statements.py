@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -37,8 +37,11 @@ from sluice.message import encode_json
 __all__ = [
     "EXPECT_FAILED",
     "Expected",
+    "Route",
     "abort_statements",
+    "claim_answer",
     "claim_rounds",
+    "claim_steps",
     "commit_failure",
     "commit_statements",
     "credit_limit",
@@ -159,10 +162,38 @@ def claim_rounds(
     fill: bool,
     suffix: str,
 ) -> list[MessageRow]:
+    """``claim_steps``, each statement run by ``run``."""
+    steps = claim_steps(selected, clock=clock, session=session, tx=tx, queue=queue, limit=limit,
+                        own=own, select=select, lanes=lanes, fill=fill, suffix=suffix)  # fmt: skip
+    try:
+        statement = next(steps)
+        while True:
+            statement = steps.send(run(*statement))
+    except StopIteration as stop:
+        rows: list[MessageRow] = stop.value
+        return rows
+
+
+def claim_steps(
+    selected: Callable[[str, Selection | None], tuple[str, dict[str, Any]]],
+    *,
+    clock: Clock,
+    session: int,
+    tx: int,
+    queue: str,
+    limit: int,
+    own: bool,
+    select: Selection | None,
+    lanes: Sequence[str],
+    fill: bool,
+    suffix: str,
+) -> Generator[tuple[str, dict[str, Any]], list[MessageRow], list[MessageRow]]:
     """Claim in rounds: of a lane only the head is claimable, or the next message for the
     lane's holder, so lanes taken in one round offer their next message to the next.
 
-    Without lanes involved this is one statement, as always.
+    Yields each statement to run and is sent its rows (a blocking caller and an
+    awaiting one, sluice.aio, run the same rounds). Without lanes involved this is
+    one statement, as always.
     """
     base = "claim_with_own" if own else "claim"
     owned = set(lanes)
@@ -177,7 +208,7 @@ def claim_rounds(
             params["lanes"] = sorted(owned)
             params["run"] = 1 if select is not None else limit - len(rows)
             params["fill"] = fill or not lanes  # lanes found in this call: fill as asked
-        taken = run(name, params)
+        taken = yield name, params
         if not taken:
             break
         rows += taken
@@ -191,7 +222,7 @@ def claim_rounds(
         # A claim returns its rows in delivery order (its UPDATE ... RETURNING keeps
         # none); an ordering dequeue's caller gets them in order_by's, re-read in one go.
         name, extra = selected("claimed_in_order", select)
-        rows = run(name, {"ids": [r.id for r in rows], "queue": queue} | extra)
+        rows = yield name, {"ids": [r.id for r in rows], "queue": queue} | extra
     return rows
 
 
@@ -278,6 +309,26 @@ def message_rows(rows: list[Row]) -> list[MessageRow]:
     return [
         message_row(r[:20] if r[20] is None else (*r[:6], bytes(r[20]), *r[7:20])) for r in rows
     ]
+
+
+def claim_answer(rows: list[Row]) -> tuple[list[MessageRow], tuple[float | None] | None]:
+    """A claim's rows, or (an empty claim) none and its answer to ``next_due``: a 1-tuple
+    of when the next message is due (None: no message is)."""
+    claimed = message_rows(rows)
+    if claimed and claimed[0].id is None:
+        due = claimed[0].available_at
+        return [], (None if due is None else float(due),)
+    return claimed, None
+
+
+class Route(NamedTuple):
+    """How a unit of work runs: one statement alone (``single``) or a pipelined
+    transaction, and whether it carries its own wake-up NOTIFY."""
+
+    statements: list[tuple[str, Any]]
+    single: bool
+    durable: bool
+    notified: bool
 
 
 def first(rows: list[Row]) -> Any:

@@ -35,6 +35,7 @@ DEFAULT_LEASE = 30.0
 DEFAULT_POLL_INTERVAL = 0.05
 """Seconds between change checks while waiting for work written by other processes."""
 _SPEC_TTL = 1.0  # queue settings altered by another process are seen within this time
+_SPEC_MARGIN = 0.1  # cached settings due to expire sooner count as not cached (is_cached)
 
 # SQLite connections must not be used across fork() (the SQLite docs warn of
 # corruption), so every context learns when it finds itself in a forked child.
@@ -128,6 +129,15 @@ class EngineContext:
             )
         self._specs[name] = (spec, now + _SPEC_TTL)
         return spec
+
+    def is_cached(self, name: str) -> bool:
+        """Whether ``spec(name)`` and ``content(name)`` would read nothing now (sluice.aio
+        reads them in a thread when they would)."""
+        cached = self._specs.get(name)
+        if cached is None or cached[1] <= time.monotonic() + _SPEC_MARGIN:
+            return False
+        content = self._contents.get(name)
+        return content is not None and content.spec is cached[0]
 
     def content(self, name: str) -> QueueContent:
         """A queue's content rules (types, priority functions, declared properties)."""

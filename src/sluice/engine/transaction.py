@@ -27,7 +27,7 @@ from sluice.backends.base import (
     lane_of,
 )
 from sluice.catalog import QueueSpec, priority_level
-from sluice.engine import topics
+from sluice.engine import steps, topics
 from sluice.engine.enqueue import (
     check_group,
     check_priority,
@@ -39,6 +39,7 @@ from sluice.engine.enqueue import (
 )
 from sluice.engine.enqueue import plain_bodies as _plain_bodies
 from sluice.engine.reading import BrowseState, browse, to_message
+from sluice.engine.steps import Blocking, Call, Steps, Wait
 from sluice.errors import (
     ConfigurationError,
     IncompleteBlock,
@@ -251,12 +252,19 @@ class Transaction:
         self._check_active()
         self._flush()
 
+    def flush_steps(self) -> Steps[None]:
+        """``flush`` as steps (engine/steps.py)."""
+        self._check_active()
+        yield from self._flush_steps()
+
     def _flush(self) -> None:
         """Write buffered enqueues as pending, so this transaction's reads see them."""
+        steps.run(self._flush_steps(), self._backend, self._context.wakeups)
+
+    def _flush_steps(self) -> Steps[None]:
         if self._buffer:
-            self._backend.append(
-                self.session, self.number, self._buffer, ready=False, durable=False
-            )
+            yield Call("append", (self.session, self.number, self._buffer),
+                       {"ready": False, "durable": False})  # fmt: skip
             self._touched = True
             self._pending += len(self._buffer)
             self._pending_queues |= self._buffered_queues
@@ -283,6 +291,22 @@ class Transaction:
         takes no more than the queue's credit leaves (docs/delivery.md), and
         ``wait`` waits for credit as for messages.
         """
+        return steps.run(
+            self.dequeue_steps(queue, limit=limit, wait=wait, where=where, order_by=order_by),
+            self._backend,
+            self._context.wakeups,
+        )
+
+    def dequeue_steps(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        wait: float,
+        where: str | None,
+        order_by: Sequence[str] | None,
+    ) -> Steps[list[Message]]:
+        """``dequeue`` as steps (engine/steps.py): run here, or awaited by sluice.aio."""
         self._check_active()
         content = self._context.content(queue)
         spec = content.spec
@@ -291,31 +315,38 @@ class Transaction:
             raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
         wait = check_seconds("wait", wait, allow_zero=True)
         if queue in self._buffered_queues:
-            self._flush()
+            yield from self._flush_steps()
         own = queue in self._pending_queues
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
-        backend, wakeups = self._backend, self._context.wakeups
+        wakeups = self._context.wakeups
         capped = spec.max_in_flight is not None  # its claims take no more than its credit
         # A subscription is woken by its topic's news, and takes its messages first.
         news = (queue,) if spec.topic is None else (queue, spec.topic)
         deadline = time.monotonic() + wait
+        rows: list[MessageRow]
         while True:
             token = wakeups.token() if wait else (0, 0)
             if spec.kind == "queue":
-                rows = self._claim(queue, spec.isolation, limit, own=own, select=select,
-                                   lanes=lanes, capped=capped)  # fmt: skip
+                rows = yield from self._claim(
+                    queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
+                    capped=capped,
+                )  # fmt: skip
             else:
-                rows = self._take_subscribed(spec, limit, own=own, select=select, lanes=lanes,
-                                             capped=capped)  # fmt: skip
+                # Pulling from its topic is the synchronous backend's work.
+                rows = yield Blocking(
+                    lambda: self._take_subscribed(
+                        spec, limit, own=own, select=select, lanes=lanes, capped=capped
+                    )
+                )
             remaining = deadline - time.monotonic()
             if rows or remaining <= 0:
                 break
-            due = backend.next_due(queue)
+            due: float | None = yield Call("next_due", (queue,), {})
             if due is not None:
                 clock = self._context.clock  # due by its time; a ManualClock's is polled for
                 remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
-            wakeups.wait(token, remaining, news, limit)
+            yield Wait(token, remaining, news, limit)
         return self._hold(spec, rows)
 
     def _hold(self, spec: QueueSpec, rows: list[MessageRow]) -> list[Message]:
@@ -350,12 +381,14 @@ class Transaction:
         """Claim from a subscription, pulling its topic's messages first where it may need
         them, and once more if the claim comes back short (sluice.engine.topics)."""
         context, queue = self._context, spec.name
+        backend, wakeups = self._backend, context.wakeups
         asked = topics.before_take(context, spec, everything=select is not None)
-        rows = self._claim(queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
-                           capped=capped)  # fmt: skip
+        rows = steps.run(self._claim(queue, spec.isolation, limit, own=own, select=select,
+                                     lanes=lanes, capped=capped), backend, wakeups)  # fmt: skip
         if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
-            rows += self._claim(queue, spec.isolation, limit - len(rows), own=own,
-                                select=select, lanes=lanes, capped=capped)  # fmt: skip
+            rows += steps.run(self._claim(queue, spec.isolation, limit - len(rows), own=own,
+                                          select=select, lanes=lanes, capped=capped),
+                              backend, wakeups)  # fmt: skip
         topics.taken(context, spec, len(rows))
         return rows
 
@@ -369,7 +402,7 @@ class Transaction:
         select: Selection | None,
         lanes: list[str],
         capped: bool,
-    ) -> list[MessageRow]:
+    ) -> Steps[list[MessageRow]]:
         """Claim per the queue's isolation level (see docs/isolation.md, "limit").
 
         On an isolated queue a reader takes a writer's (or block's) messages one
@@ -377,22 +410,27 @@ class Transaction:
         Blockwise, a reader finishes the blocks it holds before it starts another,
         so a dequeue ends at a block boundary when the limit allows.
         """
-        backend, session, tx = self._backend, self.session, self.number
+        session, tx = self.session, self.number
+
+        def claim(n: int, **more: Any) -> Call:
+            options = {"own": own, "select": select, "capped": capped} | more
+            return Call("claim", (session, tx, queue, n), options)
+
         blockwise = isolation in ("blockwise", "ordered_blockwise")
+        rows: list[MessageRow]
         if lanes:
-            rows = backend.claim(session, tx, queue, limit, own=own, select=select,
-                                 lanes=lanes, fill=not blockwise, capped=capped)  # fmt: skip
+            rows = yield claim(limit, lanes=lanes, fill=not blockwise)
             if rows or not blockwise:
                 return rows
         if isolation == "none":
-            return backend.claim(session, tx, queue, limit, own=own, select=select, capped=capped)
-        rows = backend.claim(session, tx, queue, 1, own=own, select=select, capped=capped)
+            rows = yield claim(limit)
+            return rows
+        rows = yield claim(1)
         taken = sorted(
             {r.lane for r in rows if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)}
         )
         if taken and limit > 1:
-            rows += backend.claim(session, tx, queue, limit - 1, own=own, select=select,
-                                  lanes=taken, fill=not blockwise, capped=capped)  # fmt: skip
+            rows += yield claim(limit - 1, lanes=taken, fill=not blockwise)
         return rows
 
     def release(self, message: Message) -> None:
@@ -402,6 +440,10 @@ class Transaction:
         messages taken last go back first: giving back one while holding a later
         one would let the later go first.
         """
+        steps.run(self.release_steps(message), self._backend, self._context.wakeups)
+
+    def release_steps(self, message: Message) -> Steps[None]:
+        """``release`` as steps (engine/steps.py)."""
         self._check_held(message)
         lane = self._held_lanes.get(message.ref)
         if lane is not None and any(
@@ -412,9 +454,8 @@ class Transaction:
                 f"{'group' if lane[1].startswith('g:') else 'writer'} held by this "
                 "transaction; release those first (last taken, first given back), or abort"
             )
-        self._backend.release(
-            self.session, self.number, [message.ref], [lane] if lane is not None else []
-        )
+        lanes = [lane] if lane is not None else []
+        yield Call("release", (self.session, self.number, [message.ref], lanes), {})
         del self._held[message.ref]
         self._held_lanes.pop(message.ref, None)
         self._rejects.pop(message.ref, None)
@@ -446,22 +487,45 @@ class Transaction:
 
         ``after``: a message's ``position``, to page on from it.
         """
+        return steps.run(
+            self.browse_steps(queue, limit=limit, state=state, where=where, order_by=order_by,
+                              after=after),
+            self._backend,
+            self._context.wakeups,
+        )  # fmt: skip
+
+    def browse_steps(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        state: BrowseState,
+        where: str | None,
+        order_by: Sequence[str] | None,
+        after: Position | str | tuple[int, int] | None,
+    ) -> Steps[list[Message]]:
+        """``browse`` as steps (engine/steps.py); the reading itself is blocking work."""
         self._check_active()
-        self._context.spec(queue)
+        yield Blocking(lambda: self._context.spec(queue))
         if queue in self._buffered_queues:
-            self._flush()
-        return browse(
+            yield from self._flush_steps()
+        found: list[Message] = yield Blocking(lambda: browse(
             self._context, queue, limit=limit, state=state, tx=(self.session, self.number),
             backend=self._backend,
             where=where, order_by=order_by, after=after,
-        )  # fmt: skip
+        ))  # fmt: skip
+        return found
 
     # --- ending ----------------------------------------------------------------------
     def commit(self) -> None:
         """Make every enqueue and dequeue of this transaction happen, at once and durably."""
+        steps.run(self.commit_steps(), self._backend, self._context.wakeups)
+
+    def commit_steps(self) -> Steps[None]:
+        """``commit`` as steps (engine/steps.py)."""
         self._check_active()
         if self._held_lanes:
-            self._check_blocks()
+            yield from self._check_blocks()
         freed = self._freed() if self._capped else None
         if self._buffer or self._touched or self._effects:
             plan = CommitPlan(
@@ -481,7 +545,7 @@ class Transaction:
                 plan.kept = [r for r in self._held if r in kept and r not in self._rejects]
                 plan.settled_at = self._context.clock.now()
             try:
-                self._backend.commit(plan)
+                yield Call("commit", (plan,), {})
             except LeaseLost:
                 self.state = TxState.ABORTED
                 raise
@@ -560,12 +624,16 @@ class Transaction:
 
     def abort(self) -> None:
         """Undo everything: enqueues vanish, taken messages return to their places."""
+        steps.run(self.abort_steps(), self._backend, self._context.wakeups)
+
+    def abort_steps(self) -> Steps[None]:
+        """``abort`` as steps (engine/steps.py)."""
         if self.state is TxState.ABORTED:
             return
         self._check_active()
         if self._touched:
             lanes = sorted(set(self._held_lanes.values()))
-            self._backend.abort(self.session, self.number, list(self._held), lanes)
+            yield Call("abort", (self.session, self.number, list(self._held), lanes), {})
         self.state = TxState.ABORTED
         if self._held:
             self._context.wakeups.notify()
@@ -597,7 +665,7 @@ class Transaction:
             self.abort()
 
     # --- checks ----------------------------------------------------------------------
-    def _check_blocks(self) -> None:
+    def _check_blocks(self) -> Steps[None]:
         """On a blockwise queue, refuse to commit part of a block (the transaction stays open).
 
         A block's messages wait in its lane in order and this transaction owns
@@ -613,7 +681,9 @@ class Transaction:
             producer = self._held[ref].producer
             blocks.setdefault(queue, {}).setdefault(lane, set()).add(producer)
         for queue, lanes in blocks.items():
-            fronts = self._backend.lane_fronts(queue, sorted(lanes))
+            fronts: dict[str, tuple[int, int]] = yield Call(
+                "lane_fronts", (queue, sorted(lanes)), {}
+            )
             for lane, front in fronts.items():
                 if front in lanes[lane]:
                     session, tx = front

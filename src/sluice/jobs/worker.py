@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Effect
 from sluice.engine.transaction import Transaction
-from sluice.engine.wakeups import Token
+from sluice.engine.wakeups import Token, Wakeups
 from sluice.errors import Conflict, LeaseLost, SluiceError, TaskTimeout, UnknownTaskType
 from sluice.jobs.catalog import is_task, jobs_backend, processing_order, property_name
 from sluice.jobs.limits import Gate
@@ -196,6 +196,20 @@ class Worker:
                 return 0.0
             waits.append(outcome)
         return min(waits) if waits else self.poll
+
+    @property
+    def context_wakeups(self) -> Wakeups:
+        """The wake-ups an idle worker waits on (sluice.aio's worker waits on the loop)."""
+        return self._db.context.wakeups
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues of its task types: a task in any of them is work for it."""
+        return [t.queue for t in self._types()]
+
+    def real_seconds(self, seconds: float) -> float:
+        """``seconds`` of the jobs clock in real seconds."""
+        return self._jobs.clock.real_seconds(seconds)
 
     def _types(self) -> list[TaskType]:
         types = self._jobs.types
