@@ -146,8 +146,8 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
                 await floor()
             floor_us = await _amedian_us(floor, n)
         finally:
-            with_keys.state.leases.close()
-            without.state.leases.close()
+            await with_keys.state.leases.close()
+            await without.state.leases.close()
         return timed, floor_us
 
     timed, floor_us = asyncio.run(apps())

@@ -13,7 +13,7 @@ memory, in one thread per database. Catalog, admin and jobs bookkeeping calls
 run the blocking API in that thread on every backend.
 """
 
-from sluice.aio.database import AsyncDatabase, Connecting, connect
+from sluice.aio.database import AsyncDatabase, Connecting, attach, connect
 from sluice.aio.message import AsyncMessage
 from sluice.aio.queue import AsyncQueue
 from sluice.aio.transaction import AsyncTransaction
@@ -26,5 +26,6 @@ __all__ = [
     "AsyncTransaction",
     "AsyncWorker",
     "Connecting",
+    "attach",
     "connect",
 ]

@@ -30,7 +30,7 @@ from sluice.errors import ConfigurationError
 from sluice.jobs.task import TaskFunction
 from sluice.jobs.worker import DEFAULT_GRACE, DEFAULT_POLL
 
-__all__ = ["AsyncDatabase", "Connecting", "connect"]
+__all__ = ["AsyncDatabase", "Connecting", "attach", "connect"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,12 +39,15 @@ T = TypeVar("T")
 class AsyncDatabase:
     """A connection to sluice queues for asyncio; close it (or use ``async with``) when done.
 
-    Made by ``sluice.aio.connect``; one event loop uses it.
+    Made by ``sluice.aio.connect`` (or ``attach``); one event loop uses it.
     """
 
-    def __init__(self, database: Database, runner: Runner, store: AsyncStore) -> None:
+    def __init__(
+        self, database: Database, runner: Runner, store: AsyncStore, *, owned: bool = True
+    ) -> None:
         self._context = AsyncContext(database, runner, store)
         self._closed = False
+        self._owned = owned
 
     @property
     def sync(self) -> Database:
@@ -182,7 +185,8 @@ class AsyncDatabase:
         self._closed = True
         try:
             await self._context.store.close()
-            await self.run_sync(self.sync.close)
+            if self._owned:
+                await self.run_sync(self.sync.close)
         finally:
             self._context.runner.close()
 
@@ -216,24 +220,12 @@ class Connecting:
         except BaseException:
             runner.close()
             raise
-        store: AsyncStore
-        if database.backend.dialect == "postgresql":
-            from sluice.aio.postgres import PostgresStore  # noqa: PLC0415 (psycopg is optional)
-            from sluice.backends.postgres import PostgresBackend  # noqa: PLC0415
-
-            backend = database.backend
-            assert isinstance(backend, PostgresBackend)
-            pg = PostgresStore(backend, runner)
-            try:
-                await pg.open()
-            except BaseException:
-                await runner(database.close)
-                runner.close()
-                raise
-            store = pg
-        else:
-            store = ThreadedStore(database.backend, runner)
-        return AsyncDatabase(database, runner, store)
+        try:
+            return await _over(database, runner, owned=True)
+        except BaseException:
+            await runner(database.close)
+            runner.close()
+            raise
 
     async def __aenter__(self) -> AsyncDatabase:
         self._db = await self._open()
@@ -247,6 +239,35 @@ class Connecting:
     ) -> None:
         if self._db is not None:
             await self._db.close()
+
+
+async def _over(database: Database, runner: Runner, *, owned: bool) -> AsyncDatabase:
+    store: AsyncStore
+    if database.backend.dialect == "postgresql":
+        from sluice.aio.postgres import PostgresStore  # noqa: PLC0415 (psycopg is optional)
+        from sluice.backends.postgres import PostgresBackend  # noqa: PLC0415
+
+        backend = database.backend
+        assert isinstance(backend, PostgresBackend)
+        pg = PostgresStore(backend, runner)
+        await pg.open()
+        store = pg
+    else:
+        store = ThreadedStore(database.backend, runner)
+    return AsyncDatabase(database, runner, store, owned=owned)
+
+
+async def attach(database: Database) -> AsyncDatabase:
+    """The asyncio API over an open blocking ``database``, sharing its session, clock
+    and wake-ups (an ASGI app given a Database uses it so). Closing the AsyncDatabase
+    closes what it opened (its thread, PostgreSQL's asyncio connections), never
+    ``database``, which stays its opener's."""
+    runner = Runner()
+    try:
+        return await _over(database, runner, owned=False)
+    except BaseException:
+        runner.close()
+        raise
 
 
 def connect(url: str, **options: Any) -> Connecting:

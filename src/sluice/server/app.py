@@ -27,6 +27,7 @@ from sluice.server import (
     topics,
     transactions,
 )
+from sluice.server.asyncdb import AsyncDb
 from sluice.server.auth import Gate
 from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
@@ -63,8 +64,9 @@ def create_app(
             yield
         finally:  # what clients still hold goes back
             sampler.close()
-            app.state.leases.close()
+            await app.state.leases.close()
             app.state.transactions.close()
+            await app.state.aio.close()
 
     app = FastAPI(
         title="sluice",
@@ -75,6 +77,7 @@ def create_app(
     )
     app.state.db = db
     app.state.gate = Gate(Keys(db) if auth else None)
+    app.state.aio = AsyncDb(db)
     app.state.leases = Leases(db.clock)
     app.state.transactions = transactions.Transactions(db.clock)
     app.state.idempotency = Idempotency(db)

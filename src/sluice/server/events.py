@@ -7,23 +7,25 @@ and settled the same way, by its token (``/api/leases/{token}/ack``, ...). The
 stream holds at most ``credit`` unsettled messages: it takes the next only when one
 of them is settled or its lease runs out, so a slow client is not flooded. A comment
 line every ``KEEPALIVE`` seconds keeps proxies from closing a quiet stream. When the
-client goes, what the stream still holds goes back to its place (a message taken in
-the instant the client went is given back when its lease runs out).
+client goes, what the stream still holds goes back to its place.
 """
 
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
+import anyio.lowlevel
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 import sluice
+from sluice.aio import AsyncQueue
+from sluice.server.asyncdb import AsyncDb
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
 from sluice.server.leases import MAX_LEASE, Lease, Leases
@@ -59,41 +61,42 @@ def events(
 ) -> StreamingResponse:
     need(who, name, "consume")
     db: sluice.Database = request.app.state.db
-    queue = db.queue(name)
-    queue.browse(1, where=where)  # the queue and the selection checked before streaming
+    db.queue(name).browse(1, where=where)  # the queue and the selection checked first
+    aio: AsyncDb = request.app.state.aio
     leases: Leases = request.app.state.leases
     stream = secrets.token_urlsafe(12)
-    gone = threading.Event()
 
-    def next_one() -> Lease | None:
-        """Wait for credit, then for a message, and lease it (in a worker thread)."""
-        if not leases.wait_for_credit(stream, credit, _POLL):
+    async def next_one(queue: AsyncQueue) -> Lease | None:
+        """Wait for credit, then for a message (on the loop: sluice.aio), and lease it."""
+        if not await run_in_threadpool(leases.wait_for_credit, stream, credit, _POLL):
             return None
-        m = queue.get(wait=_POLL, where=where)
-        if m is None:
-            return None
-        if gone.is_set():  # the client went while this waited
-            m.release()
-            return None
-        return leases.add(m, lease, stream=stream)
+        m = await queue.get(wait=_POLL, where=where)
+        return None if m is None else leases.add(m, lease, stream=stream)
 
     async def pushed() -> AsyncIterator[str]:
         quiet_since = time.monotonic()
         try:
+            queue = await (await aio.get()).queue(name)
             yield ": sluice event stream\n\n"
             while True:
-                held = await run_in_threadpool(next_one)
+                # Shielded: a client that goes cancels this generator, and a take cut
+                # off halfway would leave its message held by nobody. A take waits at
+                # most _POLL, so the stream still ends within a second of the client.
+                with anyio.CancelScope(shield=True):
+                    held = await next_one(queue)
+                await anyio.lowlevel.checkpoint()  # where a client's going ends the stream
                 if held is None:
                     if time.monotonic() - quiet_since >= KEEPALIVE:
                         quiet_since = time.monotonic()
                         yield ": keep-alive\n\n"
                     continue
-                data = MessageOut.of(held.message, held.token, held.expires).model_dump_json()
+                m = held.message.message
+                data = MessageOut.of(m, held.token, held.expires).model_dump_json()
                 quiet_since = time.monotonic()
-                yield f"event: message\nid: {held.message.id}\ndata: {data}\n\n"
+                yield f"event: message\nid: {m.id}\ndata: {data}\n\n"
         finally:  # the client went (or the server stops): give back what it held
-            gone.set()
-            leases.end_stream(stream)
+            with anyio.CancelScope(shield=True):
+                await leases.end_stream(stream)
 
     return StreamingResponse(
         pushed(),

@@ -1,8 +1,9 @@
 """Leases: messages an HTTP client took, held by the server until the client settles
 them by their delivery token, or until the lease runs out.
 
-A leased message is taken as ``Queue.get`` takes one, in its own transaction, so
-each settles alone: ``ack`` commits it (done), ``release`` gives it back to its
+A leased message is taken as ``Queue.get`` takes one, in its own transaction, through
+the asyncio API (``sluice.aio``: a long poll holds no thread while it waits), so each
+settles alone: ``ack`` commits it (done), ``release`` gives it back to its
 place, ``reject`` sends it to the error queue. A lease that runs out releases its
 message (an attempt counted, as any delivery that ended unacknowledged), and its
 token is then stale: settling by it is refused (410), so a client that was too slow
@@ -12,14 +13,15 @@ clock (a ManualClock in tests); a reaper thread waits for the next expiry.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sluice.aio import AsyncMessage
 from sluice.clock import Clock
 from sluice.errors import SluiceError, StorageError
-from sluice.message import Message
 from sluice.server.problems import Problem
 from sluice.server.reaper import Reaper
 
@@ -30,18 +32,23 @@ log = logging.getLogger(__name__)
 MAX_LEASE = 12 * 3600.0
 """The longest a lease lasts, extensions included (as SQS's visibility timeout)."""
 
+GIVE_BACK = 30.0
+"""Real seconds the reaper waits for the event loop to give back one expired message."""
+
 
 @dataclass(slots=True)
 class Lease:
     """A leased message, its token and when the lease ends (the database's clock)."""
 
     token: str
-    message: Message
+    message: AsyncMessage
     expires: float
     ends_by: float
     """The lease cannot be extended past this (MAX_LEASE after it began)."""
     stream: str | None = None
     """The event stream that leased it (None: a lease request)."""
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    """The loop the message was taken on: it is settled there (sluice.aio)."""
 
 
 class Leases:
@@ -57,8 +64,9 @@ class Leases:
         with self._changed:
             return len(self._held)
 
-    def add(self, message: Message, seconds: float, *, stream: str | None = None) -> Lease:
-        """Hold ``message`` (taken by ``Queue.get``) for ``seconds``; its new lease."""
+    def add(self, message: AsyncMessage, seconds: float, *, stream: str | None = None) -> Lease:
+        """Hold ``message`` (taken by ``AsyncQueue.get``, on the running loop) for
+        ``seconds``; its new lease."""
         now = self._clock.now()
         lease = Lease(secrets.token_urlsafe(24), message, now + seconds, now + MAX_LEASE,
                       stream)  # fmt: skip
@@ -102,18 +110,19 @@ class Leases:
                 timeout,
             )
 
-    def end_stream(self, stream: str) -> int:
+    async def end_stream(self, stream: str) -> int:
         """The stream's client went: give back what it held; how many."""
         with self._changed:
             ended = [lease for lease in self._held.values() if lease.stream == stream]
             for lease in ended:
                 del self._held[lease.token]
         for lease in ended:
-            self._give_back(lease)
+            await _release(lease)
         return len(ended)
 
     def expire(self) -> int:
-        """Release every message whose lease ran out; how many."""
+        """Release every message whose lease ran out; how many. Called off the event loop
+        (the reaper's thread): each is given back on its loop, waited for."""
         now = self._clock.now()
         with self._changed:
             ended = [lease for lease in self._held.values() if lease.expires <= now]
@@ -121,25 +130,30 @@ class Leases:
                 del self._held[lease.token]
             self._changed.notify_all()
         for lease in ended:
-            self._give_back(lease)
+            try:
+                done = asyncio.run_coroutine_threadsafe(_release(lease), lease.loop)
+                done.result(timeout=GIVE_BACK)
+            except (RuntimeError, TimeoutError) as exc:  # the loop stopped, or is stuck
+                # Not lost: the session's recovery gives it back if this process dies.
+                log.warning("an expired lease's message could not be given back: %r", exc)
         return len(ended)
 
-    def close(self) -> None:
-        """Stop the reaper and give every leased message back."""
-        self._reaper.stop()
+    async def close(self) -> None:
+        """Stop the reaper and give every leased message back (on the loop)."""
+        await asyncio.to_thread(self._reaper.stop)
         with self._changed:
             held = list(self._held.values())
             self._held.clear()
         for lease in held:
-            self._give_back(lease)
-
-    @staticmethod
-    def _give_back(lease: Lease) -> None:
-        try:
-            lease.message.release()
-        except (SluiceError, StorageError) as exc:
-            # Its session was taken for dead meanwhile: recovery gave it back already.
-            log.warning("a leased message could not be given back: %s", exc)
+            await _release(lease)
 
     def _next(self) -> float | None:
         return min((lease.expires for lease in self._held.values()), default=None)
+
+
+async def _release(lease: Lease) -> None:
+    try:
+        await lease.message.release()
+    except (SluiceError, StorageError) as exc:
+        # Its session was taken for dead meanwhile: recovery gave it back already.
+        log.warning("a leased message could not be given back: %s", exc)

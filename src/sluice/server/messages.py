@@ -11,8 +11,10 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 import sluice
+from sluice.aio import AsyncDatabase, AsyncMessage
 from sluice.backends.records import Effect
 from sluice.errors import SluiceError
+from sluice.server.asyncdb import AsyncDb
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
 from sluice.server.idempotency import Idempotency, fingerprint
@@ -42,6 +44,11 @@ Who = Annotated[Principal, Depends(caller)]
 def _db(request: Request) -> sluice.Database:
     db: sluice.Database = request.app.state.db
     return db
+
+
+async def _aio(request: Request) -> AsyncDatabase:
+    aio: AsyncDb = request.app.state.aio
+    return await aio.get()
 
 
 def _leases(request: Request) -> Leases:
@@ -128,25 +135,26 @@ def _enqueue(
     "/queues/{name}/leases",
     summary="Take messages (consume), each held under a delivery token until settled",
 )
-def lease(request: Request, who: Who, name: str, ask: LeaseRequest) -> Leased:
+async def lease(request: Request, who: Who, name: str, ask: LeaseRequest) -> Leased:
     need(who, name, "consume")
-    queue = _db(request).queue(name)
+    queue = await (await _aio(request)).queue(name)
     leases = _leases(request)
     order_by = tuple(ask.order_by) if ask.order_by else None
     taken: list[MessageOut] = []
     wait = ask.wait
     while len(taken) < ask.limit:
-        # One transaction per message, as Queue.get takes it: each settles alone.
-        m = queue.get(wait=wait, where=ask.where, order_by=order_by)
+        # One transaction per message, as Queue.get takes it: each settles alone. The
+        # wait is the event loop's (sluice.aio): no thread is held while it waits.
+        m = await queue.get(wait=wait, where=ask.where, order_by=order_by)
         if m is None:
             break
         held = leases.add(m, ask.lease)
-        taken.append(MessageOut.of(m, held.token, held.expires))
+        taken.append(MessageOut.of(m.message, held.token, held.expires))
         wait = 0.0  # the long poll is for the first message only
     return Leased(messages=taken)
 
 
-def _settled(request: Request, who: Who, token: str) -> sluice.Message:
+def _settled(request: Request, who: Principal, token: str) -> AsyncMessage:
     """The leased message of ``token``, its lease ended, if ``who`` consumes its queue."""
     leases = _leases(request)
     need(who, leases.peek(token).message.queue, "consume")
@@ -154,18 +162,18 @@ def _settled(request: Request, who: Who, token: str) -> sluice.Message:
 
 
 @router.post("/leases/{token}/ack", status_code=204, summary="Acknowledge: the message is done")
-def ack(request: Request, who: Who, token: str) -> None:
+async def ack(request: Request, who: Who, token: str) -> None:
     m = _settled(request, who, token)
-    m.ack()
+    await m.ack()
     count(request, m.queue, "acked")
 
 
 @router.post(
     "/leases/{token}/release", status_code=204, summary="Give the message back to its place"
 )
-def release(request: Request, who: Who, token: str) -> None:
+async def release(request: Request, who: Who, token: str) -> None:
     m = _settled(request, who, token)
-    m.release()
+    await m.release()
     count(request, m.queue, "released")
 
 
@@ -174,9 +182,9 @@ def release(request: Request, who: Who, token: str) -> None:
     status_code=204,
     summary="Send the message to its queue's error queue, with a reason",
 )
-def reject(request: Request, who: Who, token: str, why: Reject) -> None:
+async def reject(request: Request, who: Who, token: str, why: Reject) -> None:
     m = _settled(request, who, token)
-    m.reject(why.reason)
+    await m.reject(why.reason)
     count(request, m.queue, "rejected")
 
 
@@ -185,7 +193,7 @@ def extend(request: Request, who: Who, token: str, more: Extend) -> MessageOut:
     leases = _leases(request)
     need(who, leases.peek(token).message.queue, "consume")
     held = leases.extend(token, more.seconds)
-    return MessageOut.of(held.message, held.token, held.expires)
+    return MessageOut.of(held.message.message, held.token, held.expires)
 
 
 @router.get("/queues/{name}/messages", summary="Browse messages without taking them (browse)")
