@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -86,3 +88,30 @@ def test_a_stream_needs_consume_and_a_good_selection(base: str, db: sluice.Datab
         problem(http.get("/api/queues/nowhere/events", headers=auth), 404)
         problem(http.get("/api/queues/orders/events", headers=auth,
                          params={"where": "body.n >"}), 422, "ExpressionError")  # fmt: skip
+
+
+def test_long_polls_hold_no_thread(base: str, db: sluice.Database) -> None:
+    # More long polls than FastAPI's thread pool has threads (40). Were each to hold
+    # one while it waits, the enqueue below would queue behind them until they timed
+    # out empty; waiting on the event loop (sluice.aio), every poll gets a message.
+    auth = key(db, "app", "orders:consume,produce")
+    n = 48
+
+    def poll() -> list[Any]:
+        with httpx.Client(base_url=base, headers=auth, timeout=60) as http:
+            answer = http.post("/api/queues/orders/leases", json={"wait": 20})
+            assert answer.status_code == 200, answer.text
+            return list(answer.json()["messages"])
+
+    with ThreadPoolExecutor(n) as pool:
+        polls = [pool.submit(poll) for _ in range(n)]
+        deadline = time.monotonic() + 30
+        while db.context.wakeups.waiting().get("orders", 0) < n:  # all of them waiting
+            assert time.monotonic() < deadline, db.context.wakeups.waiting()
+            threading.Event().wait(0.01)
+        with httpx.Client(base_url=base, headers=auth, timeout=10) as http:
+            put = http.post("/api/queues/orders/messages",
+                            json={"messages": [{"body": i} for i in range(n)]})  # fmt: skip
+            assert put.status_code == 201, put.text
+        taken = [m["body"] for p in polls for m in p.result()]
+    assert sorted(taken) == list(range(n))
