@@ -18,12 +18,6 @@ T0 = 1_800_000_000.0
 
 
 @pytest.fixture
-def clock(db: sluice.Database) -> ManualClock:
-    db.clock = clock = ManualClock(T0)
-    return clock
-
-
-@pytest.fixture
 def keys(db: sluice.Database, clock: ManualClock) -> Keys:
     return Keys(db)
 

@@ -27,12 +27,6 @@ DAY = 86_400.0
 
 
 @pytest.fixture
-def clock(db: sluice.Database) -> ManualClock:
-    db.clock = clock = ManualClock(T0)
-    return clock
-
-
-@pytest.fixture
 def rows(backend_url: str) -> Iterator[RowReader]:
     """Reads the message table behind the test's Database (None on memory: no way in)."""
     reader = RowReader(backend_url)

@@ -33,13 +33,6 @@ def key(db: sluice.Database, name: str, *grants: str, admin: bool = False) -> di
 
 
 @pytest.fixture
-def clock(db: sluice.Database) -> ManualClock:
-    clock = ManualClock(T0)
-    db.clock = clock
-    return clock
-
-
-@pytest.fixture
 def client(db: sluice.Database, clock: ManualClock) -> Iterator[TestClient]:
     with TestClient(create_app(db, max_request=64 * 1024)) as client:
         yield client

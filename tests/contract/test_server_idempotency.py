@@ -19,17 +19,10 @@ from fastapi.testclient import TestClient
 from sluice.server.app import create_app
 from sluice.server.idempotency import KEPT, STALE, Idempotency, fingerprint
 from sluice.server.models import Enqueue
-from tests.contract.test_server import T0, key, problem
+from tests.contract.test_server import key, problem
 
 PATH = "/api/queues/orders/messages"
 ONE = {"messages": [{"body": {"order": 1}}]}
-
-
-@pytest.fixture
-def clock(db: sluice.Database) -> ManualClock:
-    clock = ManualClock(T0)
-    db.clock = clock
-    return clock
 
 
 @pytest.fixture

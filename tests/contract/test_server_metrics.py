@@ -58,13 +58,6 @@ def at(series: dict[Labels, float], **labels: str) -> float:
 
 
 @pytest.fixture
-def clock(db: sluice.Database) -> ManualClock:
-    clock = ManualClock(T0)
-    db.clock = clock
-    return clock
-
-
-@pytest.fixture
 def client(db: sluice.Database, clock: ManualClock) -> Iterator[TestClient]:
     with TestClient(create_app(db)) as client:
         yield client

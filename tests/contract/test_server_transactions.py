@@ -20,13 +20,6 @@ from tests.contract.test_server import T0, key, problem
 
 
 @pytest.fixture
-def clock(db: sluice.Database) -> ManualClock:
-    clock = ManualClock(T0)
-    db.clock = clock
-    return clock
-
-
-@pytest.fixture
 def client(db: sluice.Database, clock: ManualClock) -> Iterator[TestClient]:
     db.create_queue("orders", error_queue="bad")
     db.create_queue("invoices")
