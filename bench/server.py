@@ -74,41 +74,40 @@ _PACKAGES = ("sluice", "fastapi", "starlette", "uvicorn", "pydantic", "h11", "ht
 Log = Callable[[str], None]
 
 NOTES = [
-    "**The server is bound by its one core.** At 16 clients the serving process spends "
-    "about 0.8 ms (SQLite) and 1.3 ms (PostgreSQL) of CPU per enqueue-1 request and tops "
-    "out near 1 / that many requests per second: one process, one GIL, one core of two. "
-    "The clients take 0.1-0.3 ms of CPU per request (about a fifth of the other core), so "
-    "they do not bind it. The in-process `put` costs 60-80 us of CPU on SQLite.",
-    "**Why the batch target misses.** Reaching 0.5 x `put_many(10)` needs an HTTP request "
-    "of 10 messages to cost at most twice the in-process call: about 0.4 ms per request "
-    "with one client on SQLite (put_many(10) takes 0.2 ms there), and at most about 0.25 ms "
-    "of the server's CPU per request with 16 clients. It costs about 1 ms, of which the "
-    "route's transaction (10 inserts and the commit with its fsync) is a quarter. The "
-    "remainder (see the table above) is, by size: FastAPI's two thread-pool hops (the key "
-    "dependency `caller` and the route are both sync functions, and each is sent to the "
-    "thread pool and back; the app called as ASGI drops from about 0.8 ms to 0.35-0.5 ms "
-    "without them); uvicorn with the pure-Python h11 parser, loopback and the client (about "
-    "0.2-0.5 ms; the whole floor round trip is 0.17 ms); FastAPI's routing, dependency "
-    "solving and response model. Validation (2-11 us), SHA-256 (under 1 us) and the "
-    "key's read on SQLite (9 us) are small. On PostgreSQL the key's read is a round trip "
-    "(0.1-0.15 ms per request, plus its thread hop), and the transaction takes 0.5-0.7 ms.",
-    "A check by hand outside this bench (same machine and day, one client, 1,500 "
-    "requests, not in the tables): the same app on uvicorn with httptools installed "
-    "(uvicorn's 'auto' then takes it instead of h11) had an enqueue-1 p50 of 879 us "
-    "against 1,043 us; with FastAPI's thread pool also bypassed, 515 us against 611 us.",
-    "Even with every cost above removed but the floor and the transaction, SQLite's "
-    "in-process batch rate (45-75k msgs/s) needs 2,300-3,700 requests of 10 per second "
-    "for the target: within the floor's reach (5.8k-11k requests/s) only if the rest of "
-    "the request costs little more than the transaction. PostgreSQL's target is nearer "
-    "(0.3-0.4 in the runs of 2026-11-25): its transaction is a larger share of the request.",
+    "**The server is bound by its one core.** At 16 clients the serving process is at one "
+    "core (its *serving CPU* per message times msgs/s), and tops out near 1 / its CPU per "
+    "request: one process, one GIL, one core of two, the other shared by the clients and "
+    "the database.",
+    "**What serves an enqueue now** (since the first run of 2026-11-25): the route is a "
+    "coroutine that reads and validates its own body (no FastAPI body or dependency to "
+    "solve), takes its key from memory (a key read from the store is trusted for "
+    "`grants.REMEMBER`, 1 s; a revocation through the server is at once), and makes one "
+    "hop to the thread pool for its transaction, in which neighbours with the same "
+    "options are one `enqueue_many`. uvicorn runs httptools and uvloop (both in the "
+    "`server` extra). Leases and event streams wait on the event loop through `sluice.aio` "
+    "(no thread per long poll).",
+    "**Why the batch target still misses.** 0.5 x `put_many(10)` allows an HTTP request "
+    "of 10 messages about twice the in-process call's cost. With 16 clients the bound is "
+    "the server's CPU per request: here the bare Starlette route alone (the floor) costs "
+    "about half of what `put_many(10)` costs in process, which leaves FastAPI's routing "
+    "over the app's routes, the metrics and size-limit middleware, the validation, the "
+    "thread hop and the response about half of it again; they take several times that "
+    "(the parts table: 'the rest'). PostgreSQL comes nearer (0.40-0.43) because its "
+    "transaction is a larger share of each request; SQLite's in-process batch is cheap "
+    "(group commit across 16 threads), so it stays near 0.2. What would reach it is more "
+    "than one serving process, which needs leases and transactions held in the database "
+    "rather than in the process that made them.",
+    "**This run's host** was about 2.5 times slower than the first run of the day's (the "
+    "floor: 3.3k against 5.7k requests/s; in-process `put`: 2.7k against 7.2k/s), so its "
+    "absolute latencies (PostgreSQL's enqueue p50 among them) are not comparable with "
+    "that run's; ratios within one run are.",
     "**Lease + ack** is two requests per message, each lease taking its message in a "
-    "transaction of its own: 1.6-2.5 ms of server CPU per message, 10-25 % of the "
-    "in-process `get()` + `ack()` rate.",
+    "transaction of its own.",
     "**RabbitMQ's management API** is an operator's tool in its own docs (HTTP 'not ideal "
-    "for high performance publishing'; get 'should be treated as a sysadmin's tool'); its "
-    "node spent 1.0-1.9 ms of CPU per message here. Whether its HTTP publish waits for a "
-    "publisher confirm was not checked. Between its publish and its get rows the bench puts "
-    "a backlog in its queue by AMQP (untimed), so that get has messages.",
+    "for high performance publishing'; get 'should be treated as a sysadmin's tool'). "
+    "Whether its HTTP publish waits for a publisher confirm was not checked. Between its "
+    "publish and its get rows the bench puts a backlog in its queue by AMQP (untimed), so "
+    "that get has messages.",
     "uvicorn ran with `--log-level warning`: no access-log line per request. The default "
     "(`info`) writes one per request; its cost was not measured here.",
 ]
@@ -228,7 +227,9 @@ def run_console(system: str, tmp_root: Path, res: Results, log: Log) -> None:
     """The console's page load with 100 queues: a note of the report."""
     try:
         with fresh(system, tmp_root) as place:
-            line = measure_console(system, place.url).line()
+            load = measure_console(system, place.url)
+        res.console[system] = (load.http_p50_ms, load.browser_p50_ms)
+        line = load.line()
     except Exception as exc:  # the other figures stand without it
         line = f"**Console page, {system}**: not measured ({one_line(exc)})."
     res.notes.append(line)

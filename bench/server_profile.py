@@ -3,25 +3,23 @@
 the bench's database, one caller, median of many calls (wall time, fsync included).
 
 - the whole app called as ASGI (no socket, no uvicorn, no HTTP parsing), with keys and
-  without (``create_app(db, auth=False)``), with FastAPI's thread pool bypassed (the sync
-  key dependency and route run on the event loop's thread: a diagnostic, not a fix, since
-  it blocks the loop), and the bare Starlette floor the same way;
-- the key lookup (``Keys.authenticate``: SHA-256 of the secret and a read by its hash);
+  without (``create_app(db, auth=False)``), and the bare Starlette floor the same way;
+- a key's read from the store (``Keys.authenticate``: SHA-256 of the secret and a read by
+  its hash), which the server makes once a second per key (``grants.REMEMBER``);
 - the body's validation (``Enqueue.model_validate_json``);
-- the route's transaction (``tx.enqueue`` per message, commit).
+- the route's transaction (``enqueue_into``, commit).
 
-Set against the request's latency over HTTP, the rest is uvicorn (h11), loopback and the
+Set against the request's latency over HTTP, the rest is uvicorn, loopback and the
 client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +37,6 @@ class Parts:
 
     app: dict[int, float]
     app_no_auth: dict[int, float]
-    app_inline: dict[int, float]
     floor_app: float
     sha256: float
     authenticate: float
@@ -99,31 +96,11 @@ def _asgi_call(app: Any, path: str, body: bytes, secret: str) -> Callable[[], Aw
     return call
 
 
-@contextlib.contextmanager
-def _inline() -> Iterator[None]:
-    """FastAPI's sync routes and dependencies run in the caller's thread: no thread hop."""
-    import fastapi.dependencies.utils
-    import fastapi.routing
-
-    async def run_inline(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs)
-
-    modules = (fastapi.routing, fastapi.dependencies.utils)
-    saved = [m.run_in_threadpool for m in modules]
-    for m in modules:
-        m.run_in_threadpool = run_inline  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for m, original in zip(modules, saved, strict=True):
-            m.run_in_threadpool = original  # type: ignore[attr-defined]
-
-
 def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
     """Each part ``n`` times (after n // 10 untimed) on ``db``'s queue ``bench``."""
     from sluice.server.app import create_app
     from sluice.server.grants import Keys
-    from sluice.server.models import Enqueue
+    from sluice.server.models import Enqueue, enqueue_into
 
     warm = max(n // 10, 1)
     path = f"/api/queues/{QUEUE}/messages"
@@ -131,16 +108,14 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
 
     async def apps() -> tuple[dict[str, dict[int, float]], float]:
         with_keys, without = create_app(db), create_app(db, auth=False)
-        timed: dict[str, dict[int, float]] = {"keys": {}, "none": {}, "inline": {}}
+        timed: dict[str, dict[int, float]] = {"keys": {}, "none": {}}
         try:
             for size in (1, 10):
-                for label, app, key in (("keys", with_keys, secret), ("none", without, ""),
-                                        ("inline", with_keys, secret)):  # fmt: skip
+                for label, app, key in (("keys", with_keys, secret), ("none", without, "")):
                     call = _asgi_call(app, path, payload(size), key)
-                    with _inline() if label == "inline" else contextlib.nullcontext():
-                        for _ in range(warm):
-                            await call()
-                        timed[label][size] = await _amedian_us(call, n)
+                    for _ in range(warm):
+                        await call()
+                    timed[label][size] = await _amedian_us(call, n)
             floor = _asgi_call(floor_app, FLOOR_PATH, payload(1), "")
             for _ in range(warm):
                 await floor()
@@ -160,12 +135,11 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
             return Enqueue.model_validate_json(body)
 
         validate[size] = _median_us(parse, n)
-        messages = [m.payload() for m in Enqueue.model_validate_json(body).messages]
+        batch = Enqueue.model_validate_json(body)
 
-        def enqueue(messages: list[Any] = messages) -> None:
+        def enqueue(batch: Enqueue = batch) -> None:
             with db.transaction() as tx:
-                for m in messages:
-                    tx.enqueue(QUEUE, m)
+                enqueue_into(tx, QUEUE, batch)
 
         for _ in range(warm):
             enqueue()
@@ -173,7 +147,6 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
     return Parts(
         app=timed["keys"],
         app_no_auth=timed["none"],
-        app_inline=timed["inline"],
         floor_app=floor_us,
         sha256=_median_us(lambda: hashlib.sha256(secret.encode()).hexdigest(), n),
         authenticate=_median_us(lambda: keys.authenticate(secret), n),
