@@ -6,7 +6,6 @@ settled by token, and what the stream held given back when the client goes."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,28 +21,15 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from sluice.server.app import create_app  # noqa: E402
 from tests.contract.test_server import key, problem  # noqa: E402
+from tests.live_server import serve  # noqa: E402
 
 
 @pytest.fixture
 def base(db: sluice.Database) -> Iterator[str]:
-    """A real server over ``db`` on a free loopback port, in a thread of this process."""
+    """A real server over ``db``, in a thread of this process."""
     db.create_queue("orders")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(db), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:  # uvicorn sets it once it listens
-        if not thread.is_alive():
-            raise AssertionError("the server did not start")
-        thread.join(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serve(create_app(db)) as url:
+        yield url
 
 
 def events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from sluice.server.grants import Grant, Keys
 uvicorn = pytest.importorskip("uvicorn")
 
 from sluice.server.app import create_app  # noqa: E402
+from tests.live_server import serve  # noqa: E402
 
 TIMEOUT = 15_000
 """Milliseconds a page condition may take (the console polls every 2 s)."""
@@ -65,24 +64,9 @@ def db(tmp_path: Path) -> Iterator[sluice.Database]:
 
 @pytest.fixture
 def base(db: sluice.Database) -> Iterator[str]:
-    """A real server over ``db`` on a free loopback port, in a thread of this process."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = create_app(db, sample_every=0.2)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:  # uvicorn sets it once it listens
-        if not thread.is_alive():
-            raise AssertionError("the server did not start")
-        thread.join(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    """A real server over ``db``, in a thread of this process."""
+    with serve(create_app(db, sample_every=0.2)) as url:
+        yield url
 
 
 def test_a_user_finds_retries_pauses_and_watches(
