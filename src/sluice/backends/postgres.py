@@ -391,12 +391,6 @@ class PostgresBackend(
     def _sessions_closed(self) -> None:
         self._notifier.signal()
 
-    def _resumed(self, name: str) -> None:
-        # Sent now, not by the coalescing Notifier: resumes are rare, and the process that
-        # resumed (a CLI command) may end before that thread's turn would have come.
-        note = payload(self._notifier.origin, (name,))
-        self._write_rows("notify", {"channel": self.channel, "payload": note}, durable=False)
-
     def expression_compiler(self, alias: str = "m") -> PostgresCompiler:
         """A compiler of expressions for this schema's SQL."""
         return PostgresCompiler(Source(alias=alias), schema=self._schema_sql)
@@ -485,7 +479,10 @@ class PostgresBackend(
         return self._q[found], params
 
     def _made_available(self, queues: set[str]) -> None:
-        self._notifier.signal(queues)
+        # Sent now, not by the coalescing Notifier: resumes and retries are rare, and the
+        # process that made them (a CLI command) may end before that thread's turn.
+        note = payload(self._notifier.origin, queues)
+        self._write_rows("notify", {"channel": self.channel, "payload": note}, durable=False)
 
     def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """The name of the query shaped by ``select``, and the selection's parameters.

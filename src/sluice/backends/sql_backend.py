@@ -103,17 +103,14 @@ class SqlBackend(ABC):
         """Sessions were rolled back: messages may have become available (wake-ups)."""
 
     @abstractmethod
-    def _resumed(self, name: str) -> None:
-        """Queue ``name`` was resumed: its messages are available again (wake-ups)."""
-
-    @abstractmethod
     def _selection(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         """The text of the named statement shaped by ``select``, and its parameters."""
 
     @abstractmethod
     def _made_available(self, queues: set[str]) -> None:
-        """Messages of ``queues`` became available outside a queue transaction's commit:
-        other processes' waiters should look (PostgreSQL notifies; SQLite's see the WAL)."""
+        """Messages of ``queues`` became available outside a queue transaction's commit
+        (a resume, a retry of failed messages): other processes' waiters should look
+        (PostgreSQL notifies; SQLite's see the WAL)."""
 
     # --- failed messages --------------------------------------------------------------
     def retry_failed(
@@ -206,7 +203,7 @@ class SqlBackend(ABC):
         if not self._write_rows("set_paused", {"name": name, "paused": paused}):
             raise QueueNotFound(f"queue {name!r} does not exist")
         if not paused:
-            self._resumed(name)
+            self._made_available({name})
 
     def drop_queue(self, name: str) -> None:
         params = {"name": name}

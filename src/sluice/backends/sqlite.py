@@ -255,9 +255,6 @@ class SQLiteBackend(
     def _sessions_closed(self) -> None:
         """Nothing: waiters in other processes notice the change themselves."""
 
-    def _resumed(self, name: str) -> None:
-        """Nothing: waiters in other processes notice the change themselves."""
-
     # --- sessions and recovery -------------------------------------------------------
     def open_session(self, host: str, pid: int, lease: float) -> int:
         # Heartbeats are on the wall clock, not self.clock, as leases are judged
