@@ -208,4 +208,8 @@ def test_chained_operations_get_what_the_document_says(url: str, tmp_path: Path)
         def get_call_kwargs(self, case: Case[Any]) -> dict[str, Any]:
             return {"app": self.served.app, "headers": self.served.admin}
 
-    Chained.run(settings=settings(max_examples=10, stateful_step_count=8, deadline=None))
+    # Derandomized everywhere, not only in CI: the scenarios' strategies are drawn from
+    # answers of the app, and a random run met Hypothesis' FlakyStrategyDefinition and
+    # ran for minutes. A few scenarios of a few steps keep the suite's time small.
+    Chained.run(settings=settings(max_examples=5, stateful_step_count=6, deadline=None,
+                                  derandomize=True, database=None))  # fmt: skip
