@@ -8,7 +8,7 @@ import json.scanner
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from sluice.errors import ConfigurationError, InvalidBody, MessageStateError, PayloadTooLarge
 
@@ -28,6 +28,7 @@ __all__ = [
     "encode_json",
     "is_json",
     "is_xml",
+    "settled_by",
 ]
 
 JSON = "application/json"
@@ -333,16 +334,38 @@ class Message(NamedTuple):
         tx.commit()
 
     def _own_transaction(self) -> Holder:
-        tx = self.holder
-        if tx is None:
-            raise MessageStateError(
-                f"message {self.id} was browsed, not taken; only a taken message can be settled"
-            )
-        if not tx.implicit:
-            raise MessageStateError(
-                f"message {self.id} belongs to transaction {tx.id}; "
-                "it is settled by that transaction's commit or abort"
-            )
-        if tx.closed:
-            raise MessageStateError(f"message {self.id} has already been settled")
-        return tx
+        return settled_by(self.id, self.holder)
+
+
+class _Settles(Protocol):
+    """What ``settled_by`` asks of a holder, sync (Holder) or async (sluice.aio's)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def implicit(self) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+
+_H = TypeVar("_H", bound=_Settles)
+
+
+def settled_by(message_id: str, holder: _H | None) -> _H:
+    """The transaction that settles message ``message_id`` by itself (``ack()`` and its
+    kin): its own one-message transaction. MessageStateError for a browsed message, one
+    taken in a transaction of the caller's, or one settled already."""
+    if holder is None:
+        raise MessageStateError(
+            f"message {message_id} was browsed, not taken; only a taken message can be settled"
+        )
+    if not holder.implicit:
+        raise MessageStateError(
+            f"message {message_id} belongs to transaction {holder.id}; "
+            "it is settled by that transaction's commit or abort"
+        )
+    if holder.closed:
+        raise MessageStateError(f"message {message_id} has already been settled")
+    return holder

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar, overload
 
-from sluice.errors import MessageStateError
-from sluice.message import Body, Message, MessageState, Position
+from sluice.message import Body, Message, MessageState, Position, settled_by
 
 __all__ = ["AsyncHolder", "AsyncMessage"]
 
@@ -118,17 +117,4 @@ class AsyncMessage:
         await tx.commit()
 
     def _own_transaction(self) -> AsyncHolder:
-        # The same checks, and words, as Message's.
-        tx = self._holder
-        if tx is None:
-            raise MessageStateError(
-                f"message {self.id} was browsed, not taken; only a taken message can be settled"
-            )
-        if not tx.implicit:
-            raise MessageStateError(
-                f"message {self.id} belongs to transaction {tx.id}; "
-                "it is settled by that transaction's commit or abort"
-            )
-        if tx.closed:
-            raise MessageStateError(f"message {self.id} has already been settled")
-        return tx
+        return settled_by(self.id, self._holder)  # the same checks, and words, as Message's
