@@ -60,10 +60,11 @@ from bench.server_procs import (
     beam_pid,
     ensure_management,
     floor,
+    least,
     sluice_serve,
 )
 from bench.server_profile import measure_parts
-from bench.server_report import FLOOR, HTTP, IN_PROCESS, RABBIT, Results, Row, render
+from bench.server_report import FLOOR, HTTP, IN_PROCESS, LEAST, RABBIT, Results, Row, render
 
 SYSTEMS = ("sqlite", "postgresql")
 SCHEMA = "bench_server"
@@ -200,27 +201,34 @@ def _failed(rows: list[Row], exc: BaseException, log: Log) -> list[Row]:
 
 
 def run_system(system: str, s: Settings, tmp_root: Path, res: Results, log: Log) -> None:
-    """HTTP and in-process rows of one backend, interleaved; then the enqueue's parts."""
-    rows: list[tuple[Row, Row]] = [
-        (Row(system, IN_PROCESS, w, c), Row(system, HTTP, w, c, 2 if w == "lease + ack" else 1))
-        for w in WORKLOADS
-        for c in s.clients
-    ]
-    res.rows += [r for pair in rows for r in pair]
+    """In-process, HTTP and (for enqueues) least-server rows of one backend, interleaved;
+    then the enqueue's parts."""
+    rows: list[list[Row]] = []
+    for w in WORKLOADS:
+        for c in s.clients:
+            group = [Row(system, IN_PROCESS, w, c),
+                     Row(system, HTTP, w, c, 2 if w == "lease + ack" else 1)]  # fmt: skip
+            if w.startswith("enqueue"):
+                group.append(Row(system, LEAST, w, c))
+            rows.append(group)
+    res.rows += [r for group in rows for r in group]
     try:
         with fresh(system, tmp_root) as place, sluice.connect(place.url) as db:
-            with sluice_serve(place.url) as server:
-                local, remote = in_process_ops(db), sluice_ops(server.port, place.secret)
+            with sluice_serve(place.url) as server, least(place.url) as bound:
+                ops = {IN_PROCESS: (in_process_ops(db), os.getpid()),
+                       HTTP: (sluice_ops(server.port, place.secret), server.pid),
+                       LEAST: (sluice_ops(bound.port, place.secret), bound.pid)}  # fmt: skip
                 for _ in range(s.repeats):
-                    for mine, http in rows:
-                        _measure(mine, local[mine.workload], s, os.getpid(), log)
-                        _measure(http, remote[http.workload], s, server.pid, log)
+                    for group in rows:
+                        for row in group:
+                            made, pid = ops[row.api]
+                            _measure(row, made[row.workload], s, pid, log)
             try:
                 res.parts[system] = measure_parts(db, place.secret, s.parts_n)
             except Exception as exc:  # the figures stand without it
                 res.parts_errors[system] = one_line(exc)
     except Exception as exc:
-        _failed([r for pair in rows for r in pair], exc, log)
+        _failed([r for group in rows for r in group], exc, log)
 
 
 def run_console(system: str, tmp_root: Path, res: Results, log: Log) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "cpu_seconds",
     "ensure_management",
     "floor",
+    "least",
     "rabbit_auth",
     "sluice_serve",
 ]
@@ -111,6 +112,12 @@ def floor() -> AbstractContextManager[Server]:
     """The bare Starlette route on uvicorn (bench/server_floor.py)."""
     argv = [sys.executable, "-m", "bench.server_floor", "--log-level", LOG_LEVEL]
     return _process("the floor", argv, ("POST", "/floor"))
+
+
+def least(url: str) -> AbstractContextManager[Server]:
+    """The least server over sluice on uvicorn (bench/server_least.py)."""
+    argv = [sys.executable, "-m", "bench.server_least", "--db", url, "--log-level", LOG_LEVEL]
+    return _process("the least server", argv, ("POST", "/api/queues/bench/messages"))
 
 
 def cpu_seconds(pid: int) -> float:

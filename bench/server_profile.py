@@ -7,7 +7,7 @@ the bench's database, one caller, median of many calls (wall time, fsync include
 - a key's read from the store (``Keys.authenticate``: SHA-256 of the secret and a read by
   its hash), which the server makes once a second per key (``grants.REMEMBER``);
 - the body's validation (``Enqueue.model_validate_json``);
-- the route's transaction (``enqueue_into``, commit).
+- the route's transaction (its ``put_many``, commit).
 
 Set against the request's latency over HTTP, the rest is uvicorn, loopback and the
 client.
@@ -100,7 +100,8 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
     """Each part ``n`` times (after n // 10 untimed) on ``db``'s queue ``bench``."""
     from sluice.server.app import create_app
     from sluice.server.grants import Keys
-    from sluice.server.models import Enqueue, enqueue_into
+    from sluice.server.messages import _enqueue as route_transaction
+    from sluice.server.models import Enqueue
 
     warm = max(n // 10, 1)
     path = f"/api/queues/{QUEUE}/messages"
@@ -138,8 +139,7 @@ def measure_parts(db: sluice.Database, secret: str, n: int) -> Parts:
         batch = Enqueue.model_validate_json(body)
 
         def enqueue(batch: Enqueue = batch) -> None:
-            with db.transaction() as tx:
-                enqueue_into(tx, QUEUE, batch)
+            route_transaction(db, QUEUE, batch)
 
         for _ in range(warm):
             enqueue()

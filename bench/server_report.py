@@ -10,7 +10,7 @@ from bench.pg_common import summarize
 from bench.server_clients import Run
 from bench.server_profile import Parts
 
-__all__ = ["BATCH_RATIO", "P50_MS", "Results", "Row", "render"]
+__all__ = ["BATCH_RATIO", "HTTP", "IN_PROCESS", "LEAST", "P50_MS", "Results", "Row", "render"]
 
 BATCH_RATIO = 0.5
 """HTTP enqueue of batches of 10 against the in-process put_many(10): at least this."""
@@ -22,6 +22,8 @@ HTTP = "HTTP"
 IN_PROCESS = "in-process"
 RABBIT = "RabbitMQ management API"
 FLOOR = "Starlette 204 (floor)"
+LEAST = "least server"
+"""bench/server_least.py: the steps no HTTP enqueue can skip, and nothing else."""
 
 
 @dataclass
@@ -131,10 +133,17 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
     out = []
     for system in systems:
         for c in clients:
+            mine = _find(rows, system, IN_PROCESS, "enqueue 10", c)
             out.append(_ratio(
                 f"{system}, {c} client(s): HTTP enqueue 10 / in-process put_many(10), msgs/s",
-                _find(rows, system, HTTP, "enqueue 10", c),
-                _find(rows, system, IN_PROCESS, "enqueue 10", c), BATCH_RATIO))  # fmt: skip
+                _find(rows, system, HTTP, "enqueue 10", c), mine, BATCH_RATIO))  # fmt: skip
+            out.append(
+                _ratio(
+                    "  the bound: the least server's enqueue 10 / in-process put_many(10)",
+                    _find(rows, system, LEAST, "enqueue 10", c),
+                    mine,
+                ).replace("- ", "  - ", 1)
+            )
     for system in systems:
         one = _find(rows, system, HTTP, "enqueue 1", 1)
         lat = one.latency() if one and not one.error else {}
@@ -178,6 +187,10 @@ def _ratios(res: Results, systems: list[str], clients: list[int]) -> list[str]:
                        "lease + ack", c), _find(rows, "rabbitmq", RABBIT, "get + ack", c)),
                 _ratio(f"{w}: HTTP enqueue 1 / the floor, requests/s", _find(rows, system,
                        HTTP, "enqueue 1", c), _find(rows, "floor", FLOOR, "http.client", c)),
+                _ratio(f"{w}: HTTP enqueue 10 / the least server's", _find(rows, system, HTTP,
+                       "enqueue 10", c), _find(rows, system, LEAST, "enqueue 10", c)),
+                _ratio(f"{w}: HTTP enqueue 1 / the least server's", _find(rows, system, HTTP,
+                       "enqueue 1", c), _find(rows, system, LEAST, "enqueue 1", c)),
             ]  # fmt: skip
     return out
 
@@ -201,7 +214,7 @@ def _parts(res: Results) -> list[str]:
         h1, h10 = p50(one), p50(ten)
         line("HTTP request through uvicorn, p50 latency (the table above)", h1, h10)
         line("the app called as ASGI (no socket, no uvicorn)", parts.app[1], parts.app[10])
-        line("- the route's transaction (enqueue_into: one enqueue_many, commit)",
+        line("- the route's transaction (one put_many: one commit)",
              parts.transaction[1], parts.transaction[10])  # fmt: skip
         line("- the body's validation (Enqueue.model_validate_json)",
              parts.validate[1], parts.validate[10])  # fmt: skip

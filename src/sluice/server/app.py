@@ -18,6 +18,7 @@ from sluice.server import (
     console,
     content,
     events,
+    hot,
     jobs,
     messages,
     metrics,
@@ -33,6 +34,7 @@ from sluice.server.grants import Keys
 from sluice.server.idempotency import Idempotency
 from sluice.server.leases import Leases
 from sluice.server.models import with_read_bodies
+from sluice.server.offload import THREADS, Offload
 from sluice.server.problems import PROBLEM, RESPONSES, Problem, install
 
 __all__ = ["MAX_REQUEST", "create_app", "from_environment"]
@@ -47,11 +49,17 @@ def create_app(
     auth: bool = True,
     max_request: int = MAX_REQUEST,
     sample_every: float = console.DEFAULT_EVERY,
+    threads: int = THREADS,
+    telemetry: bool = False,
 ) -> FastAPI:
     """The HTTP API and the web console over ``db``. ``auth``: requests need an API key
     (``sluice keys``); False lets every request do everything (``sluice serve
     --no-auth``, loopback only). ``max_request``: the largest request body in bytes (413
     beyond). ``sample_every``: seconds between the samples of the console's charts.
+    ``threads``: the threads that run the hot routes' transactions (server/offload.py).
+    ``telemetry``: FastAPI's own OpenTelemetry traces, metrics and logs, for an app whose
+    process has an OpenTelemetry SDK set up (off: its check costs every request several
+    environment lookups, and the server's metrics are Prometheus', at /metrics).
     The app owns no database: closing it gives back what it leased, and ``db`` stays
     open."""
     if max_request < 1:
@@ -67,6 +75,7 @@ def create_app(
             await app.state.leases.close()
             app.state.transactions.close()
             await app.state.aio.close()
+            app.state.offload.close()
 
     app = FastAPI(
         title="sluice",
@@ -74,6 +83,7 @@ def create_app(
         summary="A persistent, transactional, content-aware message queue over HTTP",
         lifespan=lifespan,
         responses=RESPONSES,
+        telemetry={"tracing": telemetry, "metrics": telemetry, "logs": telemetry},
     )
     app.state.db = db
     app.state.gate = Gate(Keys(db) if auth else None)
@@ -81,6 +91,7 @@ def create_app(
     app.state.leases = Leases(db.clock)
     app.state.transactions = transactions.Transactions(db.clock)
     app.state.idempotency = Idempotency(db)
+    app.state.offload = Offload(threads)
     install(app)
     plain_openapi = app.openapi
     app.openapi = lambda: with_read_bodies(plain_openapi())  # type: ignore[method-assign]
@@ -94,6 +105,7 @@ def create_app(
     app.include_router(profiles.router)
     app.include_router(rules.router)
     sampler = console.install(app, db, sample_every=sample_every)
+    hot.install(app, messages.router, messages.HOT)  # inside the size limit and the metrics
     app.add_middleware(_Limit, limit=max_request)
     metrics.install(app)  # outermost: refused bodies (413) are timed too
     return app

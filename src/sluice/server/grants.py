@@ -9,13 +9,14 @@ match a pattern in which ``*`` stands for any run of characters.
 from __future__ import annotations
 
 import builtins
+import fnmatch
+import functools
 import hashlib
 import json
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 from sluice.backends.records import StoredKey
@@ -56,6 +57,13 @@ of distinct keys can grow it."""
 
 _KEY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _GLOB_SPECIAL = re.compile(r"([?\[])")
+
+
+@functools.lru_cache(maxsize=1024)
+def _matcher(pattern: str) -> Callable[[str], re.Match[str] | None]:
+    """The whole-name match of a grant's pattern: ``*`` is the only wildcard (``?`` and
+    ``[`` match themselves). Compiled once per pattern: every request asks."""
+    return re.compile(fnmatch.translate(_GLOB_SPECIAL.sub(r"[\1]", pattern))).match
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +107,7 @@ class Grant:
 
     def matches(self, queue: str) -> bool:
         """Whether the pattern matches the queue's whole name."""
-        return fnmatchcase(queue, _GLOB_SPECIAL.sub(r"[\1]", self.pattern))
+        return _matcher(self.pattern)(queue) is not None
 
     def __str__(self) -> str:
         """The grant as :meth:`parse` reads it."""

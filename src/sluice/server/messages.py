@@ -8,7 +8,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 import sluice
 from sluice.aio import AsyncDatabase, AsyncMessage
@@ -17,6 +16,7 @@ from sluice.errors import SluiceError
 from sluice.server.asyncdb import AsyncDb
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
+from sluice.server.hot import HotRoute
 from sluice.server.idempotency import Idempotency, fingerprint
 from sluice.server.leases import Leases
 from sluice.server.metrics import count
@@ -31,7 +31,9 @@ from sluice.server.models import (
     body_of,
     enqueue_into,
     read_body,
+    runs,
 )
+from sluice.server.offload import Offload
 from sluice.server.problems import PROBLEM, Problem, problem_body, status_of
 
 __all__ = ["router"]
@@ -49,6 +51,11 @@ def _db(request: Request) -> sluice.Database:
 async def _aio(request: Request) -> AsyncDatabase:
     aio: AsyncDb = request.app.state.aio
     return await aio.get()
+
+
+def _offload(request: Request) -> Offload:
+    offload: Offload = request.app.state.offload
+    return offload
 
 
 def _leases(request: Request) -> Leases:
@@ -79,13 +86,17 @@ async def enqueue(
     batch = await read_body(request, Enqueue)
     done: Enqueued | Response
     if idempotency_key is None:
-        done = await run_in_threadpool(_enqueue, _db(request), name, batch)
+        done = await _offload(request)(_enqueue, _db(request), name, batch)
     else:
-        done = await run_in_threadpool(_enqueue_once, request, who, name, batch, idempotency_key)
+        done = await _offload(request)(_enqueue_once, request, who, name, batch, idempotency_key)
         if isinstance(done, Response):
             return done
     count(request, name, "enqueued", len(done.ids))
     return Response(done.model_dump_json(), status_code=201, media_type="application/json")
+
+
+async def _enqueue_hot(request: Request, name: str) -> Response:
+    return await enqueue(request, name, request.headers.get("idempotency-key"))
 
 
 def _enqueue_once(
@@ -124,6 +135,11 @@ def _enqueue(
     answered: Callable[[Enqueued], Effect] | None = None,
 ) -> Enqueued:
     """The batch in one transaction; ``answered``: an effect that commits with it."""
+    if answered is None and len(found := runs(batch)) == 1:
+        # The common batch (one set of options) as put_many: no explicit transaction
+        # to open, hold and close around it, the same single commit.
+        options, bodies = found[0]
+        return Enqueued(ids=db.queue(name).put_many(bodies, **options))
     with db.transaction() as tx:
         done = Enqueued(ids=enqueue_into(tx, name, batch))
         if answered is not None:
@@ -166,6 +182,18 @@ async def ack(request: Request, who: Who, token: str) -> None:
     m = _settled(request, who, token)
     await m.ack()
     count(request, m.queue, "acked")
+
+
+async def _ack_hot(request: Request, token: str) -> None:
+    await ack(request, await caller(request), token)
+
+
+HOT = (
+    HotRoute("POST", "/api/queues/{name}/messages", _enqueue_hot),
+    HotRoute("POST", "/api/leases/{token}/ack", _ack_hot),
+)
+"""The routes every producer and consumer calls per message, answered without FastAPI's
+routing (server/hot.py): the same endpoints, documented by their routes here."""
 
 
 @router.post(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
@@ -39,6 +39,7 @@ and those they settled, by how."""
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # Long polls wait up to 20 s: buckets beyond the default 10 s keep them apart.
+_CHILDREN = 10_000  # series remembered by ServerMetrics.child
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -67,6 +68,18 @@ class ServerMetrics:
             ("queue", "outcome"),
             registry=None,
         )
+        # Each request finds its series here: labels() takes a lock and builds a key.
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def child(self, metric: str, *labels: str) -> Any:
+        """The series of ``metric`` ("duration", "in_flight", "messages") at ``labels``."""
+        key = (metric, *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = getattr(self, metric).labels(*labels)
+            if len(self._children) < _CHILDREN:  # bounded: a queue name is the client's
+                self._children[key] = found
+        return found
 
     def collectors(self) -> tuple[Collector, ...]:
         """This process's series; every worker's where they are kept in files."""
@@ -81,7 +94,7 @@ def count(request: Request, queue: str, outcome: str, n: int = 1) -> None:
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r}: one of {', '.join(sorted(OUTCOMES))}")
     metrics: ServerMetrics = request.app.state.metrics
-    metrics.messages.labels(queue, outcome).inc(n)
+    metrics.child("messages", queue, outcome).inc(n)
 
 
 @router.get(
@@ -164,7 +177,7 @@ class _Timed:
             await send(message)
 
         # By method only: the route is known once the router has run, inside.
-        in_flight = self.metrics.in_flight.labels(method)
+        in_flight = self.metrics.child("in_flight", method)
         in_flight.inc()
         started = time.perf_counter()
         try:
@@ -175,4 +188,4 @@ class _Timed:
             # The router leaves the route it chose in the scope (a 405's too).
             route = getattr(scope.get("route"), "path", None)
             labels = (method, route if isinstance(route, str) else "unmatched", str(status))
-            self.metrics.duration.labels(*labels).observe(elapsed)
+            self.metrics.child("duration", *labels).observe(elapsed)

@@ -32,6 +32,7 @@ __all__ = [
     "Reject",
     "Strict",
     "enqueue_into",
+    "runs",
 ]
 
 MAX_BATCH = 1000
@@ -49,9 +50,17 @@ MAX_DEPTH = 100
 _NAME = Field(min_length=1, max_length=200)
 
 
+_FLAT = frozenset({str, int, float, bool, type(None)})
+
+
 def _shallow(value: Any) -> Any:
     """``value`` if it nests at most MAX_DEPTH levels deep. A deeper one would be taken
     and then fail to be shown in every answer that carries it (a 500 on each lease)."""
+    # Most bodies are a scalar or an object of scalars: checked without building levels.
+    if type(value) in _FLAT or (
+        type(value) is dict and all(type(v) in _FLAT for v in value.values())
+    ):
+        return value
     level, depth = [value], 0
     while level:
         depth += 1
@@ -238,17 +247,25 @@ async def read_body(request: Request, model: type[_M]) -> _M:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None
 
 
+def runs(batch: Enqueue) -> list[tuple[dict[str, Any], list[Any]]]:
+    """``batch`` as runs of neighbours with the same options: (options, bodies) each, as
+    ``enqueue_many`` takes them. A body that is not what its content type says: 422."""
+    found: list[tuple[dict[str, Any], list[Any]]] = []
+    for options, run in itertools.groupby(batch.messages, key=NewMessage.options):
+        try:
+            found.append((options, [m.payload() for m in run]))
+        except ValueError as exc:
+            raise Problem(422, str(exc), error="InvalidBody") from None
+    return found
+
+
 def enqueue_into(tx: Transaction, queue: str, batch: Enqueue) -> list[str]:
     """Enqueue ``batch`` into ``queue`` in ``tx``; their ids. A body that is not what its
     content type says: 422, and ``tx`` left to its owner to abort."""
     ids: list[str] = []
     # Neighbours with the same options go in as one enqueue_many: a batch of plain
     # messages is one call, as ``put_many`` is in process.
-    for options, run in itertools.groupby(batch.messages, key=NewMessage.options):
-        try:
-            bodies = [m.payload() for m in run]
-        except ValueError as exc:
-            raise Problem(422, str(exc), error="InvalidBody") from None
+    for options, bodies in runs(batch):
         ids.extend(tx.enqueue_many(queue, bodies, **options))
     return ids
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import sluice
 from sluice.errors import SluiceError
 from sluice.server.profiles import usage
 
-__all__ = ["DEFAULT_EVERY", "KEPT", "Sample", "Sampler"]
+__all__ = ["DEFAULT_EVERY", "DUTY", "KEPT", "Sample", "Sampler", "pause"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,12 @@ DEFAULT_EVERY = 2.0
 
 KEPT = 300
 """Samples kept: ten minutes at the default pace."""
+
+DUTY = 0.02
+"""The largest share of the time the sampler may spend sampling. Counting by state
+reads every message of every queue; with millions kept (a backlog) one sample takes a
+good part of a second, and on SQLite it holds the database's one connection meanwhile.
+A slow sample stretches the pause after it to ``took / DUTY``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,12 @@ class Sample:
         """Messages waiting or in flight: ready, delayed and claimed."""
         ready, delayed, claimed, _ = self.counts.get(queue, (0, 0, 0, 0))
         return ready + delayed + claimed
+
+
+def pause(every: float, took: float) -> float:
+    """Seconds to wait after a sample that ``took`` seconds: ``every``, or longer to keep
+    the sampler within its DUTY."""
+    return max(every, took / DUTY)
 
 
 class Sampler:
@@ -86,11 +99,12 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self.take()
             except SluiceError:  # the database is away: the chart shows a gap
                 log.warning("the console could not sample the queues", exc_info=True)
-            self._stop.wait(self.every)
+            self._stop.wait(pause(self.every, time.monotonic() - started))
 
 
 def series(samples: Iterable[Sample], queue: str) -> list[tuple[float, int]]:
