@@ -44,8 +44,16 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print("sluice run: running the rules; SIGTERM or Ctrl-C to stop", file=sys.stderr, flush=True)
-    stats = db.rules.run(batch=args.batch, stop=stop, workers=args.workers)
+    gateways = db.gateways.list()
+    running = "the rules" + (f" and {len(gateways)} gateway(s)" if gateways else "")
+    print(f"sluice run: running {running}; SIGTERM or Ctrl-C to stop", file=sys.stderr,
+          flush=True)  # fmt: skip
+    if gateways:
+        db.gateways.start(poll=args.poll)
+    try:
+        stats = db.rules.run(batch=args.batch, stop=stop, workers=args.workers)
+    finally:
+        db.gateways.stop()
     print(
         f"sluice run: stopped after {stats.processed} message(s) processed, "
         f"{stats.produced} produced, {stats.errors} error(s), {stats.removed} removed",
@@ -57,9 +65,13 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
 def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
     p = add("apply", cmd_apply, "apply a rules definition file (docs/rules.md)")
     p.add_argument("file", help="the definition: CREATE QUEUE / PROPERTY / SLICING / RULE ...")
-    p = add("run", cmd_run, "run the rules and echo timers until SIGTERM (docs/rules.md)")
+    p = add("run", cmd_run, "run the rules, echo timers and gateways until SIGTERM "
+            "(docs/rules.md, docs/gateways.md)")  # fmt: skip
     p.add_argument("file", nargs="?", help="apply this definition first")
     p.add_argument("--batch", type=int, default=256, help="messages per transaction")
     p.add_argument(
         "--workers", type=int, default=1, help="batches processed at once (docs/rules.md)"
+    )
+    p.add_argument(
+        "--poll", type=float, default=1.0, help="seconds a gateway waits for news at a time"
     )

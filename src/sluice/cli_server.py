@@ -43,7 +43,8 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
             file=sys.stderr,
             flush=True,
         )
-    app = create_app(db, auth=not args.no_auth, max_request=args.max_request)
+    app = create_app(db, auth=not args.no_auth, max_request=args.max_request,
+                     idempotency_stale=args.idempotency_stale)  # fmt: skip
     # TLS, workers behind a proxy and the rest: uvicorn's own options (docs/server.md).
     uvicorn.run(
         app,
@@ -66,6 +67,11 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p.add_argument(
         "--max-request", type=int, default=16 * 1024 * 1024, help="largest request body, bytes"
     )
+    p.add_argument(
+        "--idempotency-stale", type=float, default=60.0,
+        help="seconds before a retry may run again a request with an Idempotency-Key that "
+        "never answered (its server died); 60",
+    )  # fmt: skip
     p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
     p.add_argument(

@@ -15,6 +15,7 @@ from sluice.catalog import DEFAULT_MAX_SIZE
 from sluice.clock import Clock
 from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, Engine
 from sluice.errors import UnknownTaskType
+from sluice.gateways.manager import Gateways
 from sluice.jobs import model
 from sluice.jobs.manager import Jobs
 from sluice.jobs.task import TaskFunction
@@ -48,6 +49,7 @@ class Database(Engine):
         self._jobs_lock = threading.Lock()
         self._task_functions: dict[str, TaskFunction] = {}
         self._rules: Rules | None = None
+        self._gateways: Gateways | None = None
 
     def __enter__(self) -> Database:
         return self
@@ -65,10 +67,22 @@ class Database(Engine):
         """Apply a rules definition (docs/rules.md); the same as ``db.rules.apply(text)``."""
         return self.rules.apply(text)
 
+    # --- gateway queues (docs/gateways.md) ----------------------------------------------
+    @property
+    def gateways(self) -> Gateways:
+        """The gateway queues of this database: ``define``, ``list``, ``drop``, ``start``."""
+        with self._jobs_lock:
+            if self._gateways is None:
+                self._gateways = Gateways(self)
+            return self._gateways
+
     def close(self) -> None:
-        """Stop the rules engine if it runs here, then end the session. Idempotent."""
+        """Stop the rules engine and the gateways if they run here, then end the session.
+        Idempotent."""
         if self._rules is not None:
             self._rules.stop()
+        if self._gateways is not None:
+            self._gateways.stop()
         super().close()
 
     # --- jobs and tasks (docs/jobs.md) -------------------------------------------------

@@ -32,7 +32,9 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   ├── JobNotFound
     │   ├── UnknownTaskType         a task type nobody defined or registered
     │   └── TaskTimeout             raised inside a task that ran past its timeout
-    └── KeyNotFound                 an API key of the server that nobody added
+    ├── KeyNotFound                 an API key of the server that nobody added
+    └── GatewayError                a gateway queue (sluice.gateways) that cannot work
+        └── DeliveryFailed          a message a transport could not deliver, and why
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from __future__ import annotations
 __all__ = [
     "ConfigurationError",
     "Conflict",
+    "DeliveryFailed",
     "ExpressionError",
+    "GatewayError",
     "IncompleteBlock",
     "InvalidBody",
     "JobError",
@@ -188,3 +192,26 @@ class TaskTimeout(JobError):
 
 class KeyNotFound(SluiceError):
     """No API key of that name; list the keys with `sluice keys list`."""
+
+
+class GatewayError(SluiceError):
+    """A gateway queue cannot work as defined; see docs/gateways.md."""
+
+
+class DeliveryFailed(GatewayError):
+    """A gateway's transport could not deliver a message."""
+
+    KINDS = ("disconnected", "refused", "timed out", "bad response")
+    """Demaq's kinds of failure: the other side could not be reached, it said no, it did
+    not answer in time, or it answered with an error or with what cannot be read."""
+
+    def __init__(
+        self, kind: str = "disconnected", detail: str | None = None, *, retry: bool = True
+    ) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown delivery failure {kind!r}: one of {', '.join(self.KINDS)}")
+        super().__init__(None if detail is None else f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+        self.retry = retry
+        """Whether trying again may succeed."""

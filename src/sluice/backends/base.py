@@ -4,7 +4,7 @@ A backend is a ``MessageStore`` (the queue-level operations a transaction and a
 queue handle use) plus the capabilities every backend has: ``Sessions``,
 ``Catalog``, ``ChangeFeed``, ``Streams`` and ``Sinks`` (Spark),
 ``JobsStatements``, ``Expressions``, ``Topics``, ``Retention``, ``RuleStore``,
-``KeyStore`` and ``IdempotencyStore``. ``Backend``
+``KeyStore``, ``IdempotencyStore`` and ``GatewayStore``. ``Backend``
 joins them; each backend class names the protocols it implements, so mypy
 checks it against each.
 The one optional capability, ``Outbox`` (a queue transaction inside the caller's
@@ -44,6 +44,7 @@ from sluice.backends.records import (
     Selection,
     SessionInfo,
     StagedPart,
+    StoredGateway,
     StoredKey,
     StoredProperty,
     StreamState,
@@ -72,6 +73,7 @@ __all__ = [
     "Effect",
     "Envelope",
     "Expressions",
+    "GatewayStore",
     "HeldRow",
     "IdempotencyStore",
     "JobsStatements",
@@ -92,6 +94,7 @@ __all__ = [
     "Sessions",
     "Sinks",
     "StagedPart",
+    "StoredGateway",
     "StoredKey",
     "StoredProperty",
     "StreamState",
@@ -719,6 +722,22 @@ class KeyStore(Protocol):
         """Record that the key was used at ``now``; not durable (a lost mark is harmless)."""
 
 
+class GatewayStore(Protocol):
+    """Gateway queues (sluice.gateways; backends/gateways.py, gateways.sql): which
+    transport serves a queue, in which direction, with which settings (JSON text)."""
+
+    def gateways_put(
+        self, queue: str, direction: str, transport: str, settings: str, now: float
+    ) -> None:
+        """Define the gateway of ``queue``, or replace its definition."""
+
+    def gateways_list(self) -> list[StoredGateway]:
+        """Every gateway, by queue name."""
+
+    def gateways_drop(self, queue: str) -> bool:
+        """Forget the gateway of ``queue`` (the queue stays); False if it had none."""
+
+
 class IdempotencyStore(Protocol):
     """The answers of HTTP requests made with an Idempotency-Key (sluice.server
     .idempotency; backends/idempotency.py, idempotency.sql), per API key (``owner``).
@@ -774,6 +793,7 @@ class Backend(
     RuleStore,
     KeyStore,
     IdempotencyStore,
+    GatewayStore,
     Protocol,
 ):
     """Queue storage: every capability above, plus its dialect and its optional outbox."""

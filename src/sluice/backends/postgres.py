@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sluice.backends.base import Backend
+from sluice.backends.gateways import SqlGateways
 from sluice.backends.idempotency import SqlIdempotency
 from sluice.backends.keys import SqlKeys
 from sluice.backends.records import (
@@ -124,7 +125,7 @@ _ALIAS_M = frozenset(
 
 
 class PostgresBackend(
-    SqlBackend, PostgresStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, Backend
+    SqlBackend, PostgresStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, SqlGateways, Backend
 ):
     """Queue storage in a PostgreSQL schema (see the module docstring)."""
 

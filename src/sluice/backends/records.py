@@ -35,6 +35,7 @@ __all__ = [
     "Selection",
     "SessionInfo",
     "StagedPart",
+    "StoredGateway",
     "StoredKey",
     "StoredProperty",
     "StreamState",
@@ -283,6 +284,18 @@ class QueueCounts:
 
     counts: dict[str, int]
     oldest_ready: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGateway:
+    """A gateway queue as the store keeps it (sluice.gateways): its queue, ``direction``
+    (``in`` or ``out``), ``transport`` and the transport's settings as JSON text."""
+
+    queue: str
+    direction: str
+    transport: str
+    settings: str
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Backend, Outbox
+from sluice.backends.gateways import SqlGateways
 from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.idempotency import SqlIdempotency
 from sluice.backends.keys import SqlKeys
@@ -90,7 +91,7 @@ def _json_value(sql: str, kind: str) -> str:
 
 
 class SQLiteBackend(
-    SqlBackend, SQLiteStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, Backend
+    SqlBackend, SQLiteStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, SqlGateways, Backend
 ):
     """Queue storage in a SQLite database file (see the module docstring)."""
 

@@ -18,7 +18,9 @@ from sluice.server import (
     console,
     content,
     events,
+    gateways,
     hot,
+    idempotency,
     jobs,
     messages,
     metrics,
@@ -51,12 +53,15 @@ def create_app(
     sample_every: float = console.DEFAULT_EVERY,
     threads: int = THREADS,
     telemetry: bool = False,
+    idempotency_stale: float = idempotency.STALE,
 ) -> FastAPI:
     """The HTTP API and the web console over ``db``. ``auth``: requests need an API key
     (``sluice keys``); False lets every request do everything (``sluice serve
     --no-auth``, loopback only). ``max_request``: the largest request body in bytes (413
     beyond). ``sample_every``: seconds between the samples of the console's charts.
     ``threads``: the threads that run the hot routes' transactions (server/offload.py).
+    ``idempotency_stale``: seconds after which a request with an Idempotency-Key that
+    never answered (its server died) is run again by a retry (server/idempotency.py).
     ``telemetry``: FastAPI's own OpenTelemetry traces, metrics and logs, for an app whose
     process has an OpenTelemetry SDK set up (off: its check costs every request several
     environment lookups, and the server's metrics are Prometheus', at /metrics).
@@ -90,7 +95,7 @@ def create_app(
     app.state.aio = AsyncDb(db)
     app.state.leases = Leases(db.clock)
     app.state.transactions = transactions.Transactions(db.clock)
-    app.state.idempotency = Idempotency(db)
+    app.state.idempotency = Idempotency(db, stale=idempotency_stale)
     app.state.offload = Offload(threads)
     install(app)
     plain_openapi = app.openapi
@@ -104,6 +109,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(profiles.router)
     app.include_router(rules.router)
+    app.include_router(gateways.router)
     sampler = console.install(app, db, sample_every=sample_every)
     hot.install(app, messages.router, messages.HOT)  # inside the size limit and the metrics
     app.add_middleware(_Limit, limit=max_request)

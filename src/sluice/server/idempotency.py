@@ -54,8 +54,9 @@ def fingerprint(method: str, path: str, body: Any) -> str:
 class Idempotency:
     """The idempotency keys of one database's server (see the module docstring)."""
 
-    def __init__(self, db: sluice.Database) -> None:
+    def __init__(self, db: sluice.Database, *, stale: float = STALE) -> None:
         self._db = db
+        self._stale = stale
         self._expired_at = 0.0
         self._lock = threading.Lock()
 
@@ -82,7 +83,7 @@ class Idempotency:
                 )
             if found.status is not None and found.answer is not None:
                 return Replay(found.status, json.loads(found.answer))
-            if backend.idempotency_restart(owner, key, request, now=now, stale=now - STALE):
+            if backend.idempotency_restart(owner, key, request, now=now, stale=now - self._stale):
                 return None
             raise Problem(409, "a request with this Idempotency-Key is running; retry when "
                           "it has answered", error="IdempotencyKeyBusy")  # fmt: skip

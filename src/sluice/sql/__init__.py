@@ -39,9 +39,17 @@ HOLES = frozenset({"select", "order", "value", "selector", "columns", "parts", "
 """The holes a statement may leave for run time (see the module docstring)."""
 _SELECTION = frozenset({"select", "order"})
 
-_FILES = ("queries.sql", "topics.sql", "jobs.sql", "rules.sql", "keys.sql", "idempotency.sql")
+_FILES = (
+    "queries.sql",
+    "topics.sql",
+    "jobs.sql",
+    "rules.sql",
+    "keys.sql",
+    "idempotency.sql",
+    "gateways.sql",
+)
 """Per folder: the queue engine's statements, then those of topics, jobs and tasks, the
-rules engine and API keys."""
+rules engine, API keys, idempotency keys and gateways."""
 _FOLDERS = ("common", "{dialect}")
 
 _SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)

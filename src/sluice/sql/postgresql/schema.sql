@@ -479,3 +479,12 @@ CREATE TABLE {schema}.idempotency (
     PRIMARY KEY (owner, key)
 );
 CREATE INDEX idempotency_started ON {schema}.idempotency (started_at);
+
+-- The queues that touch the outside world, and their transports (0012_gateways.sql).
+CREATE TABLE {schema}.gateways (
+    queue      text    PRIMARY KEY,
+    direction  text    NOT NULL CHECK (direction IN ('in', 'out')),
+    transport  text    NOT NULL,
+    settings   text    NOT NULL,
+    created_at double precision NOT NULL
+);

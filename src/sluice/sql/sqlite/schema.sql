@@ -276,3 +276,12 @@ CREATE TABLE idempotency (
     PRIMARY KEY (owner, key)
 );
 CREATE INDEX idempotency_started ON idempotency (started_at);
+
+-- The queues that touch the outside world, and their transports (0010_gateways.sql).
+CREATE TABLE gateways (
+    queue      TEXT    PRIMARY KEY,
+    direction  TEXT    NOT NULL CHECK (direction IN ('in', 'out')),
+    transport  TEXT    NOT NULL,
+    settings   TEXT    NOT NULL,
+    created_at REAL    NOT NULL
+);

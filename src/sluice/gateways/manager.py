@@ -1,0 +1,150 @@
+"""``db.gateways``: define, list and drop gateway queues, and run them: a thread per
+outgoing gateway (its Sender) and per incoming one that polls (dropbox), beside the
+rules engine under ``sluice run``."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sluice.errors import ConfigurationError, QueueExists
+from sluice.gateways.model import Direction, Gateway, Setting
+from sluice.gateways.registry import transport
+from sluice.gateways.sender import Sender
+from sluice.gateways.transports import Inbound, Outbound
+
+if TYPE_CHECKING:
+    from sluice.engine.database import Engine
+
+__all__ = ["DEFAULT_POLL", "Gateways"]
+
+DEFAULT_POLL = 1.0
+"""Seconds a sender waits for a message at a time, and between an inbound's polls when
+no event wakes it; also how soon a stop is seen."""
+
+log = logging.getLogger("sluice.gateways")
+
+
+class Gateways:
+    """The gateway queues of ``db`` (``db.gateways``)."""
+
+    def __init__(self, db: Engine) -> None:
+        self._db = db
+        self._stop = threading.Event()
+        self._threads: builtins.list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    # --- definitions ------------------------------------------------------------------
+    def define(
+        self, queue: str, *, direction: Direction, transport: str, **settings: Setting
+    ) -> Gateway:
+        """Make ``queue`` a gateway: its transport and settings checked, the queue made
+        if it does not exist (a plain persistent one), the definition stored (replacing
+        one it had). ConfigurationError for a transport or setting that cannot work."""
+        gateway = Gateway(queue, direction, transport, dict(settings))
+        self.check(gateway)
+        with contextlib.suppress(QueueExists):  # a gateway of a queue made before
+            self._db.create_queue(queue)
+        self._db.backend.gateways_put(
+            queue, direction, gateway.transport, gateway.stored(), self._db.clock.now()
+        )
+        return gateway
+
+    @staticmethod
+    def check(gateway: Gateway) -> None:
+        """ConfigurationError unless ``gateway``'s transport can serve it as set."""
+        transport(gateway)
+
+    def list(self) -> list[Gateway]:
+        """Every gateway, by queue name."""
+        return [Gateway.of(row) for row in self._db.backend.gateways_list()]
+
+    def get(self, queue: str) -> Gateway | None:
+        return next((g for g in self.list() if g.queue == queue), None)
+
+    def drop(self, queue: str) -> None:
+        """Make ``queue`` a plain queue again (it stays, with its messages)."""
+        if not self._db.backend.gateways_drop(queue):
+            raise ConfigurationError(f"queue {queue!r} is not a gateway")
+
+    # --- running ----------------------------------------------------------------------
+    def _sides(self, stop: threading.Event) -> tuple[builtins.list[Sender], builtins.list[Inbound]]:
+        senders: builtins.list[Sender] = []
+        inbound: builtins.list[Inbound] = []
+        for gateway in self.list():
+            made = transport(gateway)
+            if gateway.direction == "out" and made.outbound is not None:
+                out: Outbound = made.outbound(self._db, gateway)
+                senders.append(Sender(self._db, gateway, out, stop))
+            elif gateway.direction == "in" and made.inbound is not None:
+                inbound.append(made.inbound(self._db, gateway))
+        return senders, inbound
+
+    def run_until_idle(self) -> int:
+        """Poll every incoming gateway once and send every message waiting in the
+        outgoing ones (failures tried again after their backoff); how many messages
+        came in or went out (error messages included). For tests and scripts."""
+        stop = threading.Event()
+        senders, inbound = self._sides(stop)
+        done = 0
+        try:
+            for side in inbound:
+                done += side.poll()
+            for sender in senders:
+                while sender.send_one():
+                    done += 1
+        finally:
+            for side in inbound:
+                side.close()
+            for sender in senders:
+                sender.close()
+        return done
+
+    def start(self, *, poll: float = DEFAULT_POLL) -> None:
+        """Run every gateway on threads of this process until ``stop``."""
+        with self._lock:
+            if self._threads:
+                raise ConfigurationError("the gateways run already in this process")
+            self._stop.clear()
+            senders, inbound = self._sides(self._stop)
+            for sender in senders:
+                self._spawn(f"sluice-gateway-{sender.queue}",
+                            functools.partial(sender.run, poll=poll), sender.close)  # fmt: skip
+            for side in inbound:
+                self._spawn("sluice-gateway-in", functools.partial(self._poll, side, poll),
+                            side.close)  # fmt: skip
+
+    def _spawn(self, name: str, work: Callable[[], None], close: Callable[[], None]) -> None:
+        def body() -> None:
+            try:
+                work()
+            except Exception:  # logged; the others go on
+                log.exception("gateway thread %s failed", name)
+            finally:
+                close()
+
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _poll(self, side: Inbound, poll: float) -> None:
+        while not self._stop.is_set():
+            try:
+                side.poll()
+            except Exception:  # a bad round must not end the gateway
+                log.exception("an incoming gateway's poll failed; it polls again")
+            self._stop.wait(poll)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the gateways started here: a message being delivered finishes, one
+        waiting to be tried again goes back to its place."""
+        with self._lock:
+            self._stop.set()
+            for thread in self._threads:
+                thread.join(timeout)
+            self._threads = []

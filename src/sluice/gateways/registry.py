@@ -1,0 +1,41 @@
+"""The transports a gateway queue may use, by name; each module is loaded when a
+gateway first uses it (their libraries are extras)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sluice.errors import ConfigurationError
+from sluice.gateways.model import Gateway
+from sluice.gateways.transports import Transport
+
+__all__ = ["TRANSPORTS", "transport"]
+
+
+def _http() -> Transport:
+    from sluice.gateways import http  # noqa: PLC0415  (httpx: an extra)
+
+    return http.TRANSPORT
+
+
+TRANSPORTS: dict[str, Callable[[], Transport]] = {"http": _http}
+"""The transports by name; each is loaded when a gateway first uses it."""
+
+
+def transport(gateway: Gateway) -> Transport:
+    """The transport of ``gateway``, its settings checked; ConfigurationError if there is
+    no such transport, it does not serve that direction, or a setting is wrong."""
+    load = TRANSPORTS.get(gateway.transport)
+    if load is None:
+        raise ConfigurationError(
+            f"gateway {gateway.queue!r}: no transport {gateway.transport!r}; sluice has "
+            f"{', '.join(sorted(TRANSPORTS))}"
+        )
+    found = load()
+    if gateway.direction not in found.directions:
+        raise ConfigurationError(
+            f"gateway {gateway.queue!r}: the {found.name} transport does not serve "
+            f"direction {gateway.direction!r} here (only {', '.join(found.directions)})"
+        )
+    found.check(gateway)
+    return found
