@@ -17,6 +17,7 @@ from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import (
     ConfigurationError,
     Conflict,
+    DropboxError,
     ExpressionError,
     IncompleteBlock,
     InvalidBody,
@@ -52,6 +53,7 @@ __all__ = [
     "ConfigurationError",
     "Conflict",
     "Database",
+    "DropboxError",
     "EnqueueOptions",
     "ExpressionError",
     "FastClock",

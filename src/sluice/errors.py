@@ -32,7 +32,8 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   ├── JobNotFound
     │   ├── UnknownTaskType         a task type nobody defined or registered
     │   └── TaskTimeout             raised inside a task that ran past its timeout
-    └── KeyNotFound                 an API key of the server that nobody added
+    ├── KeyNotFound                 an API key of the server that nobody added
+    └── DropboxError                a dropbox directory that cannot be used (sluice.dropbox)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigurationError",
     "Conflict",
+    "DropboxError",
     "ExpressionError",
     "IncompleteBlock",
     "InvalidBody",
@@ -188,3 +190,8 @@ class TaskTimeout(JobError):
 
 class KeyNotFound(SluiceError):
     """No API key of that name; list the keys with `sluice keys list`."""
+
+
+class DropboxError(SluiceError):
+    """A dropbox directory cannot be used as asked (a name that would leave its root, a
+    link out of it, a full disk); the message says which file and what to do."""
