@@ -117,7 +117,8 @@ def test_expired_files_go_to_expired(
     assert dropbox.ingest("orders") == 1
     assert os.listdir(box / "expired") == [f"4.{ID}.T.{now_ms}"]
     (m,) = drain(db, "orders")
-    assert m.body == "in time" and m.expires == pytest.approx(T0 + 60)
+    assert m.body == "in time"
+    assert m.expires == pytest.approx(T0 + 60)
 
 
 def test_keep_processed_false_removes_the_file(db: sluice.Database, tmp_path: Path) -> None:
@@ -218,7 +219,8 @@ def test_expired_files_in_an_outbound_target(
     clock.advance(11)
     assert dropbox.emit("orders") == 0
     box = incoming(tmp_path, "orders")
-    assert os.listdir(box / "target") == [] and len(os.listdir(box / "expired")) == 1
+    assert os.listdir(box / "target") == []
+    assert len(os.listdir(box / "expired")) == 1
 
 
 def test_the_file_name_of_a_message_is_deterministic(db: sluice.Database, dropbox: Dropbox) -> None:
@@ -339,7 +341,8 @@ def test_run_watches_and_moves_both_ways(db: sluice.Database, tmp_path: Path) ->
             stop.wait(0.01)
         drop(box, "hello.txt", "hello")
         m = db.queue("in").get(wait=10)
-        assert m is not None and m.body == "hello"
+        assert m is not None
+        assert m.body == "hello"
         m.ack()
         db.queue("out").put("bye")
         target = incoming(tmp_path, "out") / "target"

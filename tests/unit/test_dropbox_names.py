@@ -16,16 +16,19 @@ ID = "1140429201295000-1234567890"
 def test_the_three_required_fields() -> None:
     meta = parse_name(f"4.{ID}.T")
     assert (meta.priority, meta.id, meta.kind, meta.parsed) == (4, ID, "T", True)
-    assert meta.expiration is None and meta.properties == {}
+    assert meta.expiration is None
+    assert meta.properties == {}
     assert meta.timestamp == 1140429201295000  # timestamp 1140429201295 ms, sequence 0
 
 
 def test_every_field() -> None:
     meta = parse_name(f"9.{ID}.B.1140429261295.corr1283.QTestQueue1.Order.colorS=red&countI=3")
-    assert meta.priority == 9 and meta.kind == "B"
+    assert meta.priority == 9
+    assert meta.kind == "B"
     assert meta.expiration == 1140429261295
     assert meta.correlation == "corr1283"
-    assert meta.reply_to == "QTestQueue1" and meta.reply_destination == "TestQueue1"
+    assert meta.reply_to == "QTestQueue1"
+    assert meta.reply_destination == "TestQueue1"
     assert meta.type == "Order"
     assert meta.properties == {"color": "red", "count": 3}
 
@@ -34,12 +37,14 @@ def test_the_documented_reply_to_is_read_as_the_source_does() -> None:
     # The docs' example "...corr1283.TestQueue1..." has no Q/T letter: DropboxMQ's code
     # takes its first letter as one, so it names the topic "estQueue1".
     meta = parse_name(f"4.{ID}.T..corr1283.TestQueue1")
-    assert meta.reply_to == "TestQueue1" and meta.reply_destination == "estQueue1"
+    assert meta.reply_to == "TestQueue1"
+    assert meta.reply_destination == "estQueue1"
 
 
 def test_interior_empty_fields_stay_empty() -> None:
     meta = parse_name(f"4.{ID}.T...QReplies")
-    assert meta.expiration is None and meta.correlation is None
+    assert meta.expiration is None
+    assert meta.correlation is None
     assert meta.reply_to == "QReplies"
     assert MessageName(id=ID, reply_to="QReplies").format() == f"4.{ID}.T...QReplies"
 
@@ -93,7 +98,8 @@ def test_a_property_its_type_refuses_is_an_error(pair: str) -> None:
 def test_a_name_that_does_not_parse_is_the_whole_id(name: str) -> None:
     meta = parse_name(name)
     assert (meta.id, meta.parsed, meta.priority, meta.kind) == (name, False, 4, "T")
-    assert meta.expiration is None and meta.timestamp == 0
+    assert meta.expiration is None
+    assert meta.timestamp == 0
 
 
 @pytest.mark.parametrize(("letter", "kind"), [("T", "T"), ("B", "B"), ("M", "M"), ("O", "O"),
@@ -106,7 +112,8 @@ def test_values_are_url_encoded_with_dots_as_2e() -> None:
     assert encode_value("a.b c/d~e*f") == "a%2Eb+c%2Fd%7Ee*f"
     meta = MessageName(id=ID, correlation="x.y/z", properties={"k.1": "v&w=1"})
     name = meta.format()
-    assert "/" not in name and name.count(".") == 7
+    assert "/" not in name
+    assert name.count(".") == 7
     assert parse_name(name).correlation == "x.y/z"
     assert parse_name(name).properties == {"k.1": "v&w=1"}
 
@@ -130,7 +137,7 @@ _scalar = st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), _text,
     type_=st.none() | _text.filter(bool),
     properties=st.dictionaries(_text.filter(bool), _scalar, max_size=3),
 )
-def test_names_round_trip(
+def test_names_round_trip(  # noqa: PLR0917 (hypothesis gives each drawn field)
     priority: int,
     expiration: int | None,
     correlation: str | None,
@@ -141,4 +148,5 @@ def test_names_round_trip(
     meta = MessageName(priority, ID, "M", expiration, correlation, reply, type_, properties)
     back = parse_name(meta.format())
     assert back == meta
-    assert "/" not in meta.format() and "\0" not in meta.format()
+    assert "/" not in meta.format()
+    assert "\0" not in meta.format()
