@@ -36,7 +36,7 @@ def main() -> None:
                 _die()
             return found
 
-        inbound.Inbound._claim = claim_then_die  # type: ignore[method-assign]
+        inbound.Inbound._claim = claim_then_die  # type: ignore[method-assign,assignment]
     elif crash == ["committed"]:
         move = files.move
 
@@ -45,7 +45,7 @@ def main() -> None:
                 _die()
             move(*args, **kwargs)
 
-        inbound.move = die_before_processed  # type: ignore[assignment]
+        inbound.move = die_before_processed  # type: ignore[attr-defined]
     stored = box.recover(queue) + box.ingest(queue)
     print(stored, flush=True)
     db.close()

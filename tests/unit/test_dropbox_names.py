@@ -124,7 +124,7 @@ def test_property_values_take_their_type_letter() -> None:
     assert parse_name(meta.format()).properties == meta.properties
 
 
-_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 _scalar = st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), _text,
                     st.floats(allow_nan=False, allow_infinity=False))  # fmt: skip
 
