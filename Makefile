@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-topics bench-rules bench-server soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-topics bench-rules bench-server bench-gateways soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,11 @@ bench-rules: $(BIN)/sluice-bench-stamp
 # PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672, about 5 minutes.
 bench-server: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.server
+
+# Dropbox directories (sluice.dropbox): ingest and emit against the file system's floor
+# (create + write + fsync + rename), on a SQLite file and PostgreSQL (127.0.0.1:5432).
+bench-gateways: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.gateways
 
 soak: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.soak

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 import sluice
-from sluice import admin, cli_jobs, cli_keys, cli_rules, cli_server, demo
+from sluice import admin, cli_dropbox, cli_jobs, cli_keys, cli_rules, cli_server, demo
 from sluice.catalog import ISOLATION_LEVELS, Durability
 from sluice.engine.topics import Start
 from sluice.message import Message, Position
@@ -405,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pipeline_parser(
         add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice[spark])")
     )
-    for module in (cli_jobs, cli_rules, cli_keys, cli_server):
+    for module in (cli_jobs, cli_rules, cli_keys, cli_server, cli_dropbox):
         module.add_commands(add)
     return parser
 

@@ -34,7 +34,8 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   └── TaskTimeout             raised inside a task that ran past its timeout
     ├── KeyNotFound                 an API key of the server that nobody added
     └── GatewayError                a gateway queue (sluice.gateways) that cannot work
-        └── DeliveryFailed          a message a transport could not deliver, and why
+        ├── DeliveryFailed          a message a transport could not deliver, and why
+        └── DropboxError            a dropbox directory that cannot be used (sluice.dropbox)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigurationError",
     "Conflict",
     "DeliveryFailed",
+    "DropboxError",
     "ExpressionError",
     "GatewayError",
     "IncompleteBlock",
@@ -215,3 +217,8 @@ class DeliveryFailed(GatewayError):
         self.detail = detail
         self.retry = retry
         """Whether trying again may succeed."""
+
+
+class DropboxError(GatewayError):
+    """A dropbox directory cannot be used as asked (a name that would leave its root, a
+    link out of it, a full disk); the message says which file and what to do."""

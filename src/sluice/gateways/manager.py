@@ -81,7 +81,7 @@ class Gateways:
             if gateway.direction == "out" and made.outbound is not None:
                 out: Outbound = made.outbound(self._db, gateway)
                 senders.append(Sender(self._db, gateway, out, stop))
-            elif gateway.direction == "in" and made.inbound is not None:
+            elif made.inbound is not None:
                 inbound.append(made.inbound(self._db, gateway))
         return senders, inbound
 
@@ -116,7 +116,7 @@ class Gateways:
                 self._spawn(f"sluice-gateway-{sender.queue}",
                             functools.partial(sender.run, poll=poll), sender.close)  # fmt: skip
             for side in inbound:
-                self._spawn("sluice-gateway-in", functools.partial(self._poll, side, poll),
+                self._spawn("sluice-gateway-side", functools.partial(side.run, self._stop, poll),
                             side.close)  # fmt: skip
 
     def _spawn(self, name: str, work: Callable[[], None], close: Callable[[], None]) -> None:
@@ -131,14 +131,6 @@ class Gateways:
         thread = threading.Thread(target=body, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
-
-    def _poll(self, side: Inbound, poll: float) -> None:
-        while not self._stop.is_set():
-            try:
-                side.poll()
-            except Exception:  # a bad round must not end the gateway
-                log.exception("an incoming gateway's poll failed; it polls again")
-            self._stop.wait(poll)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop the gateways started here: a message being delivered finishes, one

@@ -18,7 +18,13 @@ def _http() -> Transport:
     return http.TRANSPORT
 
 
-TRANSPORTS: dict[str, Callable[[], Transport]] = {"http": _http}
+def _dropbox() -> Transport:
+    from sluice.gateways import dropbox  # noqa: PLC0415  (loaded when used)
+
+    return dropbox.TRANSPORT
+
+
+TRANSPORTS: dict[str, Callable[[], Transport]] = {"dropbox": _dropbox, "http": _http}
 """The transports by name; each is loaded when a gateway first uses it."""
 
 

@@ -9,6 +9,7 @@ message. The transports by name are in ``registry``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -42,8 +43,16 @@ class Delivered:
 
 
 class Inbound(Protocol):
+    """A side that moves messages itself, in either direction (a dropbox's files in, or
+    a queue's messages out as files): ``poll`` once, or ``run`` until ``stop``."""
+
     def poll(self) -> int:
-        """Store what arrived since the last poll; how many messages."""
+        """Move what is there now; how many messages."""
+        ...
+
+    def run(self, stop: threading.Event, poll: float) -> None:
+        """Move messages as they come until ``stop`` (woken by events where the transport
+        has them, else every ``poll`` seconds)."""
         ...
 
     def close(self) -> None: ...
@@ -58,4 +67,6 @@ class Transport:
     directions: tuple[Direction, ...]
     check: Callable[[Gateway], None]
     outbound: Callable[[Engine, Gateway], Outbound] | None = None
+    """Per message, run by a Sender (out only)."""
     inbound: Callable[[Engine, Gateway], Inbound] | None = None
+    """A side of its own, polled or run (in, or out where the transport moves batches)."""

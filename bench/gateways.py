@@ -1,0 +1,153 @@
+"""Dropbox directories (sluice.dropbox): ingest and emit in files/s on a SQLite file
+(synchronous=FULL, the default) and PostgreSQL (127.0.0.1:5432, a private schema),
+against the bare floor of the same files: create + write + fsync + rename.
+
+    python -m bench.gateways [--files N] [--repeats R] [--out PATH]
+
+Target: dropbox ingest >= 0.5 x the file-system floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import sluice
+from bench.harness import write_report
+from bench.pg_common import PG_CONNINFO, SchemaGuard, store_facts
+from sluice.dropbox import Dropbox
+from sluice.dropbox.inbound import BATCH
+
+TARGET = 0.5
+BODY = b'{"order": 12345, "customer": "Smith", "lines": [1, 2, 3]}\n'
+
+
+def _names(n: int) -> list[str]:
+    return [f"4.{1764000000000000 + i}-1.M" for i in range(n)]
+
+
+def floor(directory: Path, n: int) -> float:
+    """Files/s of create + write + fsync + rename into target/, as a producer does."""
+    working, target = directory / "working", directory / "target"
+    working.mkdir(parents=True)
+    target.mkdir()
+    start = time.perf_counter()
+    for name in _names(n):
+        fd = os.open(working / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, BODY)
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(working / name, target / name)
+    return n / (time.perf_counter() - start)
+
+
+def produce(target: Path, n: int) -> None:
+    for name in _names(n):
+        (target / name).write_bytes(BODY)
+
+
+def dropbox_case(url: str, root: Path, n: int) -> tuple[float, float]:
+    """(ingest files/s, emit files/s) on a fresh database."""
+    guard = SchemaGuard(url)
+    db = sluice.connect(url)
+    try:
+        db.create_queue("in", exist_ok=True)
+        db.create_queue("out", exist_ok=True)
+        box = Dropbox(db, root, consumer_id="bench")
+        box.ingest("in")
+        produce(root / "in" / "incoming" / "target", n)
+        start = time.perf_counter()
+        stored = box.ingest("in")
+        ingest = stored / (time.perf_counter() - start)
+        assert stored == n, stored
+        db.queue("out").put_many([BODY.decode()] * n)
+        start = time.perf_counter()
+        emitted = box.emit("out")
+        emit = emitted / (time.perf_counter() - start)
+        assert emitted == n, emitted
+        return ingest, emit
+    finally:
+        db.close()
+        guard.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=2000, help="files per run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per case (best kept)")
+    parser.add_argument("--out", type=Path, help="report path")
+    args = parser.parse_args()
+    tmp_root = Path(tempfile.mkdtemp(prefix="sluice-bench-gateways-"))
+    stores: dict[str, Callable[[int], str]] = {
+        "sqlite": lambda run: f"sqlite:///{tmp_root / f'db{run}' / 'bench.db'}",
+        "postgresql": lambda run: f"{PG_CONNINFO}?schema=sluice_bench_gateways_{os.getpid()}",
+    }
+    rows: list[tuple[str, float, float, float]] = []
+    try:
+        for store, url_of in stores.items():
+            best = (0.0, 0.0, 0.0)
+            for run in range(args.repeats):
+                base = tmp_root / f"{store}-{run}"
+                (base / "db").mkdir(parents=True)
+                (tmp_root / f"db{run}").mkdir(exist_ok=True)
+                fs = floor(base / "floor", args.files)
+                (base / "root").mkdir()
+                ingest, emit = dropbox_case(url_of(run), base / "root", args.files)
+                shutil.rmtree(base)
+                shutil.rmtree(tmp_root / f"db{run}", ignore_errors=True)
+                if ingest / fs > best[1] / max(best[0], 1e-9):
+                    best = (fs, ingest, emit)
+            rows.append((store, *best))
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    write_report("gateways-dropbox", render(rows, args, tmp_root), args.out)
+
+
+def render(rows: list[tuple[str, float, float, float]], args: argparse.Namespace,
+           tmp_root: Path) -> str:  # fmt: skip
+    tmp_root.mkdir(exist_ok=True)
+    facts = store_facts(tmp_root, ["sqlite", "postgresql"])
+    lines = ["# Gateways: dropbox directories (sluice.dropbox)", "", "## Machine", ""]
+    lines += [f"- {key}: {value}" for key, value in facts]
+    lines += [
+        "",
+        "## Workload",
+        "",
+        f"- {args.files} files of {len(BODY)} bytes per run, best of {args.repeats} runs "
+        "(the run with the best ingest/floor ratio; the floor is measured in the same run, "
+        "on the same file system).",
+        "- Floor: per file, create + write + fsync + rename working/ -> target/ (what a "
+        "careful producer does; no database).",
+        f"- Ingest: `Dropbox.ingest` of the files already in target/: claim by rename into "
+        f"processing/, one idempotency record per file (a durable write), {BATCH} files "
+        "per queue transaction (their enqueues and their records' answers, one commit), "
+        "then rename into processed/. Each file stored exactly once.",
+        f"- Emit: `Dropbox.emit` of as many messages: {BATCH} per transaction, each "
+        "written to working/ with fsync, renamed into target/, one fsync of target/, then "
+        "the acknowledgement's commit.",
+        "- Durability: SQLite synchronous=FULL (fsync per commit); PostgreSQL as the "
+        "server's settings above (synchronous_commit read back).",
+        "",
+        "## Results (files/s)",
+        "",
+        "| store | floor | ingest | ingest / floor | emit | emit / floor |",
+        "|---|---|---|---|---|---|",
+    ]
+    for store, fs, ingest, emit in rows:
+        lines.append(f"| {store} | {fs:,.0f} | {ingest:,.0f} | {ingest / fs:.2f} | "
+                     f"{emit:,.0f} | {emit / fs:.2f} |")  # fmt: skip
+    lines += ["", "## Targets", ""]
+    for store, fs, ingest, _ in rows:
+        verdict = "PASS" if ingest / fs >= TARGET else "MISS"
+        lines.append(f"- {verdict}: {store} ingest {ingest / fs:.2f} x the floor "
+                     f"(target >= {TARGET})")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

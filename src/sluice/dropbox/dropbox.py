@@ -1,0 +1,162 @@
+"""``Dropbox``: a root of DropboxMQ dropboxes joined to a sluice database, both ways."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sluice.dropbox.inbound import Inbound
+from sluice.dropbox.layout import Box, Layout
+from sluice.dropbox.outbound import Outbound
+from sluice.dropbox.watch import Watcher
+from sluice.engine.database import Engine
+from sluice.errors import ConfigurationError, SluiceError
+
+__all__ = ["DEFAULT_POLL", "Dropbox"]
+
+DEFAULT_POLL = 0.3
+"""Seconds between two listings of a dropbox with no event (DropboxMQ's polling interval)."""
+
+log = logging.getLogger("sluice.dropbox")
+
+
+class Dropbox:
+    """The dropboxes under ``root``, fed from and into ``db``'s queues and topics.
+
+    ``consumer_id``: the name this consumer claims files under (``processing/<id>~<name>``),
+    and recovers them by after a crash: give each process its own, the same at every
+    restart (default: the host's name). ``keep_processed``: move stored files to
+    ``processed/`` (else remove them). ``poll``: seconds between listings when no file
+    event comes (events never come over NFS).
+    """
+
+    def __init__(
+        self,
+        db: Engine,
+        root: str | os.PathLike[str],
+        *,
+        consumer_id: str | None = None,
+        keep_processed: bool = True,
+        poll: float = DEFAULT_POLL,
+    ) -> None:
+        if not poll > 0:
+            raise ConfigurationError(f"poll must be a positive number of seconds, not {poll!r}")
+        self.db = db
+        self.layout = Layout(root)
+        self.consumer_id = consumer_id or socket.gethostname()
+        self.poll = poll
+        self._in = Inbound(db, self.consumer_id, keep_processed=keep_processed)
+        self._out = Outbound(db)
+
+    # --- in ---------------------------------------------------------------------------
+    def ingest(self, queue: str, limit: int | None = None) -> int:
+        """Store up to ``limit`` files dropped in ``<root>/<queue>/incoming/target/`` in
+        ``queue``; the number of messages stored (expired and refused files are moved,
+        not counted)."""
+        return self._in.ingest(self.layout.queue(queue), queue, limit)
+
+    def ingest_topic(self, topic: str, limit: int | None = None) -> int:
+        """Publish up to ``limit`` files dropped in the topic's ``.incoming/target/``."""
+        return self._in.ingest(self.layout.topic_incoming(topic), topic, limit)
+
+    def recover(self, queue: str) -> int:
+        """Store, exactly once, what this consumer left in ``queue``'s ``processing/``
+        when it stopped; the number of messages stored now."""
+        return self._in.recover(self.layout.queue(queue), queue)
+
+    def recover_topic(self, topic: str) -> int:
+        """``recover`` for a topic's ``.incoming/``."""
+        return self._in.recover(self.layout.topic_incoming(topic), topic)
+
+    # --- out --------------------------------------------------------------------------
+    def emit(self, queue: str, limit: int | None = None) -> int:
+        """Write up to ``limit`` of ``queue``'s messages into its ``target/``; how many.
+        Files there past their expiration go to ``expired/`` first."""
+        box = self.layout.queue(queue)
+        self._out.expire(box)
+        return self._out.emit(queue, box, limit)
+
+    def emit_topic(self, topic: str, limit: int | None = None) -> int:
+        """Write each subscription's messages of ``topic`` into its own directory,
+        ``.subscriptions/<subscription>/target/``; how many files (up to ``limit`` per
+        subscription)."""
+        total = 0
+        for subscription in self.db.subscriptions(topic):
+            box = self.layout.subscription(topic, subscription.name)
+            self._out.expire(box)
+            total += self._out.emit(subscription.name, box, limit)
+        return total
+
+    # --- running ----------------------------------------------------------------------
+    def run(
+        self,
+        *,
+        inbound: Sequence[str] = (),
+        outbound: Sequence[str] = (),
+        topics_in: Sequence[str] = (),
+        topics_out: Sequence[str] = (),
+        stop: threading.Event,
+        events: bool = True,
+    ) -> None:
+        """Move files in and messages out until ``stop`` is set.
+
+        First recovers what this consumer left in ``processing/``; then stores files
+        as they arrive (woken by file events, and every ``poll`` seconds anyway) and
+        writes messages as they are committed (woken by the queue). A failure is
+        logged and retried after ``poll`` seconds. ``events=False`` only polls.
+        """
+        both = (set(inbound) & set(outbound)) | (set(topics_in) & set(topics_out))
+        if both:
+            raise ConfigurationError(
+                f"{sorted(both)} cannot be both inbound and outbound: its files would come "
+                "straight back in; use two queues"
+            )
+        boxes = [(self.layout.queue(q), q) for q in inbound]
+        boxes += [(self.layout.topic_incoming(t), t) for t in topics_in]
+        threads = [threading.Thread(target=self._inbound_loop, args=(boxes, stop, events))]
+        threads += [threading.Thread(target=self._outbound_loop, args=(q, stop)) for q in outbound]
+        threads += [threading.Thread(target=self._topic_loop, args=(t, stop)) for t in topics_out]
+        for thread in threads:
+            thread.name = "sluice-dropbox"
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _inbound_loop(
+        self, boxes: list[tuple[Box, str]], stop: threading.Event, events: bool
+    ) -> None:
+        if not boxes:
+            return
+        for box, destination in boxes:
+            self._guarded(stop, self._in.recover, box, destination)
+        watcher = Watcher([b.dir("target") for b, _ in boxes], poll=self.poll, events=events)
+        try:
+            while not stop.is_set():
+                for box, destination in boxes:
+                    self._guarded(stop, self._in.ingest, box, destination, None)
+                watcher.wait(stop)
+        finally:
+            watcher.close()
+
+    def _outbound_loop(self, queue: str, stop: threading.Event) -> None:
+        box = self.layout.queue(queue)
+        while not stop.is_set():
+            self._guarded(stop, self._out.expire, box)
+            self._guarded(stop, self._out.emit, queue, box, None, self.poll)
+
+    def _topic_loop(self, topic: str, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if not self._guarded(stop, self.emit_topic, topic):
+                stop.wait(self.poll)
+
+    def _guarded(self, stop: threading.Event, work: Callable[..., int], *args: Any) -> int:
+        try:
+            return work(*args)
+        except (SluiceError, OSError):
+            log.exception("sluice.dropbox: retrying in %s s", self.poll)
+            stop.wait(self.poll)
+            return 0
