@@ -60,7 +60,7 @@ class Database(Engine):
         """The rules application of this database: ``apply``, ``run``, ``run_until_idle``."""
         with self._jobs_lock:
             if self._rules is None:
-                self._rules = Rules(self)
+                self._rules = Rules(self, check_gateway=Gateways.check_definition)
             return self._rules
 
     def apply(self, text: str) -> Application:

@@ -154,7 +154,7 @@ def test_durations(written: str, seconds: float) -> None:
         ("CREATE QUEUE q RETENTION 1e400", "too long"),
         ("CREATE QUEUE q PRIORITY 1.5", "expected a whole number after PRIORITY"),
         ("CREATE QUEUE q PRIORITY 99999999999", "PRIORITY must lie within"),
-        ("CREATE QUEUE q KIND fast", "expected basic or echo after KIND, found 'fast'"),
+        ("CREATE QUEUE q KIND fast", "expected basic or echo or gateway after KIND, found 'fast'"),
         ("CREATE QUEUE q MODE durable", "expected persistent or transient after MODE"),
         ("CREATE QUEUE q KIND echo KIND basic", "KIND is given twice"),
         ("CREATE QUEUE q SIZE 5", "expected ';' at the end of the statement, found 'SIZE'"),

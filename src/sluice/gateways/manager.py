@@ -17,6 +17,7 @@ from sluice.gateways.model import Direction, Gateway, Setting
 from sluice.gateways.registry import transport
 from sluice.gateways.sender import Sender
 from sluice.gateways.transports import Inbound, Outbound
+from sluice.rules.model import QueueDef
 
 if TYPE_CHECKING:
     from sluice.engine.database import Engine
@@ -59,6 +60,13 @@ class Gateways:
     def check(gateway: Gateway) -> None:
         """ConfigurationError unless ``gateway``'s transport can serve it as set."""
         transport(gateway)
+
+    @staticmethod
+    def check_definition(queue: QueueDef) -> None:
+        """The same for a KIND gateway queue of a rules definition (Rules' check)."""
+        if queue.gateway is not None:
+            g = queue.gateway
+            transport(Gateway(queue.name, g.direction, g.transport, dict(g.settings)))
 
     def list(self) -> list[Gateway]:
         """Every gateway, by queue name."""

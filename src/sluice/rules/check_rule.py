@@ -97,6 +97,13 @@ def _triggers(app: Application, rule: RuleDef, where: str) -> tuple[SlicingDef |
             "forwards: attach the rule to the echo's target queue",
             line=rule.line,
         )
+    if queue.gateway is not None and queue.gateway.direction == "out":
+        raise RuleDefinitionError(
+            f"{where} is FOR outgoing gateway {rule.target!r}, whose messages its "
+            f"{queue.gateway.transport} transport sends: attach the rule to a queue that "
+            "feeds it",
+            line=rule.line,
+        )
     return None, [queue.name]
 
 

@@ -17,6 +17,7 @@ from sluice.rules.model import (
     Branch,
     Enqueue,
     Expr,
+    GatewayDef,
     PropertyDef,
     QueueDef,
     Reset,
@@ -54,7 +55,14 @@ def decode(text: str) -> Application:
             "version of sluice does not read; upgrade sluice"
         )
     queues = [
-        QueueDef(**{**q, "types": tuple(q["types"]), "retention": _seconds(q["retention"])})
+        QueueDef(
+            **{
+                **q,
+                "types": tuple(q["types"]),
+                "retention": _seconds(q["retention"]),
+                "gateway": _gateway(q.get("gateway")),
+            }
+        )
         for q in data["queues"]
     ]
     properties = [
@@ -94,6 +102,13 @@ def decode(text: str) -> Application:
     )
 
 
+def _gateway(stored: list[Any] | None) -> GatewayDef | None:
+    if stored is None:
+        return None
+    direction, transport, settings = stored
+    return GatewayDef(direction, transport, tuple((k, v) for k, v in settings))
+
+
 def _queue(q: QueueDef) -> dict[str, Any]:
     return {
         "name": q.name,
@@ -105,6 +120,9 @@ def _queue(q: QueueDef) -> dict[str, Any]:
         "error_queue": q.error_queue,
         # JSON has no infinity (PostgreSQL's jsonb refuses Python's Infinity).
         "retention": "forever" if math.isinf(q.retention) else q.retention,
+        "gateway": None
+        if q.gateway is None
+        else [q.gateway.direction, q.gateway.transport, [list(s) for s in q.gateway.settings]],
     }
 
 

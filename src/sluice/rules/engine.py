@@ -9,6 +9,7 @@ and goes on with it, so messages not yet processed get the new rules.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -20,7 +21,13 @@ from sluice.backends.records import StoredProperty
 from sluice.catalog import FOREVER
 from sluice.engine.database import Engine
 from sluice.engine.retention import remove_kept
-from sluice.errors import ConfigurationError, QueueInUse, SluiceError, StorageError
+from sluice.errors import (
+    ConfigurationError,
+    QueueInUse,
+    RuleDefinitionError,
+    SluiceError,
+    StorageError,
+)
 from sluice.rules import codec
 from sluice.rules.check import apply_statements
 from sluice.rules.fast import ActionKey, FastInsert, build_fast
@@ -86,8 +93,14 @@ def _retention(seconds: float) -> float | None:
 class Rules:
     """The rules of one Database: ``apply`` a definition, ``run`` it."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, *, check_gateway: Callable[[QueueDef], None] | None = None
+    ) -> None:
+        """``check_gateway``: raises ConfigurationError for a KIND gateway queue whose
+        transport cannot work as set (the Database gives sluice.gateways' check; without
+        one, an application with gateway queues is refused)."""
         self._engine = engine
+        self._check_gateway = check_gateway
         self._context = engine.context
         self._lock = threading.RLock()
         self._compiled = _Compiled()
@@ -118,11 +131,13 @@ class Rules:
             version, current = self._stored()
             app = apply_statements(current, parse_statements(text))
             self._check_data(current, app)
+            self._check_gateways(app)
             # Compiled before anything changes: a mistake only a compiler finds is refused
             # here, not at the first message.
             ids = dict.fromkeys(app.queues, 0)
             compile_application(app, backend, ids)
             self._make_queues(current, app)
+            self._store_gateways(current, app)
             self._store_properties(current, app)
             for name in set(current.slicings) - set(app.slicings):
                 backend.rules_write("rules_forget_slicing", {"slicing": name})
@@ -156,6 +171,33 @@ class Rules:
                         f"line {new.line}: property {name!r} cannot change from {old.type} "
                         f"to {new.type}: queue {queue!r} keeps {kept} messages that have it"
                     )
+
+    def _check_gateways(self, app: Application) -> None:
+        for queue in app.queues.values():
+            if queue.gateway is None:
+                continue
+            if self._check_gateway is None:
+                raise ConfigurationError(
+                    f"line {queue.line}: gateway queue {queue.name!r} needs a Database "
+                    "that runs gateways (sluice.connect gives one)"
+                )
+            try:
+                self._check_gateway(queue)
+            except ConfigurationError as exc:
+                raise RuleDefinitionError(str(exc), line=queue.line) from None
+
+    def _store_gateways(self, current: Application, app: Application) -> None:
+        backend = self._engine.backend
+        for name, old in current.queues.items():
+            new = app.queues.get(name)
+            if old.gateway is not None and (new is None or new.gateway is None):
+                backend.gateways_drop(name)
+        for queue in app.queues.values():
+            g = queue.gateway
+            if g is not None:
+                settings = json.dumps(dict(g.settings), sort_keys=True)
+                backend.gateways_put(queue.name, g.direction, g.transport, settings,
+                                     self._context.clock.now())  # fmt: skip
 
     def _make_queues(self, current: Application, app: Application) -> None:
         engine = self._engine

@@ -2,8 +2,9 @@
 
 ::
 
-    CREATE QUEUE name [KIND basic | echo] [MODE persistent | transient] [PRIORITY n]
-        [TYPE t [, t ...]] [ERRORQUEUE q] [RETENTION duration]
+    CREATE QUEUE name [KIND basic | echo | gateway IN|OUT TRANSPORT t [WITH (s = v, ...)]]
+        [MODE persistent | transient] [PRIORITY n] [TYPE t [, t ...]] [ERRORQUEUE q]
+        [RETENTION duration]
     CREATE PROPERTY name AS text | integer | real | boolean | timestamp [FIXED | INHERITED]
         QUEUE q [, q ...] [VALUE expr] [QUEUE q [, q ...] [VALUE expr] ...]
     CREATE SLICING name ON property
@@ -56,6 +57,7 @@ from sluice.rules.model import (
     Enqueue,
     ErrorQueueDef,
     Expr,
+    GatewayDef,
     PropertyDef,
     PropertyType,
     QueueDef,
@@ -194,10 +196,14 @@ class _Parser:
                     f"{option.keyword} is given twice for queue {name!r}", line=option.line
                 )
             options[option.keyword] = self.queue_option(option.keyword)
+        given = options.get("KIND", "basic")
+        gateway = given if isinstance(given, GatewayDef) else None
+        kind = "gateway" if gateway is not None else given
         return QueueDef(
             name,
             line,
-            kind=cast(Literal["basic", "echo"], options.get("KIND", "basic")),
+            kind=cast(Literal["basic", "echo", "gateway"], kind),
+            gateway=gateway,
             mode=cast(Literal["persistent", "transient"], options.get("MODE", "persistent")),
             priority=cast(int, options.get("PRIORITY", 0)),
             types=cast(tuple[str, ...], options.get("TYPE", ())),
@@ -207,7 +213,8 @@ class _Parser:
 
     def queue_option(self, option: str) -> object:
         if option == "KIND":
-            return self.choice(("basic", "echo"), "after KIND")
+            kind = self.choice(("basic", "echo", "gateway"), "after KIND")
+            return self.gateway() if kind == "gateway" else kind
         if option == "MODE":
             return self.choice(("persistent", "transient"), "after MODE")
         if option == "PRIORITY":
@@ -217,6 +224,45 @@ class _Parser:
         if option == "ERRORQUEUE":
             return self.name("the error queue's name after ERRORQUEUE")
         return self.duration()
+
+    def gateway(self) -> GatewayDef:
+        """``IN|OUT TRANSPORT t [WITH (name = value, ...)]`` after KIND gateway."""
+        direction = self.choice(("in", "out"), "after KIND gateway")
+        self.expect("TRANSPORT", "TRANSPORT and the transport's name after the direction")
+        transport = self.name("the transport's name after TRANSPORT")
+        settings: dict[str, str | int | float | bool] = {}
+        if self.accept("WITH"):
+            self.expect("(", "( and the transport's settings after WITH")
+            while True:
+                token = self.peek()
+                setting = self.name("a setting's name")
+                if setting in settings:
+                    raise RuleDefinitionError(f"setting {setting!r} is given twice",
+                                              line=token.line)  # fmt: skip
+                self.expect("=", f"= and a value after setting {setting!r}")
+                settings[setting] = self.literal(setting)
+                if not self.accept(","):
+                    break
+            self.expect(")", "')' or ',' after a setting's value")
+        return GatewayDef(cast(Literal["in", "out"], direction), transport,
+                          tuple(settings.items()))  # fmt: skip
+
+    def literal(self, setting: str) -> str | int | float | bool:
+        """A setting's value: a 'string', a number, true or false."""
+        token = self.peek()
+        negative = token.kind == "symbol" and token.text == "-"
+        if negative:
+            self.next()
+            token = self.peek()
+        if token.kind == "string" and not negative:
+            return self.next().text[1:-1].replace("''", "'")
+        if token.kind == "number":
+            text = self.next().text
+            value = float(text) if any(c in text for c in ".eE") else int(text)
+            return -value if negative else value
+        if token.kind == "word" and token.keyword in ("TRUE", "FALSE") and not negative:
+            return self.next().keyword == "TRUE"
+        raise self.expected(f"a 'text', a number, true or false for setting {setting!r}")
 
     def choice(self, words: tuple[str, ...], where: str) -> str:
         token = self.peek()

@@ -22,6 +22,7 @@ __all__ = [
     "Drop",
     "Enqueue",
     "Expr",
+    "GatewayDef",
     "PropertyDef",
     "QueueDef",
     "Reset",
@@ -60,12 +61,12 @@ class Expr:
 
 @dataclass(frozen=True, slots=True)
 class QueueDef:
-    """``CREATE QUEUE name [KIND basic|echo] [MODE ...] [PRIORITY n] [TYPE ...]
-    [ERRORQUEUE q] [RETENTION duration]``."""
+    """``CREATE QUEUE name [KIND basic|echo|gateway IN|OUT TRANSPORT t [WITH (...)]]
+    [MODE ...] [PRIORITY n] [TYPE ...] [ERRORQUEUE q] [RETENTION duration]``."""
 
     name: str
     line: int
-    kind: Literal["basic", "echo"] = "basic"
+    kind: Literal["basic", "echo", "gateway"] = "basic"
     mode: Literal["persistent", "transient"] = "persistent"
     priority: int = 0
     """The scheduler's order among queues: higher first."""
@@ -73,6 +74,18 @@ class QueueDef:
     error_queue: str | None = None
     retention: float = 0.0
     """Seconds a processed message is kept at least (and longer while a slice holds it)."""
+    gateway: GatewayDef | None = None
+    """A KIND gateway queue's direction, transport and settings (sluice.gateways)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayDef:
+    """``KIND gateway IN|OUT TRANSPORT t [WITH (name = value, ...)]``: the transport that
+    brings messages into the queue (in) or sends what is put into it (out)."""
+
+    direction: Literal["in", "out"]
+    transport: str
+    settings: tuple[tuple[str, str | int | float | bool], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
