@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -62,6 +63,22 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
+def cmd_gateways(args: argparse.Namespace, db: sluice.Database) -> int:
+    found = db.gateways.list()
+    # Header values may hold a secret (an API key for the other side): never shown.
+    shown = [{k: ("***" if k.startswith("header_") else v) for k, v in g.settings.items()}
+             for g in found]  # fmt: skip
+    if args.json:
+        print(json.dumps([{"queue": g.queue, "direction": g.direction,
+                           "transport": g.transport, "settings": settings}
+                          for g, settings in zip(found, shown, strict=True)]))  # fmt: skip
+        return 0
+    for g, settings_of in zip(found, shown, strict=True):
+        settings = ", ".join(f"{k}={v!r}" for k, v in sorted(settings_of.items()))
+        print(f"{g.queue}\t{g.direction}\t{g.transport}\t{settings}")
+    return 0
+
+
 def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
     p = add("apply", cmd_apply, "apply a rules definition file (docs/rules.md)")
     p.add_argument("file", help="the definition: CREATE QUEUE / PROPERTY / SLICING / RULE ...")
@@ -75,3 +92,4 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p.add_argument(
         "--poll", type=float, default=1.0, help="seconds a gateway waits for news at a time"
     )
+    add("gateways", cmd_gateways, "list the gateway queues (docs/gateways.md)")

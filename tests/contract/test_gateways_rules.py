@@ -96,3 +96,20 @@ def test_a_queue_that_stops_being_a_gateway_loses_its_transport(db: sluice.Datab
     db.apply("CREATE QUEUE outbox KIND gateway OUT TRANSPORT http WITH (url = 'http://h/');")
     db.apply("DROP QUEUE outbox;")
     assert db.gateways.list() == []
+
+
+def test_sluice_gateways_lists_them_without_their_secrets(tmp_path: Path) -> None:
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    with sluice.connect(url) as db:
+        db.apply("CREATE QUEUE outbox KIND gateway OUT TRANSPORT http "
+                 "WITH (url = 'http://h/', header_authorization = 'Bearer sk_secret');")  # fmt: skip
+    run = [sys.executable, "-m", "sluice.cli", "gateways", "--db", url]
+    text = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert text.split("\t")[:3] == ["outbox", "out", "http"]
+    listed = json.loads(subprocess.run([*run, "--json"], capture_output=True, text=True,
+                                       check=True).stdout)  # fmt: skip
+    assert listed[0]["settings"]["url"] == "http://h/"
+    for shown in (text, json.dumps(listed)):
+        assert "sk_secret" not in shown
