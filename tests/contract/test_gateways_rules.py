@@ -103,8 +103,10 @@ def test_sluice_gateways_lists_them_without_their_secrets(tmp_path: Path) -> Non
 
     url = f"sqlite:///{tmp_path / 'g.db'}"
     with sluice.connect(url) as db:
-        db.apply("CREATE QUEUE outbox KIND gateway OUT TRANSPORT http "
-                 "WITH (url = 'http://h/', header_authorization = 'Bearer sk_secret');")  # fmt: skip
+        db.apply(
+            "CREATE QUEUE outbox KIND gateway OUT TRANSPORT http "
+            "WITH (url = 'http://h/', header_authorization = 'Bearer sk_secret');"
+        )
     run = [sys.executable, "-m", "sluice.cli", "gateways", "--db", url]
     text = subprocess.run(run, capture_output=True, text=True, check=True).stdout
     assert text.split("\t")[:3] == ["outbox", "out", "http"]
