@@ -165,6 +165,31 @@ def test_nobody_listening_is_disconnected(db: sluice.Database) -> None:
     assert "disconnected" in failed.error
 
 
+def test_an_answer_that_is_not_http_is_a_bad_response(db: sluice.Database) -> None:
+    # A server that answers every connection with garbage and closes it.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def answer() -> None:
+            for _ in range(2):
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"\x00garbage, not HTTP\r\n\r\n")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        _gateway(db, f"http://127.0.0.1:{port}/in", attempts=2)
+        db.queue("outbox").put({"n": 1})
+        assert db.gateways.run_until_idle() == 1
+        thread.join(10)
+    (failed,) = db.queue("outbox.errors").browse()
+    assert failed.error is not None
+    assert "bad response" in failed.error
+
+
 def test_a_reply_goes_to_the_reply_queue_correlated(
     db: sluice.Database, receiver: tuple[Receiver, str]
 ) -> None:

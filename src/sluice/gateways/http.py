@@ -110,6 +110,8 @@ class HttpOut:
             answer = self._client.post(url, content=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise DeliveryFailed("timed out", f"POST {url}: no answer in time ({exc})") from None
+        except (httpx.RemoteProtocolError, httpx.DecodingError) as exc:  # not HTTP back
+            raise DeliveryFailed("bad response", f"POST {url}: {exc!r}") from None
         except httpx.HTTPError as exc:  # connection refused, reset, DNS, protocol errors
             raise DeliveryFailed("disconnected", f"POST {url}: {exc!r}") from None
         status = answer.status_code
