@@ -1,17 +1,27 @@
-"""Dropbox directories (sluice.dropbox): ingest and emit in files/s on a SQLite file
-(synchronous=FULL, the default) and PostgreSQL (127.0.0.1:5432, a private schema),
-against the bare floor of the same files: create + write + fsync + rename.
+"""Gateways: dropbox directories and node-to-node forwarding over HTTP.
 
-    python -m bench.gateways [--files N] [--repeats R] [--out PATH]
+Dropbox (sluice.dropbox): ingest and emit in files/s on a SQLite file (synchronous=FULL,
+the default) and PostgreSQL (127.0.0.1:5432, a private schema), against the bare floor of
+the same files: create + write + fsync + rename. Target: ingest >= 0.5 x the floor.
+Writes ``bench/results/gateways-dropbox-<date>.md``.
 
-Target: dropbox ingest >= 0.5 x the file-system floor.
+Forwarding (bench/gateways_forward.py): a backlog in database A's outgoing http gateway
+sent by ``db.gateways`` into the incoming http gateway of a real ``sluice serve`` of
+database B, in msgs/s, against B's own enqueue rate at the same batch size (one message
+per request, one client). Target: forwarding >= 0.5 x that rate. Writes
+``bench/results/gateways-forwarding-<date>.md``.
+
+    python -m bench.gateways [--only dropbox|forwarding] [--files N] [--messages N]
+                             [--repeats R] [--backend sqlite|postgresql] [--out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -78,10 +88,51 @@ def dropbox_case(url: str, root: Path, n: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=2000, help="files per run")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per case (best kept)")
-    parser.add_argument("--out", type=Path, help="report path")
+    parser.add_argument("--only", choices=("dropbox", "forwarding"), help="one part only")
+    parser.add_argument("--files", type=int, default=2000, help="dropbox: files per run")
+    parser.add_argument("--messages", type=int, default=2000,
+                        help="forwarding: the backlog forwarded per run")  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=3.0,
+                        help="forwarding: length of a run of the server's own enqueue")  # fmt: skip
+    parser.add_argument("--parts", type=int, default=1000,
+                        help="forwarding: messages whose sender's parts are timed")  # fmt: skip
+    parser.add_argument("--batch", type=int, action="append",
+                        help="forwarding: messages per request (1 and 64)")  # fmt: skip
+    parser.add_argument("--backend", action="append", choices=("sqlite", "postgresql"),
+                        help="forwarding: backends to run (both)")  # fmt: skip
+    parser.add_argument("--note", action="append", default=[],
+                        help="forwarding: a note for the report (repeatable)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=3, help="runs per case")
+    parser.add_argument("--out", type=Path, help="report path (one part only)")
     args = parser.parse_args()
+    if args.only != "forwarding":
+        dropbox(args)
+    if args.only != "dropbox":
+        forwarding(args)
+
+
+def forwarding(args: argparse.Namespace) -> None:
+    from bench.gateways_forward import Settings, render, run_forwarding
+
+    s = Settings(messages=args.messages, repeats=args.repeats, seconds=args.seconds,
+                 warmup=20, parts=args.parts, batches=tuple(args.batch or (1, 64)))  # fmt: skip
+    backends = args.backend or ["sqlite", "postgresql"]
+    tmp_root = Path(tempfile.mkdtemp(prefix="sluice-bench-forward-"))
+    try:
+        facts = store_facts(tmp_root, backends)
+        facts.append(
+            ("Load average at the start", "{:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg()))
+        )
+        log = functools.partial(print, file=sys.stderr, flush=True)
+        rows = [row for backend in backends for row in run_forwarding(backend, s, tmp_root, log)]
+        facts.append(("Load average at the end", "{:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())))
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    out = args.out if args.only == "forwarding" else None
+    write_report("gateways-forwarding", render(rows, s, facts, args.note), out)
+
+
+def dropbox(args: argparse.Namespace) -> None:
     tmp_root = Path(tempfile.mkdtemp(prefix="sluice-bench-gateways-"))
     stores: dict[str, Callable[[int], str]] = {
         "sqlite": lambda run: f"sqlite:///{tmp_root / f'db{run}' / 'bench.db'}",
@@ -105,7 +156,8 @@ def main() -> None:
             rows.append((store, *best))
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
-    write_report("gateways-dropbox", render(rows, args, tmp_root), args.out)
+    out = args.out if args.only == "dropbox" else None
+    write_report("gateways-dropbox", render(rows, args, tmp_root), out)
 
 
 def render(rows: list[tuple[str, float, float, float]], args: argparse.Namespace,

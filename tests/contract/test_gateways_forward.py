@@ -119,3 +119,89 @@ def test_a_delivery_repeated_after_a_crash_is_stored_once(db: sluice.Database, n
         out.close()
     (stored,) = node.db.queue("inbox").browse()
     assert stored.body == {"n": 1}
+
+
+def _batched(db: sluice.Database, node: Node, batch: int) -> None:
+    db.create_queue("outbox")
+    db.gateways.define("outbox", direction="out", transport="http", backoff=0, batch=batch,
+                       url=f"{node.base}/api/gateways/inbox",
+                       header_authorization=f"Bearer {node.key}")  # fmt: skip
+
+
+def test_batched_forwarding_keeps_everything_and_the_order(db: sluice.Database, node: Node) -> None:
+    _batched(db, node, 8)
+    for n in range(30):
+        db.queue("outbox").put({"n": n}, group=f"g{n % 3}", properties={"n": n}, priority=3,
+                               correlation_id=f"c{n}")  # fmt: skip
+    db.queue("outbox").put(b"\x00raw", content_type="application/octet-stream", priority=3)
+    db.queue("outbox").put("<x/>", content_type="application/xml", priority=3)
+    assert db.gateways.run_until_idle() == 32
+    # A batch is taken as the queue gives several at once: each group's messages in
+    # order (what forwarding needs), the groups' heads first.
+    got = node.db.queue("inbox").browse(limit=100)
+    numbered = [m for m in got if isinstance(m.body, dict)]
+    assert sorted(m.body["n"] for m in numbered) == list(range(30))
+    for g in range(3):
+        mine = [m for m in numbered if m.group == f"g{g}"]
+        assert [m.body["n"] for m in mine] == list(range(g, 30, 3))
+        assert [m.properties for m in mine] == [{"n": n} for n in range(g, 30, 3)]
+        assert [(m.priority, m.correlation_id) for m in mine] == [
+            (3, f"c{n}") for n in range(g, 30, 3)
+        ]
+    others = sorted(((m.body, m.content_type) for m in got if not isinstance(m.body, dict)),
+                    key=repr)  # fmt: skip
+    assert others == [("<x/>", "application/xml"), (b"\x00raw", "application/octet-stream")]
+    assert db.queue("outbox").stats()["ready"] == 0
+
+
+def test_a_batch_sent_again_or_overlapping_is_stored_once(db: sluice.Database, node: Node) -> None:
+    # A sender killed after its post but before its commit sends the same messages again,
+    # alone or in another batch: each is stored once, in order, and answered as before.
+    _batched(db, node, 8)
+    for n in range(5):
+        db.queue("outbox").put({"n": n})
+    (gateway,) = db.gateways.list()
+    out = HttpOut(db, gateway)
+    try:
+        ms = db.queue("outbox").browse()
+        single = out.deliver(ms[0])
+        first, failed = out.deliver_many(ms[:3])
+        assert failed is None
+        again, failed = out.deliver_many(ms)
+        assert failed is None
+    finally:
+        out.close()
+    assert single is not None
+    assert first[0] is not None
+    assert first[0].body == single.body
+    assert [r.body for r in again if r is not None][:3] == [r.body for r in first if r]
+    stored = node.db.queue("inbox").browse(limit=100)
+    assert [m.body["n"] for m in stored] == list(range(5))
+
+
+def test_a_batch_stops_at_the_first_entry_it_cannot_store(node: Node) -> None:
+    entry = {"body": "eyJuIjogMX0=", "content_type": "application/json", "priority": 0}
+    batch = {"messages": [{**entry, "key": "k-1"}, {**entry, "key": "k-2"},
+                          {**entry, "key": "k-1", "priority": 3},  # the key, another request
+                          {**entry, "key": "k-4"}]}  # fmt: skip
+    done = httpx.post(f"{node.base}/api/gateways/inbox/batch", json=batch,
+                      headers={"authorization": f"Bearer {node.key}"})  # fmt: skip
+    assert done.status_code == 200, done.text
+    results = done.json()["results"]
+    assert [r["status"] for r in results] == [201, 201, 422]
+    assert node.db.queue("inbox").stats()["ready"] == 2
+    again = node.post("inbox", b'{"n": 1}', **{"content-type": "application/json",
+                                                "idempotency-key": "k-2",
+                                                "sluice-priority": "0"})  # fmt: skip
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json() == results[1]["answer"]
+    assert node.db.queue("inbox").stats()["ready"] == 2
+
+
+def test_a_batch_setting_is_checked(db: sluice.Database) -> None:
+    with pytest.raises(sluice.ConfigurationError):
+        db.gateways.define("outbox", direction="out", transport="http", batch=0,
+                           url="http://127.0.0.1:1/api/gateways/inbox")  # fmt: skip
+    with pytest.raises(sluice.ConfigurationError):
+        db.gateways.define("outbox", direction="out", transport="http", batch=1.5,
+                           url="http://127.0.0.1:1/api/gateways/inbox")  # fmt: skip

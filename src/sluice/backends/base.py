@@ -746,14 +746,24 @@ class IdempotencyStore(Protocol):
     1) that stores a request's answer in the transaction of its work.
     """
 
-    def idempotency_claim(self, owner: str, key: str, fingerprint: str, now: float) -> bool:
-        """Record a first request with ``key`` as running; False if the key has a row."""
+    def idempotency_claim(
+        self, owner: str, key: str, fingerprint: str, now: float, *, durable: bool = True
+    ) -> bool:
+        """Record a first request with ``key`` as running; False if the key has a row.
+        Not ``durable``: the work's own durable commit, later, makes it durable too."""
 
     def idempotency_find(self, owner: str, key: str) -> IdempotentRequest | None:
         """What is known of ``key``: its request's fingerprint and, once run, its answer."""
 
     def idempotency_restart(
-        self, owner: str, key: str, fingerprint: str, *, now: float, stale: float
+        self,
+        owner: str,
+        key: str,
+        fingerprint: str,
+        *,
+        now: float,
+        stale: float,
+        durable: bool = True,
     ) -> bool:
         """Run the same request again in place of one that started before ``stale`` and
         never answered (its server died); False if there is no such one."""

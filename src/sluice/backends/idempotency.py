@@ -21,9 +21,11 @@ class SqlIdempotency:
     @abstractmethod
     def _write_rows(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int: ...
 
-    def idempotency_claim(self, owner: str, key: str, fingerprint: str, now: float) -> bool:
+    def idempotency_claim(
+        self, owner: str, key: str, fingerprint: str, now: float, *, durable: bool = True
+    ) -> bool:
         params = {"owner": owner, "key": key, "fingerprint": fingerprint, "now": now}
-        return self._write_rows("idempotency_claim", params) > 0
+        return self._write_rows("idempotency_claim", params, durable=durable) > 0
 
     def idempotency_find(self, owner: str, key: str) -> IdempotentRequest | None:
         rows = self._read_rows("idempotency_find", {"owner": owner, "key": key})
@@ -33,11 +35,18 @@ class SqlIdempotency:
         return IdempotentRequest(fingerprint, status, answer, started_at)
 
     def idempotency_restart(
-        self, owner: str, key: str, fingerprint: str, *, now: float, stale: float
+        self,
+        owner: str,
+        key: str,
+        fingerprint: str,
+        *,
+        now: float,
+        stale: float,
+        durable: bool = True,
     ) -> bool:
         params = {"owner": owner, "key": key, "fingerprint": fingerprint, "now": now,
                   "stale": stale}  # fmt: skip
-        return self._write_rows("idempotency_restart", params) > 0
+        return self._write_rows("idempotency_restart", params, durable=durable) > 0
 
     def idempotency_answer(self, owner: str, key: str, status: int, answer: str) -> None:
         params = {"owner": owner, "key": key, "status": status, "answer": answer}

@@ -14,14 +14,26 @@ again. Other 4xx answers are ``refused`` and are not.
 Settings: ``url`` (http or https), or a message property named by ``url_property``
 (default ``url``) that overrides it per message; ``timeout`` (seconds, default 10);
 ``attempts`` and ``backoff`` (gateways' own); ``reply_queue``; ``header_<name>`` adds a
-fixed request header (an API key for the receiver, say).
+fixed request header (an API key for the receiver, say); ``batch`` (default 1).
+
+``batch`` above 1 is for a receiver that is another sluice's incoming http gateway (node
+to node forwarding): up to that many consecutive messages for the same URL go in one
+request to the URL's ``/batch`` (``POST /api/gateways/{queue}/batch``, server/gateways.py),
+each entry with what its own post would send (its id as its key, its body, content type
+and options), so each is stored once per key and in order, whether it is sent alone or
+in a batch, once or again. The answer says, per message, what its own post would have
+answered; the first that was not stored stops the batch (the ones after it are sent
+again). A batch refused as a whole is sent again as its first message alone, so a
+refusal lands on the message it is about.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from sluice.errors import ConfigurationError, DeliveryFailed
 from sluice.gateways.model import Gateway
@@ -33,9 +45,11 @@ if TYPE_CHECKING:
 
     from sluice.engine.database import Engine
 
-__all__ = ["DEFAULT_TIMEOUT", "TRANSPORT", "HttpOut"]
+__all__ = ["DEFAULT_TIMEOUT", "MAX_BATCH", "TRANSPORT", "HttpOut"]
 
 DEFAULT_TIMEOUT = 10.0
+MAX_BATCH = 1000
+"""The most messages one batch request carries (the receiver's limit)."""
 _ANSWER_LIMIT = 200  # characters of a refusal's body kept in the error message
 _AGAIN = frozenset({408, 409, 425, 429})
 """4xx answers that may pass: a timeout, a conflict (sluice serve's 409 while a post with
@@ -49,6 +63,11 @@ def check(gateway: Gateway) -> None:
     elif gateway.direction == "out" and gateway.text("url_property", "url") is None:
         raise ConfigurationError(f"gateway {gateway.queue!r}: http out needs a url")
     gateway.number("timeout", DEFAULT_TIMEOUT, minimum=0.001)
+    batch = gateway.number("batch", 1, minimum=1)
+    if batch != int(batch) or batch > MAX_BATCH:
+        raise ConfigurationError(
+            f"gateway {gateway.queue!r}: batch is a whole number from 1 to {MAX_BATCH}"
+        )
     for name in gateway.settings:
         if name.startswith("header_"):
             value = gateway.text(name)
@@ -78,7 +97,7 @@ class HttpOut:
         self._client = httpx.Client(timeout=timeout, headers=headers, follow_redirects=False)
         self._httpx = httpx
 
-    def deliver(self, message: Message) -> Delivered | None:
+    def _url_of(self, message: Message) -> str:
         url = self._url
         chosen = message.properties.get(self._url_property or "")
         if isinstance(chosen, str):
@@ -88,6 +107,10 @@ class HttpOut:
                 raise DeliveryFailed("refused", str(exc), retry=False) from None
         if url is None:
             raise DeliveryFailed("refused", "the message names no url", retry=False)
+        return url
+
+    def deliver(self, message: Message) -> Delivered | None:
+        url = self._url_of(message)
         body, kind = wire(message)
         headers = {"content-type": kind, "idempotency-key": message.id,
                    "sluice-message-id": message.id,
@@ -104,6 +127,57 @@ class HttpOut:
         answer = self._post(url, body, headers)
         return reply_of(answer)
 
+    def deliver_many(
+        self, messages: Sequence[Message]
+    ) -> tuple[list[Delivered | None], DeliveryFailed | None]:
+        """Deliver ``messages`` in order, as many as one batch request can (those for
+        the first one's URL): the replies of the delivered ones (the first few), and
+        why the next one was not, if it was not."""
+        try:
+            url = self._url_of(messages[0])
+        except DeliveryFailed as exc:
+            return [], exc
+        same = [messages[0]]
+        for message in messages[1:]:
+            try:
+                if self._url_of(message) != url:
+                    break
+            except DeliveryFailed:  # its own refusal, when it comes first
+                break
+            same.append(message)
+        if len(same) == 1:
+            try:
+                return [self.deliver(same[0])], None
+            except DeliveryFailed as exc:
+                return [], exc
+        body = json.dumps({"messages": [_entry(m) for m in same]}).encode()
+        try:
+            answer = self._post(_batch_url(url), body, {"content-type": "application/json"})
+        except DeliveryFailed as exc:
+            if exc.retry:
+                return [], exc
+            return self.deliver_many(same[:1])  # refused as a whole: whose is it?
+        return self._results(url, same, answer)
+
+    def _results(
+        self, url: str, sent: Sequence[Message], answer: httpx.Response
+    ) -> tuple[list[Delivered | None], DeliveryFailed | None]:
+        try:
+            results = answer.json()["results"]
+            if not isinstance(results, list) or not 1 <= len(results) <= len(sent):
+                raise TypeError(results)
+            outcomes = [(int(r["status"]), r["answer"]) for r in results]
+        except (ValueError, TypeError, KeyError, IndexError):
+            raise DeliveryFailed("bad response", f"POST {_batch_url(url)}: not a batch's "
+                                 "answer", retry=False) from None  # fmt: skip
+        replies: list[Delivered | None] = []
+        for status, value in outcomes:
+            failure = _failure(url, status, json.dumps(value))
+            if failure is not None:
+                return replies, failure
+            replies.append(Delivered(value, "application/json", {"status": status}))
+        return replies, None
+
     def _post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
         httpx = self._httpx
         try:
@@ -114,16 +188,41 @@ class HttpOut:
             raise DeliveryFailed("bad response", f"POST {url}: {exc!r}") from None
         except httpx.HTTPError as exc:  # connection refused, reset, DNS, protocol errors
             raise DeliveryFailed("disconnected", f"POST {url}: {exc!r}") from None
-        status = answer.status_code
-        if status >= 500 or status in _AGAIN:
-            raise DeliveryFailed("bad response", f"POST {url}: HTTP {status}")
-        if status >= 300:
-            text = answer.text[:_ANSWER_LIMIT]
-            raise DeliveryFailed("refused", f"POST {url}: HTTP {status}: {text}", retry=False)
+        failure = _failure(url, answer.status_code, answer.text)
+        if failure is not None:
+            raise failure
         return answer
 
     def close(self) -> None:
         self._client.close()
+
+
+def _failure(url: str, status: int, text: str) -> DeliveryFailed | None:
+    """What an answer with ``status`` means for the message: None if it was delivered."""
+    if status >= 500 or status in _AGAIN:
+        return DeliveryFailed("bad response", f"POST {url}: HTTP {status}")
+    if status >= 300:
+        return DeliveryFailed("refused", f"POST {url}: HTTP {status}: {text[:_ANSWER_LIMIT]}",
+                              retry=False)  # fmt: skip
+    return None
+
+
+def _batch_url(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/batch"))
+
+
+def _entry(message: Message) -> dict[str, Any]:
+    """A message as an entry of a batch: what its own post would send."""
+    body, kind = wire(message)
+    entry: dict[str, Any] = {"key": message.id, "body": base64.b64encode(body).decode("ascii"),
+                             "content_type": kind, "properties": message.properties,
+                             "priority": message.priority}  # fmt: skip
+    for option in ("correlation_id", "reply_to", "group", "type"):
+        value = getattr(message, option)
+        if value is not None:
+            entry[option] = value
+    return entry
 
 
 def wire(message: Message) -> tuple[bytes, str]:

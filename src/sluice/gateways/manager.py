@@ -104,8 +104,8 @@ class Gateways:
             for side in inbound:
                 done += side.poll()
             for sender in senders:
-                while sender.send_one():
-                    done += 1
+                while sent := sender.send():
+                    done += sent
         finally:
             for side in inbound:
                 side.close()

@@ -4,10 +4,23 @@ server's keys and grants (produce). With ``Idempotency-Key`` a retried post is s
 once (another sluice's outgoing http gateway sends its message's id as the key: node to
 node forwarding, exactly once). ``Sluice-Properties`` (a JSON object),
 ``Sluice-Priority``, ``Sluice-Correlation-Id``, ``Sluice-Reply-To``, ``Sluice-Group``
-and ``Sluice-Type`` set the message's options."""
+and ``Sluice-Type`` set the message's options.
+
+``POST /api/gateways/{queue}/batch`` takes several such posts in one request (what an
+outgoing http gateway with ``batch`` sends to another sluice): ``{"messages": [{"key",
+"body" (base64 of the bytes posted), "content_type", "properties", "priority",
+"correlation_id", "reply_to", "group", "type"}]}``, each entry exactly what one post with
+that Idempotency-Key, body and headers would be (the same key answers the same either
+way). The entries are taken in order up to the first that cannot be stored now (its key
+busy or used by another request, or its body refused): the ones before it are stored in
+one transaction, in order, each once per key. The answer (200) has one result per entry
+taken, ``{"status", "answer"}`` as its own post would have answered, the last one the
+entry that stopped the batch, if one did; the entries after it were not looked at."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 from collections.abc import Callable
@@ -16,6 +29,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 import sluice
 from sluice.backends.records import Effect
@@ -67,6 +81,105 @@ async def post(
     once = functools.partial(posted.once, db, keys, owner=who.name, key=idempotency_key,
                              asked=asked)  # fmt: skip
     return await offload(once)
+
+
+class BatchEntry(BaseModel):
+    """One post of a batch: its Idempotency-Key, the posted bytes and the headers' options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    body: str = Field(description="the bytes posted, base64")
+    content_type: str = _OCTETS
+    properties: dict[str, Any] | None = None
+    priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    group: str | None = None
+    type: str | None = None
+
+
+class Batch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[BatchEntry] = Field(min_length=1, max_length=1000)
+
+
+@router.post(
+    "/gateways/{name}/batch",
+    status_code=200,
+    summary="Post several messages, each with its Idempotency-Key, into an incoming http "
+    "gateway, in order (produce)",
+)
+async def post_batch(request: Request, name: str, batch: Batch) -> Response:
+    who = await caller(request)
+    need(who, name, "produce")
+    db: sluice.Database = request.app.state.db
+    offload: Offload = request.app.state.offload
+    gateway = await offload(db.gateways.get, name)
+    if gateway is None or (gateway.direction, gateway.transport) != ("in", "http"):
+        raise Problem(404, f"queue {name!r} is not an incoming http gateway",
+                      error="GatewayNotFound")  # fmt: skip
+    keys: Idempotency = request.app.state.idempotency
+    path = f"/api/gateways/{name}"  # a post's own path: the same key, the same answer
+    many = functools.partial(_many, db, keys, name, path=path, owner=who.name,
+                             entries=batch.messages)  # fmt: skip
+    results = await offload(many)
+    return JSONResponse({"results": results}, status_code=200)
+
+
+def _entry(queue: str, entry: BatchEntry) -> tuple[_Post, bytes]:
+    try:
+        raw = base64.b64decode(entry.body, validate=True)
+    except (binascii.Error, ValueError):
+        raise Problem(422, "a batch entry's body is base64", error="InvalidBody") from None
+    options: dict[str, Any] = {}
+    for option in ("properties", "priority", "correlation_id", "reply_to", "group", "type"):
+        value = getattr(entry, option)
+        if value is not None:
+            options[option] = value
+    return _Post(queue, _body(raw, entry.content_type), entry.content_type, options), raw
+
+
+def _many(db: sluice.Database, keys: Idempotency, queue: str, *, path: str, owner: str,
+          entries: list[BatchEntry]) -> list[dict[str, Any]]:  # fmt: skip
+    """The entries in order up to the first that cannot be stored now; the new ones
+    stored in one transaction, each with its key's answer."""
+    results: list[dict[str, Any]] = []
+    new: list[tuple[int, str, _Post]] = []  # (its result's place, key, post)
+    try:
+        for entry in entries:
+            try:
+                posted, raw = _entry(queue, entry)
+                asked = fingerprint("POST", path, {"body": raw.hex(), "kind": posted.kind,
+                                                   "options": posted.options})  # fmt: skip
+                replay = keys.begin(owner, entry.key, asked)
+            except Problem as exc:
+                results.append({"status": exc.status, "answer": problem_body(
+                    exc.status, exc.detail, error=exc.error)})  # fmt: skip
+                break
+            if replay is not None:
+                results.append({"status": replay.status, "answer": replay.answer})
+                if replay.status >= 300:
+                    break
+                continue
+            new.append((len(results), entry.key, posted))
+            results.append({"status": 201, "answer": None})
+        if new:
+            with db.transaction() as tx:
+                for place, key, posted in new:
+                    message_id = tx.enqueue(queue, posted.body, content_type=posted.kind,
+                                            **posted.options)  # fmt: skip
+                    answer = {"id": message_id}
+                    tx.add_effect(keys.answered(owner, key, 201, answer))
+                    results[place]["answer"] = answer
+    except BaseException as exc:
+        status = status_of(exc) if isinstance(exc, SluiceError) else 500
+        body = problem_body(status, str(exc), error=type(exc).__name__) if status < 500 else None
+        for _, key, _ in new:  # a client's error is each key's answer; a server's frees them
+            keys.failed(owner, key, status, body)
+        raise
+    return results
 
 
 def _body(raw: bytes, kind: str) -> Any:

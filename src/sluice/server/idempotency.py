@@ -2,6 +2,11 @@
 safely. The same key with the same request gets the first one's answer (its work is
 not done again); with another request, 422; while the first still runs, 409.
 
+A key is claimed (marked running) before the work without an fsync of its own: the
+work's durable commit comes after it in the log and makes it durable too, and a claim
+lost to a power cut belongs to work that did not commit, whose retry then runs, as it
+should (sooner than after ``STALE``).
+
 The answer is stored in the same database transaction as the request's work (an
 effect of the queue transaction), so a retry finds the work and its answer, or
 neither. A request that failed on the client's side (a 4xx: a missing queue, a body
@@ -70,7 +75,7 @@ class Idempotency:
         backend, now = self._db.backend, self._db.clock.now()
         self._expire(now)
         for _ in range(2):  # once more if the row went (it expired) between the two looks
-            if backend.idempotency_claim(owner, key, request, now):
+            if backend.idempotency_claim(owner, key, request, now, durable=False):
                 return None
             found = backend.idempotency_find(owner, key)
             if found is None:
@@ -83,7 +88,8 @@ class Idempotency:
                 )
             if found.status is not None and found.answer is not None:
                 return Replay(found.status, json.loads(found.answer))
-            if backend.idempotency_restart(owner, key, request, now=now, stale=now - self._stale):
+            if backend.idempotency_restart(owner, key, request, now=now, stale=now - self._stale,
+                                           durable=False):  # fmt: skip
                 return None
             raise Problem(409, "a request with this Idempotency-Key is running; retry when "
                           "it has answered", error="IdempotencyKeyBusy")  # fmt: skip
