@@ -16,6 +16,7 @@ from sluice.errors import ConfigurationError, QueueExists
 from sluice.gateways.model import Direction, Gateway, Setting
 from sluice.gateways.registry import transport
 from sluice.gateways.sender import Sender
+from sluice.gateways.throttle import Throttle
 from sluice.gateways.transports import Inbound, Outbound
 
 if TYPE_CHECKING:
@@ -45,9 +46,11 @@ class Gateways:
     ) -> Gateway:
         """Make ``queue`` a gateway: its transport and settings checked, the queue made
         if it does not exist (a plain persistent one), the definition stored (replacing
-        one it had). ConfigurationError for a transport or setting that cannot work."""
+        one it had). ConfigurationError for a transport or setting that cannot work, or
+        a ``profile`` that names no stored profile (docs/gateways.md)."""
         gateway = Gateway(queue, direction, transport, dict(settings))
         self.check(gateway)
+        Throttle.check(self._db, gateway)
         with contextlib.suppress(QueueExists):  # a gateway of a queue made before
             self._db.create_queue(queue)
         self._db.backend.gateways_put(
