@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.parser import BytesParser
 from email.policy import default as default_policy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sluice
 from sluice import ManualClock
-from sluice.errors import ConfigurationError
+from sluice.errors import ConfigurationError, DeliveryFailed
 from sluice.gateways.throttle import window_key
 from sluice.jobs.profiles import Entry, Profile
 
@@ -315,6 +316,50 @@ def test_one_connection_carries_many_mails(db: sluice.Database, sink: tuple[Sink
     assert [m["Subject"] for _, _, m in s.got] == [f"#{n}" for n in range(5)]  # queue order
 
 
+def test_a_dropped_connection_is_opened_again(
+    db: sluice.Database, sink: tuple[Sink, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.gateways import smtp
+
+    s, port = sink
+    _gateway(db, port)
+    gateway = db.gateways.get("mail")
+    assert gateway is not None
+    q = db.queue("mail")
+    for n in range(3):
+        q.put({"to": f"r{n}@example.org", "subject": f"#{n}", "text": "t"})
+    out = smtp.SmtpOut(db, gateway)
+    try:
+        first, second, third = (q.get() for _ in range(3))
+        assert first is not None
+        assert second is not None
+        assert third is not None
+        out.deliver(first)
+        kept = out._smtp
+        assert kept is not None
+        assert kept.sock is not None
+        kept.sock.shutdown(socket.SHUT_RDWR)  # the connection went away while it idled
+        # Idle past the limit: a NOOP finds it dropped and a new one carries the mail.
+        monkeypatch.setattr(smtp, "IDLE", 0.0)
+        out.deliver(second)
+        assert s.greetings == 2
+        # Dropped mid-send: disconnected (tried again by the sender), then a new one.
+        monkeypatch.setattr(smtp, "IDLE", 3600.0)
+        kept = out._smtp
+        assert kept is not None
+        assert kept.sock is not None
+        kept.sock.shutdown(socket.SHUT_RDWR)
+        with pytest.raises(DeliveryFailed) as failed:
+            out.deliver(third)
+        assert failed.value.kind == "disconnected"
+        assert failed.value.retry
+        out.deliver(third)
+        assert s.greetings == 3
+    finally:
+        out.close()
+    assert [m["Subject"] for _, _, m in s.got] == ["#0", "#1", "#2"]
+
+
 def test_auth_with_the_right_password_and_refused_with_a_wrong_one(
     db: sluice.Database, sink: tuple[Sink, int]
 ) -> None:
@@ -438,7 +483,7 @@ def test_settings_that_cannot_work_are_refused(
     assert db.gateways.list() == []
 
 
-def test_smtp_serves_only_outgoing_gateways(db: sluice.Database) -> None:
+def test_smtp_serves_only_outgoing_gateways(db: sluice.Database, tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="does not serve direction 'in'"):
         db.gateways.define("inbox", direction="in", transport="smtp")
     db.jobs.define("plain")  # a task type with no profile is no profile
@@ -448,3 +493,7 @@ def test_smtp_serves_only_outgoing_gateways(db: sluice.Database) -> None:
                        password="pw", starttls=True)  # fmt: skip
     (gateway,) = db.gateways.list()
     assert gateway.transport == "smtp"
+    _profile(db)  # a dropbox moves its messages itself: no profile limits it
+    with pytest.raises(ConfigurationError, match="the dropbox transport moves them itself"):
+        db.gateways.define("files", direction="out", transport="dropbox", root=str(tmp_path),
+                           profile="newsletter")  # fmt: skip

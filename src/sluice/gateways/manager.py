@@ -17,7 +17,7 @@ from sluice.gateways.model import Direction, Gateway, Setting
 from sluice.gateways.registry import transport
 from sluice.gateways.sender import Sender
 from sluice.gateways.throttle import Throttle
-from sluice.gateways.transports import Inbound, Outbound
+from sluice.gateways.transports import Inbound, Outbound, Transport
 
 if TYPE_CHECKING:
     from sluice.engine.database import Engine
@@ -49,8 +49,8 @@ class Gateways:
         one it had). ConfigurationError for a transport or setting that cannot work, or
         a ``profile`` that names no stored profile (docs/gateways.md)."""
         gateway = Gateway(queue, direction, transport, dict(settings))
-        self.check(gateway)
-        Throttle.check(self._db, gateway)
+        made = self.check(gateway)
+        Throttle.check(self._db, gateway, sends=made.outbound is not None)
         with contextlib.suppress(QueueExists):  # a gateway of a queue made before
             self._db.create_queue(queue)
         self._db.backend.gateways_put(
@@ -59,9 +59,9 @@ class Gateways:
         return gateway
 
     @staticmethod
-    def check(gateway: Gateway) -> None:
-        """ConfigurationError unless ``gateway``'s transport can serve it as set."""
-        transport(gateway)
+    def check(gateway: Gateway) -> Transport:
+        """``gateway``'s transport; ConfigurationError unless it can serve it as set."""
+        return transport(gateway)
 
     def list(self) -> list[Gateway]:
         """Every gateway, by queue name."""

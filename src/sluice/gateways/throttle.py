@@ -45,13 +45,18 @@ class Throttle:
         self._gate = Gate(db, {})
 
     @staticmethod
-    def check(db: Engine, gateway: Gateway) -> None:
-        """ConfigurationError unless ``gateway``'s ``profile`` names a stored profile."""
+    def check(db: Engine, gateway: Gateway, *, sends: bool) -> None:
+        """ConfigurationError unless ``gateway``'s ``profile`` names a stored profile and
+        the gateway ``sends`` messages one at a time (a Sender: outgoing, not dropbox)."""
         name = gateway.text("profile")
         if name is None:
             return
-        if gateway.direction != "out":
-            raise ConfigurationError(f"gateway {gateway.queue!r}: a profile limits sends out only")
+        if gateway.direction != "out" or not sends:
+            raise ConfigurationError(
+                f"gateway {gateway.queue!r}: a profile limits outgoing gateways whose "
+                f"messages a sender takes one by one; the {gateway.transport} transport "
+                f"{'moves them itself' if gateway.direction == 'out' else 'brings them in'}"
+            )
         try:
             profile = TaskTypes(db).get(name).profile
         except UnknownTaskType:
