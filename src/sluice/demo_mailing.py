@@ -5,25 +5,26 @@ profile lets the mail task type send 5 an hour in working hours (Monday to
 Friday, 08:00-18:00 in Berlin) and 1,000 an hour at night and at weekends.
 The report's deadline passes while it is still being sent; a newsletter job
 submitted later must not wait for it, and from then on the two take turns.
-Every message really goes through SMTP, to a local sink (aiosmtpd) the example
-starts; the clock is simulated, moved hour by hour, so the week passes as fast
+Each task puts its mail into an outgoing ``smtp`` gateway queue (``mail.out``), in
+the transaction that completes the task, and the gateway sends it through SMTP to a
+local sink (aiosmtpd) the example starts, within the same profile (the gateway counts
+its own sends); the clock is simulated, moved hour by hour, so the week passes as fast
 as the messages can be sent. Needs ``sluice[mail]``.
 """
 
 from __future__ import annotations
 
-import smtplib
 import socket
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from email.message import EmailMessage
 from email.parser import BytesParser
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import sluice
+from sluice.clock import Clock
 from sluice.jobs import ManualClock, Task
 from sluice.jobs.profiles import Entry, Profile
 
@@ -33,6 +34,7 @@ ZONE = ZoneInfo("Europe/Berlin")
 START = datetime(2027, 1, 4, 6, 0, tzinfo=ZONE)  # a Monday, 06:00 in Berlin
 WORK_HOURS_PER_HOUR = 5
 OFF_HOURS_PER_HOUR = 1000
+GATEWAY = "mail.out"
 
 
 @dataclass
@@ -44,6 +46,8 @@ class MailingReport:
     submitted: dict[str, int] = field(default_factory=dict)
     received: int = 0
     received_twice: int = 0
+    gateway_errors: int = 0
+    """Mails the smtp gateway could not send (its error queue)."""
     over_limit_hours: int = 0
     finished: dict[str, datetime] = field(default_factory=dict)
     deadline: datetime | None = None
@@ -55,6 +59,7 @@ class MailingReport:
         return (
             self.received == sum(self.submitted.values())
             and self.received_twice == 0
+            and self.gateway_errors == 0
             and self.over_limit_hours == 0
             and set(self.finished) == {report, news}
             and self.finished[news] < self.finished[report]
@@ -63,18 +68,21 @@ class MailingReport:
 
 
 class _Sink:
-    """An SMTP server's handler that keeps what each message says about itself."""
+    """An SMTP server's handler that keeps what each message says about itself, and the
+    simulated hour it arrived in."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.lock = threading.Lock()
         self.tasks: Counter[str] = Counter()
         self.sent: Counter[tuple[str, str]] = Counter()  # (hour, job) -> messages
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
         message = BytesParser().parsebytes(envelope.content)
+        hour = datetime.fromtimestamp(self.clock.now(), ZONE).isoformat()
         with self.lock:
             self.tasks[str(message["X-Sluice-Task"])] += 1
-            self.sent[(str(message["X-Sent-Hour"]), str(message["X-Sluice-Job"]))] += 1
+            self.sent[(hour, str(message["X-Sluice-Job"]))] += 1
         return "250 OK"
 
 
@@ -94,41 +102,40 @@ def run_mailing_demo(
         raise sluice.ConfigurationError(
             "the mass-mailing example needs aiosmtpd: pip install 'sluice[mail]'"
         ) from exc
-    sink = _Sink()
+    clock = ManualClock(START.timestamp())
+    sink = _Sink(clock)
     controller = Controller(sink, hostname="127.0.0.1", port=_free_port())
     controller.start()
     try:
-        return _run(db, controller.port, sink, readers=readers, subscribers=subscribers,
-                    threads=threads)  # fmt: skip
+        return _run(db, controller.port, sink, clock, readers=readers,
+                    subscribers=subscribers, threads=threads)  # fmt: skip
     finally:
         controller.stop()
 
 
 def _run(
-    db: sluice.Database, port: int, sink: _Sink, *, readers: int, subscribers: int, threads: int
+    db: sluice.Database,
+    port: int,
+    sink: _Sink,
+    clock: ManualClock,
+    *,
+    readers: int,
+    subscribers: int,
+    threads: int,
 ) -> MailingReport:
-    clock = ManualClock(START.timestamp())
     db.jobs.clock = clock
-    local = threading.local()
-    connections: list[smtplib.SMTP] = []
 
     @db.task("mail", max_attempts=5, backoff=60.0)
     def mail(task: Task) -> None:
-        smtp = getattr(local, "smtp", None)
-        if smtp is None:
-            smtp = local.smtp = smtplib.SMTP("127.0.0.1", port)
-            connections.append(smtp)
         to = task.body
         assert isinstance(to, dict)
-        message = EmailMessage()
-        message["From"] = "reports@example.org"
-        message["To"] = to["address"]
-        message["Subject"] = f"{to['letter']} for {to['name']}"
-        message["X-Sluice-Task"] = task.id
-        message["X-Sluice-Job"] = to["letter"]
-        message["X-Sent-Hour"] = datetime.fromtimestamp(clock.now(), ZONE).isoformat()
-        message.set_content(f"Dear {to['name']},\n\nyour {to['letter']} is attached.\n")
-        smtp.send_message(message)
+        # Sent by the gateway once this task completes; never if it fails.
+        task.enqueue(GATEWAY, {
+            "to": to["address"],
+            "subject": f"{to['letter']} for {to['name']}",
+            "text": f"Dear {to['name']},\n\nyour {to['letter']} is attached.\n",
+            "headers": {"X-Sluice-Task": task.id, "X-Sluice-Job": to["letter"]},
+        })  # fmt: skip
 
     db.jobs.set_profile(
         Profile(
@@ -142,6 +149,11 @@ def _run(
             tz=str(ZONE),
         )
     )
+    db.create_queue(f"{GATEWAY}.failed")
+    db.create_queue(GATEWAY, error_queue=f"{GATEWAY}.failed")
+    # The gateway sends within the mail profile too, counting its own sends.
+    db.gateways.define(GATEWAY, direction="out", transport="smtp", port=port,
+                       sender="reports@example.org", profile="mail")  # fmt: skip
     report = MailingReport(deadline=START.replace(hour=18))
 
     def letters(name: str, count: int) -> list[tuple[str, dict[str, str]]]:
@@ -169,11 +181,11 @@ def _run(
             runner.start()
         for runner in runners:
             runner.join()
+        db.gateways.run_until_idle()  # the hour's mails, through SMTP
         for name, job in jobs.items():
             if name not in report.finished and db.jobs.get(job).ended_at is not None:
                 report.finished[name] = now
-    for smtp in connections:
-        smtp.quit()
+    report.gateway_errors = db.queue(f"{GATEWAY}.failed").stats()["ready"]
     _tally(report, sink, db)
     return report
 
@@ -198,8 +210,8 @@ def _tally(report: MailingReport, sink: _Sink, db: sluice.Database) -> None:
 
 def format_mailing(report: MailingReport) -> str:
     lines = [
-        "Mass mailing: a week of 'mail' tasks through SMTP, 5/hour Mon-Fri 08-18 (Berlin), "
-        "1,000/hour otherwise",
+        "Mass mailing: a week of 'mail' tasks through an smtp gateway, 5/hour Mon-Fri 08-18 "
+        "(Berlin), 1,000/hour otherwise",
         f"{'hour (Berlin)':<18} {'limit':>6} {'report':>7} {'newsletter':>10}",
     ]
     rows = report.hours
@@ -220,7 +232,8 @@ def format_mailing(report: MailingReport) -> str:
         f"report's deadline {deadline}; finished: "
         + ", ".join(f"{k} {v.strftime('%a %H:%M')}" for k, v in sorted(report.finished.items())),
         f"received by SMTP: {report.received:,} of {sum(report.submitted.values()):,} "
-        f"(twice: {report.received_twice}); hours over their limit: {report.over_limit_hours}; "
+        f"(twice: {report.received_twice}; not sent: {report.gateway_errors}); "
+        f"hours over their limit: {report.over_limit_hours}; "
         f"hours the late report shared with the newsletter: {report.turns_while_late}",
         "mass mailing: OK" if report.ok else "mass mailing: FAILED",
     ]

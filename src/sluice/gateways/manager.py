@@ -16,7 +16,8 @@ from sluice.errors import ConfigurationError, QueueExists
 from sluice.gateways.model import Direction, Gateway, Setting
 from sluice.gateways.registry import transport
 from sluice.gateways.sender import Sender
-from sluice.gateways.transports import Inbound, Outbound
+from sluice.gateways.throttle import Throttle
+from sluice.gateways.transports import Inbound, Outbound, Transport
 from sluice.rules.model import QueueDef
 
 if TYPE_CHECKING:
@@ -46,9 +47,11 @@ class Gateways:
     ) -> Gateway:
         """Make ``queue`` a gateway: its transport and settings checked, the queue made
         if it does not exist (a plain persistent one), the definition stored (replacing
-        one it had). ConfigurationError for a transport or setting that cannot work."""
+        one it had). ConfigurationError for a transport or setting that cannot work, or
+        a ``profile`` that names no stored profile (docs/gateways.md)."""
         gateway = Gateway(queue, direction, transport, dict(settings))
-        self.check(gateway)
+        made = self.check(gateway)
+        Throttle.check(self._db, gateway, sends=made.outbound is not None)
         with contextlib.suppress(QueueExists):  # a gateway of a queue made before
             self._db.create_queue(queue)
         self._db.backend.gateways_put(
@@ -57,9 +60,9 @@ class Gateways:
         return gateway
 
     @staticmethod
-    def check(gateway: Gateway) -> None:
-        """ConfigurationError unless ``gateway``'s transport can serve it as set."""
-        transport(gateway)
+    def check(gateway: Gateway) -> Transport:
+        """``gateway``'s transport; ConfigurationError unless it can serve it as set."""
+        return transport(gateway)
 
     @staticmethod
     def check_definition(queue: QueueDef) -> None:

@@ -24,7 +24,17 @@ def _dropbox() -> Transport:
     return dropbox.TRANSPORT
 
 
-TRANSPORTS: dict[str, Callable[[], Transport]] = {"dropbox": _dropbox, "http": _http}
+def _smtp() -> Transport:
+    from sluice.gateways import smtp  # noqa: PLC0415  (loaded when used)
+
+    return smtp.TRANSPORT
+
+
+TRANSPORTS: dict[str, Callable[[], Transport]] = {
+    "dropbox": _dropbox,
+    "http": _http,
+    "smtp": _smtp,
+}
 """The transports by name; each is loaded when a gateway first uses it."""
 
 

@@ -19,6 +19,11 @@ in order (what forwarding needs), the heads of several groups (and ungrouped mes
 side by side, so across groups the order may differ from one at a time. The first that
 fails holds back those behind it, as one alone would; the ones delivered before it stay
 delivered. A stop while it waits gives back the undelivered.
+
+A gateway with a ``profile`` (``throttle``) sends within that time-of-week profile, one
+message at a time (its ``batch`` is not used): a send is counted before its message is
+taken, and while the cap in force is used up the sender takes nothing (``held_until``
+says until when, on the database's clock).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import DeliveryFailed
 from sluice.gateways.model import Gateway
+from sluice.gateways.throttle import Throttle
 from sluice.gateways.transports import Delivered, Outbound
+from sluice.jobs.limits import Starts
 
 if TYPE_CHECKING:
     from sluice.engine.database import Engine
@@ -49,27 +56,42 @@ class Sender:
         self._stop = stop
         self.queue = gateway.queue
         self.reply_queue = gateway.text("reply_queue")
+        profile = gateway.text("profile")
+        self._throttle = None if profile is None else Throttle(db, gateway, profile)
+        self.held_until: float | None = None
+        """While the profile's cap is used up: when the full window ends (else None)."""
         many = getattr(out, "deliver_many", None)
-        self._many = many if callable(many) else None
+        self._many = many if callable(many) and self._throttle is None else None
         self.batch = int(gateway.number("batch", 1, minimum=1)) if self._many else 1
 
     def send_one(self, *, wait: float = 0.0) -> bool:
         """Take the next message (waiting up to ``wait`` s) and deliver it; False if
-        none came, or the sender was stopped before the message was settled."""
+        none came, the profile holds sends back, or the sender was stopped before the
+        message was settled."""
         return self.send(wait=wait, limit=1) > 0
 
     def send(self, *, wait: float = 0.0, limit: int | None = None) -> int:
         """Take the next messages, up to the gateway's ``batch`` (or ``limit``), waiting
         up to ``wait`` s for the first, and deliver them in order; how many were settled
         (delivered or made error messages) and committed."""
-        queue = self._gateway.queue
+        starts: Starts | None = None
+        if self._throttle is not None:
+            starts, until = self._throttle.take()
+            if starts is None:
+                self.held_until = until
+                return 0
+        self.held_until = None
+        sent = False  # whether a try may have reached the other side (for the profile)
         tx = self._db.transaction()
         try:
-            taken = tx.dequeue(queue, limit=min(self.batch, limit or self.batch), wait=wait)
+            taken = tx.dequeue(self.queue, limit=min(self.batch, limit or self.batch), wait=wait)
             pending = list(taken)
             tried = 0
             while pending:
                 replies, failure = self._deliver(pending)
+                sent = (
+                    sent or bool(replies) or (failure is not None and failure.kind == "timed out")
+                )
                 for message, reply in zip(pending, replies, strict=False):
                     self._keep(tx, message, reply)
                 pending = pending[len(replies) :]
@@ -80,12 +102,17 @@ class Sender:
                 head = pending[0]
                 if failure.retry and tried < self._gateway.attempts:
                     if self._stop.wait(self._gateway.backoff(tried)):
-                        return self._give_back(tx, len(taken), pending)
+                        done = self._give_back(tx, len(taken), pending)
+                        if not sent:
+                            self._return_starts(starts)
+                        return done
                     continue
-                tx.reject(head, f"gateway {queue!r}, try {tried}: {failure}")
+                tx.reject(head, f"gateway {self.queue!r}, try {tried}: {failure}")
                 pending = pending[1:]
                 tried = 0
             tx.commit()
+            if not sent:  # nothing taken, or only error messages that reached nobody
+                self._return_starts(starts)
             return len(taken)
         except BaseException:
             if not tx.closed:
@@ -121,10 +148,18 @@ class Sender:
         tx.commit()
         return taken - len(pending)
 
+    def _return_starts(self, starts: Starts | None) -> None:
+        """A counted send that reached nobody goes back to the profile's window."""
+        if starts is not None and self._throttle is not None:
+            self._throttle.give_back(starts)
+
     def close(self) -> None:
         self._out.close()
 
     def run(self, *, poll: float) -> None:
-        """Send until stopped, waiting up to ``poll`` s at a time for the next message."""
+        """Send until stopped, waiting up to ``poll`` s at a time for the next message
+        (and, while the profile holds sends back, ``poll`` s between looks at the clock)."""
         while not self._stop.is_set():
-            self.send(wait=poll)
+            if not self.send(wait=poll) and self.held_until is not None:
+                ahead = self.held_until - self._db.clock.now()
+                self._stop.wait(min(poll, max(ahead, 0.01)))
