@@ -36,6 +36,7 @@ from sluice.backends.records import Effect
 from sluice.errors import SluiceError
 from sluice.message import decode_json, is_json, is_xml
 from sluice.server.auth import caller, need
+from sluice.server.grants import Principal
 from sluice.server.idempotency import Idempotency, fingerprint
 from sluice.server.offload import Offload
 from sluice.server.problems import PROBLEM, Problem, problem_body, status_of
@@ -45,6 +46,19 @@ __all__ = ["router"]
 router = APIRouter(prefix="/api", tags=["gateways"])
 
 _OCTETS = "application/octet-stream"
+
+
+async def _incoming(request: Request, name: str) -> tuple[Principal, sluice.Database, Offload]:
+    """Who asks, if they may produce into ``name``, an incoming http gateway (else 404)."""
+    who = await caller(request)
+    need(who, name, "produce")
+    db: sluice.Database = request.app.state.db
+    offload: Offload = request.app.state.offload
+    gateway = await offload(db.gateways.get, name)
+    if gateway is None or (gateway.direction, gateway.transport) != ("in", "http"):
+        raise Problem(404, f"queue {name!r} is not an incoming http gateway",
+                      error="GatewayNotFound")  # fmt: skip
+    return who, db, offload
 
 
 @router.post(
@@ -60,14 +74,7 @@ async def post(
         str | None, Header(description="Makes a retry safe: same key and body, same answer")
     ] = None,
 ) -> Response:
-    who = await caller(request)
-    need(who, name, "produce")
-    db: sluice.Database = request.app.state.db
-    offload: Offload = request.app.state.offload
-    gateway = await offload(db.gateways.get, name)
-    if gateway is None or (gateway.direction, gateway.transport) != ("in", "http"):
-        raise Problem(404, f"queue {name!r} is not an incoming http gateway",
-                      error="GatewayNotFound")  # fmt: skip
+    who, db, offload = await _incoming(request, name)
     kind = request.headers.get("content-type", _OCTETS)
     raw = await request.body()
     body = _body(raw, kind)
@@ -112,14 +119,7 @@ class Batch(BaseModel):
     "gateway, in order (produce)",
 )
 async def post_batch(request: Request, name: str, batch: Batch) -> Response:
-    who = await caller(request)
-    need(who, name, "produce")
-    db: sluice.Database = request.app.state.db
-    offload: Offload = request.app.state.offload
-    gateway = await offload(db.gateways.get, name)
-    if gateway is None or (gateway.direction, gateway.transport) != ("in", "http"):
-        raise Problem(404, f"queue {name!r} is not an incoming http gateway",
-                      error="GatewayNotFound")  # fmt: skip
+    who, db, offload = await _incoming(request, name)
     keys: Idempotency = request.app.state.idempotency
     path = f"/api/gateways/{name}"  # a post's own path: the same key, the same answer
     many = functools.partial(_many, db, keys, name, path=path, owner=who.name,
