@@ -46,7 +46,8 @@ def bearer(key: str) -> dict[str, str]:
 
 @pytest.fixture
 def client(db: sluice.Database) -> Iterator[TestClient]:
-    with TestClient(create_app(db, sample_every=0.05)) as client:
+    # Sampling as often as the charts' tests look, however long a sample takes.
+    with TestClient(create_app(db, sample_every=0.05, sample_duty=1.0)) as client:
         yield client
 
 

@@ -65,7 +65,7 @@ def db(tmp_path: Path) -> Iterator[sluice.Database]:
 @pytest.fixture
 def base(db: sluice.Database) -> Iterator[str]:
     """A real server over ``db``, in a thread of this process."""
-    with serve(create_app(db, sample_every=0.2)) as url:
+    with serve(create_app(db, sample_every=0.2, sample_duty=1.0)) as url:
         yield url
 
 

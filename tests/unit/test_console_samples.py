@@ -20,3 +20,8 @@ def test_a_slow_sample_stretches_the_pause_to_the_duty() -> None:
     waited = pause(2.0, took)
     assert waited == pytest.approx(took / DUTY)
     assert took / (took + waited) <= DUTY
+
+
+def test_a_duty_of_one_never_stretches_beyond_the_sample_itself() -> None:
+    assert pause(0.05, 0.2, duty=1.0) == 0.2
+    assert pause(0.05, 0.01, duty=1.0) == 0.05

@@ -51,6 +51,7 @@ def create_app(
     auth: bool = True,
     max_request: int = MAX_REQUEST,
     sample_every: float = console.DEFAULT_EVERY,
+    sample_duty: float = console.DUTY,
     threads: int = THREADS,
     telemetry: bool = False,
     idempotency_stale: float = idempotency.STALE,
@@ -58,7 +59,9 @@ def create_app(
     """The HTTP API and the web console over ``db``. ``auth``: requests need an API key
     (``sluice keys``); False lets every request do everything (``sluice serve
     --no-auth``, loopback only). ``max_request``: the largest request body in bytes (413
-    beyond). ``sample_every``: seconds between the samples of the console's charts.
+    beyond). ``sample_every``: seconds between the samples of the console's charts;
+    ``sample_duty``: the largest share of the time they may take (a slow sample, over
+    a backlog of millions, stretches the pause after it; 1.0: never).
     ``threads``: the threads that run the hot routes' transactions (server/offload.py).
     ``idempotency_stale``: seconds after which a request with an Idempotency-Key that
     never answered (its server died) is run again by a retry (server/idempotency.py).
@@ -110,7 +113,7 @@ def create_app(
     app.include_router(profiles.router)
     app.include_router(rules.router)
     app.include_router(gateways.router)
-    sampler = console.install(app, db, sample_every=sample_every)
+    sampler = console.install(app, db, sample_every=sample_every, sample_duty=sample_duty)
     hot.install(app, messages.router, messages.HOT)  # inside the size limit and the metrics
     app.add_middleware(_Limit, limit=max_request)
     metrics.install(app)  # outermost: refused bodies (413) are timed too

@@ -10,15 +10,21 @@ from starlette.staticfiles import StaticFiles
 
 import sluice
 from sluice.server.console.routes import router
-from sluice.server.console.samples import DEFAULT_EVERY, Sampler
+from sluice.server.console.samples import DEFAULT_EVERY, DUTY, Sampler
 
-__all__ = ["DEFAULT_EVERY", "install"]
+__all__ = ["DEFAULT_EVERY", "DUTY", "install"]
 
 
-def install(app: FastAPI, db: sluice.Database, *, sample_every: float = DEFAULT_EVERY) -> Sampler:
+def install(
+    app: FastAPI,
+    db: sluice.Database,
+    *,
+    sample_every: float = DEFAULT_EVERY,
+    sample_duty: float = DUTY,
+) -> Sampler:
     """Serve the console from ``app``; the sampler of its charts is returned, to be
     started and closed with the app."""
-    app.state.console_sampler = sampler = Sampler(db, every=sample_every)
+    app.state.console_sampler = sampler = Sampler(db, every=sample_every, duty=sample_duty)
     app.include_router(router)
     static = resources.files(__name__).joinpath("static")
     # The console's script and style hold no data: they are served without a key, as

@@ -51,21 +51,26 @@ class Sample:
         return ready + delayed + claimed
 
 
-def pause(every: float, took: float) -> float:
+def pause(every: float, took: float, duty: float = DUTY) -> float:
     """Seconds to wait after a sample that ``took`` seconds: ``every``, or longer to keep
-    the sampler within its DUTY."""
-    return max(every, took / DUTY)
+    the sampler within ``duty`` of the time."""
+    return max(every, took / duty)
 
 
 class Sampler:
     """Samples ``db`` every ``every`` seconds on a thread of its own, from ``start`` to
     ``close``; ``samples()`` are the latest KEPT, oldest first."""
 
-    def __init__(self, db: sluice.Database, *, every: float = DEFAULT_EVERY) -> None:
+    def __init__(
+        self, db: sluice.Database, *, every: float = DEFAULT_EVERY, duty: float = DUTY
+    ) -> None:
         if every <= 0:
             raise ValueError(f"the console samples every so many seconds > 0, not {every!r}")
+        if not 0 < duty <= 1:
+            raise ValueError(f"the sampler's duty is a share of the time in (0, 1], not {duty!r}")
         self._db = db
         self.every = every
+        self.duty = duty
         self._ring: deque[Sample] = deque(maxlen=KEPT)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,7 +109,7 @@ class Sampler:
                 self.take()
             except SluiceError:  # the database is away: the chart shows a gap
                 log.warning("the console could not sample the queues", exc_info=True)
-            self._stop.wait(pause(self.every, time.monotonic() - started))
+            self._stop.wait(pause(self.every, time.monotonic() - started, self.duty))
 
 
 def series(samples: Iterable[Sample], queue: str) -> list[tuple[float, int]]:
