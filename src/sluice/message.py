@@ -22,6 +22,7 @@ __all__ = [
     "Message",
     "MessageState",
     "Position",
+    "Settles",
     "decode_body",
     "decode_json",
     "encode_body",
@@ -337,7 +338,7 @@ class Message(NamedTuple):
         return settled_by(self.id, self.holder)
 
 
-class _Settles(Protocol):
+class Settles(Protocol):
     """What ``settled_by`` asks of a holder, sync (Holder) or async (sluice.aio's)."""
 
     @property
@@ -350,7 +351,7 @@ class _Settles(Protocol):
     def closed(self) -> bool: ...
 
 
-_H = TypeVar("_H", bound=_Settles)
+_H = TypeVar("_H", bound=Settles)
 
 
 def settled_by(message_id: str, holder: _H | None) -> _H:

@@ -5,24 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar, overload
 
-from sluice.message import Body, Message, MessageState, Position, settled_by
+from sluice.message import Body, Message, MessageState, Position, Settles, settled_by
 
 __all__ = ["AsyncHolder", "AsyncMessage"]
 
 T = TypeVar("T")
 
 
-class AsyncHolder(Protocol):
-    """The async transaction that took a message (``AsyncTransaction``)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def implicit(self) -> bool: ...
-
-    @property
-    def closed(self) -> bool: ...
+class AsyncHolder(Settles, Protocol):
+    """The async transaction that took a message (``AsyncTransaction``): what
+    ``settled_by`` asks of any holder, and an async commit."""
 
     async def commit(self) -> None: ...
 
