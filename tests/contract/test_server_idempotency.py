@@ -4,7 +4,9 @@ refused; a running first request makes a retry wait; a dead one is run again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from sluice.server.app import create_app
-from sluice.server.idempotency import KEPT, STALE, Idempotency, fingerprint
+from sluice.server.idempotency import KEPT, STALE, Answered, Idempotency, Replay, fingerprint
 from sluice.server.models import Enqueue
 from tests.contract.test_server import key, problem
 
@@ -110,3 +112,52 @@ def test_a_malformed_key_is_refused(client: TestClient, db: sluice.Database) -> 
     problem(post(client, auth, "x" * 256), 422, "InvalidIdempotencyKey")
     problem(post(client, auth, "two words"), 422, "InvalidIdempotencyKey")
     assert db.queue("orders").stats()["ready"] == 0
+
+
+def test_one_key_run_by_many_at_once_is_done_once(db: sluice.Database) -> None:
+    # The quick path claims nothing: the keys' rows are written by the work's commit,
+    # so of requests racing with one key, one commits and the rest get its answer.
+    db.create_queue("orders")
+    keys = Idempotency(db)
+    asked = fingerprint("POST", PATH, {"order": 1})
+    start = threading.Barrier(6)
+
+    def run() -> Any:
+        def work(answered: Answered) -> str:
+            with db.transaction() as tx:
+                message_id = tx.enqueue("orders", {"order": 1})
+                tx.add_effect(answered([{"id": message_id}]))
+            return message_id
+
+        start.wait()
+        done = keys.once("shop", [("k", asked)], work)
+        return done.answer["id"] if isinstance(done, Replay) else done
+
+    with ThreadPoolExecutor(6) as pool:
+        ids = list(pool.map(lambda _: run(), range(6)))
+    assert len(set(ids)) == 1
+    assert db.queue("orders").stats()["ready"] == 1
+
+
+def test_a_batch_with_a_used_key_runs_nothing_and_says_so(db: sluice.Database) -> None:
+    db.create_queue("orders")
+    keys = Idempotency(db)
+
+    def work(n: int) -> Callable[[Answered], list[str]]:
+        def run(answered: Answered) -> list[str]:
+            with db.transaction() as tx:
+                ids = [tx.enqueue("orders", {"n": i}) for i in range(n)]
+                tx.add_effect(answered([{"id": i} for i in ids]))
+            return ids
+
+        return run
+
+    first = keys.once("shop", [("a", "fa")], work(1))
+    assert isinstance(first, list)
+    assert keys.once("shop", [("b", "fb"), ("a", "fa")], work(2)) is None
+    assert db.queue("orders").stats()["ready"] == 1  # the batch stored nothing, nor "b"
+    replay = keys.once("shop", [("a", "fa")], work(1))
+    assert isinstance(replay, Replay)
+    assert replay.answer == {"id": first[0]}
+    assert isinstance(keys.once("shop", [("b", "fb"), ("c", "fc")], work(2)), list)
+    assert db.queue("orders").stats()["ready"] == 3

@@ -36,13 +36,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sluice.errors import ConfigurationError, DeliveryFailed
+from sluice.gateways.client import Answer, HttpClient
 from sluice.gateways.model import Gateway
 from sluice.gateways.transports import Delivered, Transport
 from sluice.message import Message, decode_json, encode_json, is_json, is_xml
 
 if TYPE_CHECKING:
-    import httpx
-
     from sluice.engine.database import Engine
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_BATCH", "TRANSPORT", "HttpOut"]
@@ -83,19 +82,16 @@ def _check_url(queue: str, url: str) -> str:
 
 
 class HttpOut:
-    """POSTs messages for one outgoing gateway (an httpx client of its own)."""
+    """POSTs messages for one outgoing gateway (an HTTP client of its own, client.py)."""
 
     def __init__(self, db: Engine, gateway: Gateway) -> None:
-        import httpx  # noqa: PLC0415  (an extra)
-
         self._gateway = gateway
         self._url = gateway.text("url")
         self._url_property = gateway.text("url_property", "url")
         headers = {name[7:]: str(value) for name, value in gateway.settings.items()
                    if name.startswith("header_")}  # fmt: skip
         timeout = gateway.number("timeout", DEFAULT_TIMEOUT, minimum=0.001)
-        self._client = httpx.Client(timeout=timeout, headers=headers, follow_redirects=False)
-        self._httpx = httpx
+        self._client = HttpClient(timeout=timeout, headers=headers)
 
     def _url_of(self, message: Message) -> str:
         url = self._url
@@ -160,7 +156,7 @@ class HttpOut:
         return self._results(url, same, answer)
 
     def _results(
-        self, url: str, sent: Sequence[Message], answer: httpx.Response
+        self, url: str, sent: Sequence[Message], answer: Answer
     ) -> tuple[list[Delivered | None], DeliveryFailed | None]:
         try:
             results = answer.json()["results"]
@@ -178,17 +174,9 @@ class HttpOut:
             replies.append(Delivered(value, "application/json", {"status": status}))
         return replies, None
 
-    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
-        httpx = self._httpx
-        try:
-            answer = self._client.post(url, content=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise DeliveryFailed("timed out", f"POST {url}: no answer in time ({exc})") from None
-        except (httpx.RemoteProtocolError, httpx.DecodingError) as exc:  # not HTTP back
-            raise DeliveryFailed("bad response", f"POST {url}: {exc!r}") from None
-        except httpx.HTTPError as exc:  # connection refused, reset, DNS, protocol errors
-            raise DeliveryFailed("disconnected", f"POST {url}: {exc!r}") from None
-        failure = _failure(url, answer.status_code, answer.text)
+    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
+        answer = self._client.post(url, body, headers)
+        failure = _failure(url, answer.status, answer.text)
         if failure is not None:
             raise failure
         return answer
@@ -235,10 +223,10 @@ def wire(message: Message) -> tuple[bytes, str]:
     return encode_json(body).encode("utf-8"), message.content_type
 
 
-def reply_of(answer: httpx.Response) -> Delivered:
+def reply_of(answer: Answer) -> Delivered:
     """An answer as a message body: JSON decoded, text and XML as text, the rest bytes."""
-    kind = answer.headers.get("content-type", "application/octet-stream")
-    props: dict[str, str | int | float | bool] = {"status": answer.status_code}
+    kind = answer.content_type or "application/octet-stream"
+    props: dict[str, str | int | float | bool] = {"status": answer.status}
     if not answer.content:
         return Delivered(b"", "application/octet-stream", props)
     if is_json(kind):
@@ -250,7 +238,7 @@ def reply_of(answer: httpx.Response) -> Delivered:
         return Delivered(value, "application/json", props)
     if kind.startswith("text/") or is_xml(kind):
         try:
-            return Delivered(answer.content.decode(answer.encoding or "utf-8"), kind, props)
+            return Delivered(answer.content.decode(answer.charset or "utf-8"), kind, props)
         except (UnicodeDecodeError, LookupError):
             raise DeliveryFailed("bad response", f"the answer is not {kind} text",
                                  retry=False) from None  # fmt: skip

@@ -13,7 +13,7 @@ __all__ = ["TRANSPORTS", "transport"]
 
 
 def _http() -> Transport:
-    from sluice.gateways import http  # noqa: PLC0415  (httpx: an extra)
+    from sluice.gateways import http  # noqa: PLC0415  (loaded when used)
 
     return http.TRANSPORT
 

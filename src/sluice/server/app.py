@@ -100,6 +100,7 @@ def create_app(
     app.state.transactions = transactions.Transactions(db.clock)
     app.state.idempotency = Idempotency(db, stale=idempotency_stale)
     app.state.offload = Offload(threads)
+    app.state.incoming = gateways.Incoming(db, app.state.offload)
     install(app)
     plain_openapi = app.openapi
     app.openapi = lambda: with_read_bodies(plain_openapi())  # type: ignore[method-assign]
@@ -114,7 +115,8 @@ def create_app(
     app.include_router(rules.router)
     app.include_router(gateways.router)
     sampler = console.install(app, db, sample_every=sample_every, sample_duty=sample_duty)
-    hot.install(app, messages.router, messages.HOT)  # inside the size limit and the metrics
+    # Inside the size limit and the metrics:
+    hot.install(app, (messages.router, messages.HOT), (gateways.router, gateways.HOT))
     app.add_middleware(_Limit, limit=max_request)
     metrics.install(app)  # outermost: refused bodies (413) are timed too
     return app

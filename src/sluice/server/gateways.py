@@ -23,7 +23,7 @@ import base64
 import binascii
 import functools
 import json
-from collections.abc import Callable
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -32,33 +32,57 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 import sluice
-from sluice.backends.records import Effect
 from sluice.errors import SluiceError
 from sluice.message import decode_json, is_json, is_xml
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
-from sluice.server.idempotency import Idempotency, fingerprint
+from sluice.server.hot import HotRoute
+from sluice.server.idempotency import Answered, Idempotency, Replay, fingerprint
+from sluice.server.models import body_of, read_body
 from sluice.server.offload import Offload
-from sluice.server.problems import PROBLEM, Problem, problem_body, status_of
+from sluice.server.problems import Problem, problem_body, status_of
 
-__all__ = ["router"]
+__all__ = ["HOT", "Incoming", "router"]
 
 router = APIRouter(prefix="/api", tags=["gateways"])
 
 _OCTETS = "application/octet-stream"
 
 
+class Incoming:
+    """Which queues are incoming http gateways, as the posts ask it: a gateway found is
+    remembered for ``SEEN`` seconds (a post reads no definition), a queue that is not
+    one is looked up again each time (a gateway just defined takes posts at once; one
+    dropped still takes them for up to ``SEEN`` seconds, into its queue if that is
+    still there)."""
+
+    SEEN = 1.0
+
+    def __init__(self, db: sluice.Database, offload: Offload) -> None:
+        self._db = db
+        self._offload = offload
+        self._seen: dict[str, float] = {}
+
+    async def check(self, name: str) -> None:
+        """404 unless ``name`` is an incoming http gateway."""
+        now = time.monotonic()
+        if self._seen.get(name, 0.0) > now:
+            return
+        gateway = await self._offload(self._db.gateways.get, name)
+        if gateway is None or (gateway.direction, gateway.transport) != ("in", "http"):
+            self._seen.pop(name, None)
+            raise Problem(404, f"queue {name!r} is not an incoming http gateway",
+                          error="GatewayNotFound")  # fmt: skip
+        self._seen[name] = now + self.SEEN
+
+
 async def _incoming(request: Request, name: str) -> tuple[Principal, sluice.Database, Offload]:
     """Who asks, if they may produce into ``name``, an incoming http gateway (else 404)."""
     who = await caller(request)
     need(who, name, "produce")
-    db: sluice.Database = request.app.state.db
-    offload: Offload = request.app.state.offload
-    gateway = await offload(db.gateways.get, name)
-    if gateway is None or (gateway.direction, gateway.transport) != ("in", "http"):
-        raise Problem(404, f"queue {name!r} is not an incoming http gateway",
-                      error="GatewayNotFound")  # fmt: skip
-    return who, db, offload
+    incoming: Incoming = request.app.state.incoming
+    await incoming.check(name)
+    return who, request.app.state.db, request.app.state.offload
 
 
 @router.post(
@@ -85,9 +109,18 @@ async def post(
     keys: Idempotency = request.app.state.idempotency
     asked = fingerprint("POST", request.url.path, {"body": raw.hex(), "kind": kind,
                                                    "options": posted.options})  # fmt: skip
-    once = functools.partial(posted.once, db, keys, owner=who.name, key=idempotency_key,
-                             asked=asked)  # fmt: skip
-    return await offload(once)
+    once = functools.partial(keys.once, who.name, [(idempotency_key, asked)],
+                             functools.partial(posted.put_many, db, [posted]))  # fmt: skip
+    done = await offload(once)
+    if isinstance(done, Replay):
+        return done.response()
+    if done is None:  # one key gets an answer (the type says so), never None
+        raise AssertionError("one post's once answered None")
+    return JSONResponse({"id": done[0]}, status_code=201)
+
+
+async def _post_hot(request: Request, name: str) -> Response:
+    return await post(request, name, request.headers.get("idempotency-key"))
 
 
 class BatchEntry(BaseModel):
@@ -117,15 +150,25 @@ class Batch(BaseModel):
     status_code=200,
     summary="Post several messages, each with its Idempotency-Key, into an incoming http "
     "gateway, in order (produce)",
+    openapi_extra=body_of(Batch),
 )
-async def post_batch(request: Request, name: str, batch: Batch) -> Response:
+async def post_batch(request: Request, name: str) -> Response:
     who, db, offload = await _incoming(request, name)
+    batch = await read_body(request, Batch)
     keys: Idempotency = request.app.state.idempotency
     path = f"/api/gateways/{name}"  # a post's own path: the same key, the same answer
     many = functools.partial(_many, db, keys, name, path=path, owner=who.name,
                              entries=batch.messages)  # fmt: skip
     results = await offload(many)
     return JSONResponse({"results": results}, status_code=200)
+
+
+HOT = (
+    HotRoute("POST", "/api/gateways/{name}", _post_hot),
+    HotRoute("POST", "/api/gateways/{name}/batch", post_batch),
+)
+"""What a forwarding sluice posts per message or batch, answered without FastAPI's
+routing (server/hot.py)."""
 
 
 def _entry(queue: str, entry: BatchEntry) -> tuple[_Post, bytes]:
@@ -144,7 +187,27 @@ def _entry(queue: str, entry: BatchEntry) -> tuple[_Post, bytes]:
 def _many(db: sluice.Database, keys: Idempotency, queue: str, *, path: str, owner: str,
           entries: list[BatchEntry]) -> list[dict[str, Any]]:  # fmt: skip
     """The entries in order up to the first that cannot be stored now; the new ones
-    stored in one transaction, each with its key's answer."""
+    stored in one transaction, each with its key's answer. The common batch, every
+    entry new and storable, is one transaction with no claims (``Idempotency.once``);
+    any other is taken entry by entry (``_claimed``)."""
+    try:
+        posts = [_entry(queue, entry) for entry in entries]
+    except Problem:
+        posts = []
+    if posts and len({entry.key for entry in entries}) == len(entries):
+        keyed = [(entry.key, fingerprint("POST", path, {"body": raw.hex(), "kind": p.kind,
+                                                        "options": p.options}))
+                 for entry, (p, raw) in zip(entries, posts, strict=True)]  # fmt: skip
+        work = functools.partial(_Post.put_many, db, [p for p, _ in posts])
+        done = keys.once(owner, keyed, work)
+        if isinstance(done, list):
+            return [{"status": 201, "answer": {"id": i}} for i in done]
+    return _claimed(db, keys, queue, path=path, owner=owner, entries=entries)
+
+
+def _claimed(db: sluice.Database, keys: Idempotency, queue: str, *, path: str, owner: str,
+             entries: list[BatchEntry]) -> list[dict[str, Any]]:  # fmt: skip
+    """``_many`` entry by entry, each key claimed before the work (``Idempotency.begin``)."""
     results: list[dict[str, Any]] = []
     new: list[tuple[int, str, _Post]] = []  # (its result's place, key, post)
     try:
@@ -231,31 +294,15 @@ class _Post:
     kind: str
     options: dict[str, Any]
 
-    def put(self, db: sluice.Database, effect: Callable[[str], Effect] | None = None) -> str:
-        """Enqueue it; ``effect`` (of its id) commits with it."""
-        with db.transaction() as tx:
-            message_id = tx.enqueue(self.queue, self.body, content_type=self.kind,
-                                    **self.options)  # fmt: skip
-            if effect is not None:
-                tx.add_effect(effect(message_id))
-        return message_id
+    def put(self, db: sluice.Database) -> str:
+        """Enqueue it."""
+        return db.queue(self.queue).put(self.body, content_type=self.kind, **self.options)
 
-    def once(self, db: sluice.Database, keys: Idempotency, *, owner: str, key: str,
-             asked: str) -> Response:  # fmt: skip
-        """Enqueue it once for ``key``: a retry gets the first answer."""
-        replay = keys.begin(owner, key, asked)
-        if replay is not None:
-            media = PROBLEM if replay.status >= 400 else "application/json"
-            return JSONResponse(replay.answer, status_code=replay.status, media_type=media,
-                                headers={"Idempotent-Replayed": "true"})  # fmt: skip
-        try:
-            message_id = self.put(db, lambda i: keys.answered(owner, key, 201, {"id": i}))
-        except SluiceError as exc:
-            status = status_of(exc)
-            keys.failed(owner, key, status,
-                        problem_body(status, str(exc), error=type(exc).__name__))  # fmt: skip
-            raise
-        except BaseException:
-            keys.failed(owner, key, 500, None)
-            raise
-        return JSONResponse({"id": message_id}, status_code=201)
+    @staticmethod
+    def put_many(db: sluice.Database, posts: list[_Post], answered: Answered) -> list[str]:
+        """Enqueue ``posts`` in order in one transaction, their answers (``{"id"}``
+        each) stored with it; their ids."""
+        with db.transaction() as tx:
+            ids = [tx.enqueue(p.queue, p.body, content_type=p.kind, **p.options) for p in posts]
+            tx.add_effect(answered([{"id": i} for i in ids]))
+        return ids

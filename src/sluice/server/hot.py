@@ -27,10 +27,12 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["Hot", "HotRoute", "install"]
+__all__ = ["Hot", "HotRoute", "Routes", "install"]
 
 Endpoint = Callable[[Request, str], Awaitable[Response | None]]
 """A hot route's handler: the request and its one path parameter; None answers 204."""
+
+Routes = tuple["HotRoute", ...]
 
 _Handler = Callable[[Request, Exception], Response | Awaitable[Response]]
 
@@ -56,11 +58,12 @@ class Hot:
     """ASGI middleware answering ``routes`` directly; the rest goes on to ``app``."""
 
     def __init__(
-        self, app: ASGIApp, owner: FastAPI, router: APIRouter, routes: tuple[HotRoute, ...]
+        self, app: ASGIApp, owner: FastAPI, tables: tuple[tuple[APIRouter, Routes], ...]
     ) -> None:
         self.app = app
         self._owner = owner
-        self._table = [(r.method, r.pattern, r.endpoint, _declared(router, r)) for r in routes]
+        self._table = [(r.method, r.pattern, r.endpoint, _declared(router, r))
+                       for router, routes in tables for r in routes]  # fmt: skip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -106,6 +109,6 @@ def _declared(router: APIRouter, hot: HotRoute) -> APIRoute:
     raise LookupError(f"no route {hot.method} {hot.template} documents a hot route")
 
 
-def install(app: FastAPI, router: APIRouter, routes: tuple[HotRoute, ...]) -> None:
-    """Answer ``routes`` of ``router`` (included in ``app``) directly."""
-    app.add_middleware(Hot, owner=app, router=router, routes=routes)
+def install(app: FastAPI, *tables: tuple[APIRouter, Routes]) -> None:
+    """Answer each table's routes, of its router (included in ``app``), directly."""
+    app.add_middleware(Hot, owner=app, tables=tables)

@@ -11,9 +11,19 @@ The answer is stored in the same database transaction as the request's work (an
 effect of the queue transaction), so a retry finds the work and its answer, or
 neither. A request that failed on the client's side (a 4xx: a missing queue, a body
 its type refuses) keeps that answer too; one that failed on the server's side (5xx)
-leaves no trace, so the retry runs. A first request whose server died before it
-answered is run again by a retry after ``STALE`` seconds. Keys are per API key and
+leaves no trace, so the retry runs. A claimed first request whose server died before
+it answered is run again by a retry after ``STALE`` seconds. Keys are per API key and
 kept a day.
+
+``once`` runs a request on a quicker path first: no claim at all, the key's row
+written whole (fingerprint and answer) by the work's own commit, ``INSERT ... ON
+CONFLICT DO NOTHING`` expecting every key to be new. Two requests with one key then
+cannot both commit: the second's insert finds the first's row (PostgreSQL waits for the
+first's commit to know) and its whole transaction changes nothing (``Conflict``). Only
+then, or when the work fails, does the request take the claiming path above, which says
+what the key holds (a replay, 422, 409) or runs the work again under its claim. A
+request that dies before its commit on the quick path leaves no trace, so its retry
+runs at once.
 """
 
 from __future__ import annotations
@@ -22,14 +32,24 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from fastapi.responses import JSONResponse
 
 import sluice
 from sluice.backends.records import Effect
-from sluice.server.problems import Problem
+from sluice.errors import SluiceError
+from sluice.server.problems import PROBLEM, Problem, problem_body, status_of
 
-__all__ = ["KEPT", "STALE", "Idempotency", "Replay", "fingerprint"]
+__all__ = ["KEPT", "STALE", "Answered", "Idempotency", "Replay", "fingerprint"]
+
+_T = TypeVar("_T")
+
+Answered = Callable[[Sequence[Any]], Effect]
+"""What the work calls with its answers (one per key, in the keys' order, each stored
+with status 201): the effect that stores them with the work's commit."""
 
 KEPT = 24 * 3600.0
 """Seconds a key and its answer are kept."""
@@ -49,6 +69,12 @@ class Replay:
     status: int
     answer: Any
 
+    def response(self) -> JSONResponse:
+        """The first request's answer, said again."""
+        media = PROBLEM if self.status >= 400 else "application/json"
+        return JSONResponse(self.answer, status_code=self.status, media_type=media,
+                            headers={"Idempotent-Replayed": "true"})  # fmt: skip
+
 
 def fingerprint(method: str, path: str, body: Any) -> str:
     """What makes two requests the same: the method, the path and the body's JSON."""
@@ -65,13 +91,62 @@ class Idempotency:
         self._expired_at = 0.0
         self._lock = threading.Lock()
 
+    def once(
+        self, owner: str, keyed: Sequence[tuple[str, str]], work: Callable[[Answered], _T]
+    ) -> _T | Replay | None:
+        """Run ``work`` once for the ``keyed`` requests ((key, fingerprint) each; one
+        request, or the entries of a batch done in one transaction): its result, or,
+        for a single request that ran before (or cannot run now), its replay. ``work``
+        stores its answers through the effect it is given. Several keys of which one
+        was used already (or whose work failed) run the work not at all: None, and the
+        caller takes them one by one with ``begin``.
+        """
+        for key, _ in keyed:
+            _check_key(key)
+        now = self._db.clock.now()
+        self._expire(now)
+        try:
+            return work(lambda answers: self._recorded(owner, keyed, answers, now))
+        except (SluiceError, Problem):  # a key used already, or the work failed: below
+            pass
+        if len(keyed) != 1:
+            return None
+        ((key, request),) = keyed
+        replay = self.begin(owner, key, request)
+        if replay is not None:
+            return replay
+        try:
+            return work(lambda answers: self.answered(owner, key, 201, answers[0]))
+        except Problem as exc:
+            self.failed(owner, key, exc.status, problem_body(exc.status, exc.detail,
+                                                             error=exc.error))  # fmt: skip
+            raise
+        except SluiceError as exc:
+            status = status_of(exc)
+            self.failed(owner, key, status, problem_body(status, str(exc),
+                                                         error=type(exc).__name__))  # fmt: skip
+            raise
+        except BaseException:
+            self.failed(owner, key, 500, None)
+            raise
+
+    @staticmethod
+    def _recorded(
+        owner: str, keyed: Sequence[tuple[str, str]], answers: Sequence[Any], now: float
+    ) -> Effect:
+        if len(answers) != len(keyed):
+            raise ValueError(f"{len(answers)} answers for {len(keyed)} keys")
+        rows = [[key, asked, json.dumps(answer)]
+                for (key, asked), answer in zip(keyed, answers, strict=True)]  # fmt: skip
+        params = {"owner": owner, "status": 201, "rows": json.dumps(rows), "now": now,
+                  "count": len(rows)}  # fmt: skip
+        return Effect("idempotency_record", params, expect=len(rows))
+
     def begin(self, owner: str, key: str, request: str) -> Replay | None:
         """Before the work of ``request`` (its fingerprint) with ``key``: None if it runs
         now, else the first request's answer; 422 for a key used by another request or
         malformed, 409 while the first runs."""
-        if not _KEY.fullmatch(key):
-            raise Problem(422, "an Idempotency-Key is 1 to 255 visible ASCII characters",
-                          error="InvalidIdempotencyKey")  # fmt: skip
+        _check_key(key)
         backend, now = self._db.backend, self._db.clock.now()
         self._expire(now)
         for _ in range(2):  # once more if the row went (it expired) between the two looks
@@ -117,3 +192,9 @@ class Idempotency:
                 return
             self._expired_at = now
         self._db.backend.idempotency_expire(now - KEPT)
+
+
+def _check_key(key: str) -> None:
+    if not _KEY.fullmatch(key):
+        raise Problem(422, "an Idempotency-Key is 1 to 255 visible ASCII characters",
+                      error="InvalidIdempotencyKey")  # fmt: skip

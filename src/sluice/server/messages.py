@@ -7,17 +7,15 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.responses import JSONResponse
 
 import sluice
 from sluice.aio import AsyncDatabase, AsyncMessage
 from sluice.backends.records import Effect
-from sluice.errors import SluiceError
 from sluice.server.asyncdb import AsyncDb
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
 from sluice.server.hot import HotRoute
-from sluice.server.idempotency import Idempotency, fingerprint
+from sluice.server.idempotency import Answered, Idempotency, Replay, fingerprint
 from sluice.server.leases import Leases
 from sluice.server.metrics import count
 from sluice.server.models import (
@@ -34,7 +32,6 @@ from sluice.server.models import (
     runs,
 )
 from sluice.server.offload import Offload
-from sluice.server.problems import PROBLEM, Problem, problem_body, status_of
 
 __all__ = ["router"]
 
@@ -106,26 +103,16 @@ def _enqueue_once(
     db = _db(request)
     keys: Idempotency = request.app.state.idempotency
     asked = fingerprint("POST", request.url.path, batch.model_dump(mode="json"))
-    replay = keys.begin(who.name, idempotency_key, asked)
-    if replay is not None:
-        media = PROBLEM if replay.status >= 400 else "application/json"
-        return JSONResponse(replay.answer, status_code=replay.status, media_type=media,
-                            headers={"Idempotent-Replayed": "true"})  # fmt: skip
-    try:
-        return _enqueue(db, name, batch, lambda done: keys.answered(
-            who.name, idempotency_key, 201, done.model_dump(mode="json")))  # fmt: skip
-    except Problem as exc:
-        keys.failed(who.name, idempotency_key, exc.status,
-                    problem_body(exc.status, exc.detail, error=exc.error))  # fmt: skip
-        raise
-    except SluiceError as exc:
-        status = status_of(exc)
-        keys.failed(who.name, idempotency_key, status,
-                    problem_body(status, str(exc), error=type(exc).__name__))  # fmt: skip
-        raise
-    except BaseException:
-        keys.failed(who.name, idempotency_key, 500, None)
-        raise
+
+    def work(answered: Answered) -> Enqueued:
+        return _enqueue(db, name, batch, lambda done: answered([done.model_dump(mode="json")]))
+
+    done = keys.once(who.name, [(idempotency_key, asked)], work)
+    if isinstance(done, Replay):
+        return done.response()
+    if done is None:  # one key gets an answer (the type says so), never None
+        raise AssertionError("one enqueue's once answered None")
+    return done
 
 
 def _enqueue(

@@ -6,3 +6,14 @@ WITH done AS (
     UPDATE {schema}.idempotency SET status = %(status)s, answer = %(answer)s
     WHERE owner = %(owner)s AND key = %(key)s AND status IS NULL RETURNING 1)
 SELECT {schema}.expect(count(*), 1, 'effect: the request was answered already') FROM done;
+
+-- name: idempotency_record
+-- effect, expect count: as SQLite's. A key another transaction is writing makes this
+-- insert wait for that one's end, then find its row.
+WITH kept AS (
+    INSERT INTO {schema}.idempotency (owner, key, fingerprint, status, answer, started_at)
+    SELECT %(owner)s, r ->> 0, r ->> 1, %(status)s, r ->> 2, %(now)s
+    FROM jsonb_array_elements(%(rows)s::jsonb) AS r
+    ON CONFLICT (owner, key) DO NOTHING RETURNING 1)
+SELECT {schema}.expect(count(*), %(count)s, 'effect: an Idempotency-Key was used already')
+FROM kept;
