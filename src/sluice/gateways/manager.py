@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import ConfigurationError, QueueExists
 from sluice.gateways.model import Direction, Gateway, Setting
+from sluice.gateways.pipeline import Pipeline
 from sluice.gateways.registry import transport
 from sluice.gateways.sender import Sender
 from sluice.gateways.throttle import Throttle
@@ -124,8 +125,9 @@ class Gateways:
             self._stop.clear()
             senders, inbound = self._sides(self._stop)
             for sender in senders:
-                self._spawn(f"sluice-gateway-{sender.queue}",
-                            functools.partial(sender.run, poll=poll), sender.close)  # fmt: skip
+                run = sender.run if sender.profiled else Pipeline(self._db, sender, self._stop).run
+                self._spawn(f"sluice-gateway-{sender.queue}", functools.partial(run, poll=poll),
+                            sender.close)  # fmt: skip
             for side in inbound:
                 self._spawn("sluice-gateway-side", functools.partial(side.run, self._stop, poll),
                             side.close)  # fmt: skip

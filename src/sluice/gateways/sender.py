@@ -24,12 +24,17 @@ A gateway with a ``profile`` (``throttle``) sends within that time-of-week profi
 message at a time (its ``batch`` is not used): a send is counted before its message is
 taken, and while the cap in force is used up the sender takes nothing (``held_until``
 says until when, on the database's clock).
+
+``sluice run`` and ``db.gateways.start`` run a gateway without a profile as a pipeline
+(pipeline.py): while the transport delivers one transaction's messages, the sender
+commits the one before and takes the next.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sluice.errors import DeliveryFailed
@@ -43,7 +48,23 @@ if TYPE_CHECKING:
     from sluice.engine.transaction import Transaction
     from sluice.message import Message
 
-__all__ = ["Sender"]
+__all__ = ["Round", "Sender", "Tried"]
+
+
+Tried = tuple[Sequence[Delivered | None], DeliveryFailed | None]
+"""One try at delivering messages: the delivered ones' replies, and why the next one was
+not delivered (None if all were)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """How a transaction's delivery went: whether a try may have reached the other side,
+    whether all were delivered at the first try, and, if the sender was stopped while
+    it waited to try again, how many were settled (the rest given back)."""
+
+    sent: bool
+    clean: bool
+    given_back: int | None
 
 
 class Sender:
@@ -81,50 +102,58 @@ class Sender:
                 self.held_until = until
                 return 0
         self.held_until = None
-        sent = False  # whether a try may have reached the other side (for the profile)
         tx = self._db.transaction()
         try:
             taken = tx.dequeue(self.queue, limit=min(self.batch, limit or self.batch), wait=wait)
-            pending = list(taken)
-            tried = 0
-            while pending:
-                replies, failure = self._deliver(pending)
-                sent = (
-                    sent or bool(replies) or (failure is not None and failure.kind == "timed out")
-                )
-                for message, reply in zip(pending, replies, strict=False):
-                    self._keep(tx, message, reply)
-                pending = pending[len(replies) :]
-                tried = 1 if replies else tried + 1  # tries of the first one left
-                if failure is None:
-                    tried = 0
-                    continue
-                head = pending[0]
-                if failure.retry and tried < self._gateway.attempts:
-                    if self._stop.wait(self._gateway.backoff(tried)):
-                        done = self._give_back(tx, len(taken), pending)
-                        if not sent:
-                            self._return_starts(starts)
-                        return done
-                    continue
-                tx.reject(head, f"gateway {self.queue!r}, try {tried}: {failure}")
-                pending = pending[1:]
-                tried = 0
-            tx.commit()
-            if not sent:  # nothing taken, or only error messages that reached nobody
+            done = self.settle(tx, taken)
+            if done.given_back is None:
+                tx.commit()
+            if not done.sent:  # nothing taken, or only error messages that reached nobody
                 self._return_starts(starts)
-            return len(taken)
+            return len(taken) if done.given_back is None else done.given_back
         except BaseException:
             if not tx.closed:
                 tx.abort()
             raise
 
-    def _deliver(
-        self, messages: Sequence[Message]
-    ) -> tuple[Sequence[Delivered | None], DeliveryFailed | None]:
+    def settle(
+        self, tx: Transaction, taken: Sequence[Message], first: Tried | None = None
+    ) -> Round:
+        """Deliver ``taken`` (held by ``tx``) in order, trying again or rejecting as the
+        gateway says; ``first``: the outcome of the first try, if it was made already.
+        ``tx`` is left to commit, unless the sender was stopped while it waited to try
+        again: then the undelivered went back and ``tx`` is ended."""
+        pending = list(taken)
+        tried = 0
+        sent = False  # whether a try may have reached the other side (for the profile)
+        clean = True  # all delivered at the first try
+        while pending:
+            replies, failure = self.deliver(pending) if first is None else first
+            first = None
+            timed_out = failure is not None and failure.kind == "timed out"
+            sent = sent or bool(replies) or timed_out
+            for message, reply in zip(pending, replies, strict=False):
+                self._keep(tx, message, reply)
+            pending = pending[len(replies) :]
+            tried = 1 if replies else tried + 1  # tries of the first one left
+            if failure is None:
+                tried = 0
+                continue
+            clean = False
+            if failure.retry and tried < self._gateway.attempts:
+                if self._stop.wait(self._gateway.backoff(tried)):
+                    return Round(sent, False, self._give_back(tx, len(taken), pending))
+                continue
+            tx.reject(pending[0], f"gateway {self.queue!r}, try {tried}: {failure}")
+            pending = pending[1:]
+            tried = 0
+        return Round(sent, clean, None)
+
+    def deliver(self, messages: Sequence[Message]) -> Tried:
+        """One try at delivering ``messages`` in order (as many as the transport takes
+        at once): the replies of the delivered ones, and why the next one was not."""
         if self._many is not None and len(messages) > 1:
-            done: tuple[Sequence[Delivered | None], DeliveryFailed | None]
-            done = self._many(messages)
+            done: Tried = self._many(messages)
             return done
         try:
             return [self._out.deliver(messages[0])], None
@@ -156,9 +185,16 @@ class Sender:
     def close(self) -> None:
         self._out.close()
 
+    @property
+    def profiled(self) -> bool:
+        """Whether a time-of-week profile paces this gateway's sends."""
+        return self._throttle is not None
+
     def run(self, *, poll: float) -> None:
-        """Send until stopped, waiting up to ``poll`` s at a time for the next message
-        (and, while the profile holds sends back, ``poll`` s between looks at the clock)."""
+        """Send until stopped, one transaction after the other, waiting up to ``poll`` s
+        at a time for the next message (and, while the profile holds sends back,
+        ``poll`` s between looks at the clock). Without a profile, ``Pipeline`` runs a
+        sender faster (pipeline.py)."""
         while not self._stop.is_set():
             if not self.send(wait=poll) and self.held_until is not None:
                 ahead = self.held_until - self._db.clock.now()

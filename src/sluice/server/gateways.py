@@ -19,9 +19,10 @@ entry that stopped the batch, if one did; the entries after it were not looked a
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
+import hashlib
+import itertools
 import json
 import time
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from sluice.message import decode_json, is_json, is_xml
 from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
 from sluice.server.hot import HotRoute
-from sluice.server.idempotency import Answered, Idempotency, Replay, fingerprint
+from sluice.server.idempotency import Answered, Idempotency, Replay
 from sluice.server.models import body_of, read_body
 from sluice.server.offload import Offload
 from sluice.server.problems import Problem, problem_body, status_of
@@ -47,6 +48,8 @@ __all__ = ["HOT", "Incoming", "router"]
 router = APIRouter(prefix="/api", tags=["gateways"])
 
 _OCTETS = "application/octet-stream"
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""Options as fingerprints hash them: one text for equal options."""
 
 
 class Incoming:
@@ -107,8 +110,7 @@ async def post(
         message_id = await offload(posted.put, db)
         return JSONResponse({"id": message_id}, status_code=201)
     keys: Idempotency = request.app.state.idempotency
-    asked = fingerprint("POST", request.url.path, {"body": raw.hex(), "kind": kind,
-                                                   "options": posted.options})  # fmt: skip
+    asked = posted.asked(f"/api/gateways/{name}", raw)  # the path (request.url costs)
     once = functools.partial(keys.once, who.name, [(idempotency_key, asked)],
                              functools.partial(posted.put_many, db, [posted]))  # fmt: skip
     done = await offload(once)
@@ -173,7 +175,7 @@ routing (server/hot.py)."""
 
 def _entry(queue: str, entry: BatchEntry) -> tuple[_Post, bytes]:
     try:
-        raw = base64.b64decode(entry.body, validate=True)
+        raw = binascii.a2b_base64(entry.body, strict_mode=True)
     except (binascii.Error, ValueError):
         raise Problem(422, "a batch entry's body is base64", error="InvalidBody") from None
     options: dict[str, Any] = {}
@@ -195,9 +197,12 @@ def _many(db: sluice.Database, keys: Idempotency, queue: str, *, path: str, owne
     except Problem:
         posts = []
     if posts and len({entry.key for entry in entries}) == len(entries):
-        keyed = [(entry.key, fingerprint("POST", path, {"body": raw.hex(), "kind": p.kind,
-                                                        "options": p.options}))
-                 for entry, (p, raw) in zip(entries, posts, strict=True)]  # fmt: skip
+        keyed: list[tuple[str, str]] = []
+        head, before = b"", None
+        for entry, (p, raw) in zip(entries, posts, strict=True):
+            if p.options_of() != before:  # a run of neighbours shares its head
+                head, before = p.head(path), p.options_of()
+            keyed.append((entry.key, p.asked(path, raw, head)))
         work = functools.partial(_Post.put_many, db, [p for p, _ in posts])
         done = keys.once(owner, keyed, work)
         if isinstance(done, list):
@@ -214,8 +219,7 @@ def _claimed(db: sluice.Database, keys: Idempotency, queue: str, *, path: str, o
         for entry in entries:
             try:
                 posted, raw = _entry(queue, entry)
-                asked = fingerprint("POST", path, {"body": raw.hex(), "kind": posted.kind,
-                                                   "options": posted.options})  # fmt: skip
+                asked = posted.asked(path, raw)
                 replay = keys.begin(owner, entry.key, asked)
             except Problem as exc:
                 results.append({"status": exc.status, "answer": problem_body(
@@ -248,7 +252,12 @@ def _claimed(db: sluice.Database, keys: Idempotency, queue: str, *, path: str, o
 def _body(raw: bytes, kind: str) -> Any:
     if is_json(kind):
         try:
-            return decode_json(raw)
+            # JSON between systems is UTF-8 (RFC 8259): decoded here, the scanner reads
+            # it at once; other encodings (a BOM, UTF-16) take json's own detection.
+            try:
+                return decode_json(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                return decode_json(raw)
         except ValueError:
             raise Problem(422, "the body is not the JSON its content type says",
                           error="InvalidBody") from None  # fmt: skip
@@ -302,7 +311,25 @@ class _Post:
     def put_many(db: sluice.Database, posts: list[_Post], answered: Answered) -> list[str]:
         """Enqueue ``posts`` in order in one transaction, their answers (``{"id"}``
         each) stored with it; their ids."""
+        ids: list[str] = []
         with db.transaction() as tx:
-            ids = [tx.enqueue(p.queue, p.body, content_type=p.kind, **p.options) for p in posts]
+            # Neighbours with the same options (a forwarded batch's are, mostly) go in
+            # one enqueue_many: the options are checked once for all of them.
+            for (queue, kind, options), run in itertools.groupby(posts, key=_Post.options_of):
+                ids += tx.enqueue_many(queue, [p.body for p in run], content_type=kind,
+                                       **options)  # fmt: skip
             tx.add_effect(answered([{"id": i} for i in ids]))
         return ids
+
+    def options_of(self) -> tuple[str, str, dict[str, Any]]:
+        return self.queue, self.kind, self.options
+
+    def asked(self, path: str, raw: bytes, head: bytes | None = None) -> str:
+        """This post's fingerprint (as idempotency.fingerprint's, cheaper: the body's
+        bytes hashed as they came, not as JSON of their hex); ``head``: its ``head``,
+        if known (a batch's neighbours share theirs)."""
+        return hashlib.sha256((head or self.head(path)) + raw).hexdigest()
+
+    def head(self, path: str) -> bytes:
+        """What a fingerprint hashes before the body: the path, content type, options."""
+        return f"POST {path}\n{_CANONICAL.encode([self.kind, self.options])}\n".encode()

@@ -12,7 +12,7 @@ SELECT {schema}.expect(count(*), 1, 'effect: the request was answered already') 
 -- insert wait for that one's end, then find its row.
 WITH kept AS (
     INSERT INTO {schema}.idempotency (owner, key, fingerprint, status, answer, started_at)
-    SELECT %(owner)s, r ->> 0, r ->> 1, %(status)s, r ->> 2, %(now)s
+    SELECT %(owner)s, r ->> 0, r ->> 1, %(status)s, (r -> 2)::text, %(now)s
     FROM jsonb_array_elements(%(rows)s::jsonb) AS r
     ON CONFLICT (owner, key) DO NOTHING RETURNING 1)
 SELECT {schema}.expect(count(*), %(count)s, 'effect: an Idempotency-Key was used already')
