@@ -389,8 +389,10 @@ def render(rows: list[Forwarding], s: Settings, facts: list[tuple[str, str]],
         "## Workload",
         "",
         f"- Forwarding: a backlog of {s.messages:,} JSON messages of about 100 bytes in "
-        f"database A's outgoing http gateway `{OUTBOX}`, sent by `db.gateways.start()` (one "
-        "sender thread, as `sluice run` runs it; `httpx.Client`, one keep-alive connection) "
+        f"database A's outgoing http gateway `{OUTBOX}`, sent by `db.gateways.start()` (as "
+        "`sluice run` runs it: a pipeline, one transaction delivered by a courier thread "
+        "while the sender's thread commits the one before and takes the next; `http.client`, "
+        "one keep-alive connection) "
         f"to the incoming http gateway `{INBOX}` of a real `sluice serve` of database B (a "
         "subprocess, its CLI, uvicorn, an API key sent by the gateway's "
         "`header_authorization`). Batch size 1: the sender takes one message per "
@@ -398,7 +400,8 @@ def render(rows: list[Forwarding], s: Settings, facts: list[tuple[str, str]],
         "answered 201 (B stored it once, with its idempotency record, in one commit). "
         "msgs/s from the first to the last arrival at B (the messages' `enqueued` time "
         "there); *wall* counts from the sender's start. Every message is checked at B: all "
-        "there, each once, in A's order.",
+        "there, each once, in A's order. The bench's process (A's) looks at B's count every "
+        "0.25 s.",
         f"- B's own enqueue rate, in the same run, on the same server, at the same batch "
         f"size: one client (`http.client`, one keep-alive connection), one message per "
         f"request, closed loop for {s.seconds:g} s after {s.warmup} untimed requests: `POST "
@@ -440,7 +443,8 @@ def render(rows: list[Forwarding], s: Settings, facts: list[tuple[str, str]],
                      f"the receiving server's enqueue rate (target >= {TARGET})")  # fmt: skip
     timed = [r for r in rows if r.parts]
     if timed:
-        lines += ["", f"## The sender's parts (us per message, {s.parts:,} messages)", "",
+        lines += ["", f"## The sender's parts (us per message, {s.parts:,} messages; "
+                  "`Sender.send`, one transaction after the other, not the pipeline)", "",
                   "| part | " + " | ".join(f"{r.system}, batch {r.batch}" for r in timed) + " |",
                   "|---|" + "---|" * len(timed)]  # fmt: skip
         for part in timed[0].parts:

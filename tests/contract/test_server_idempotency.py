@@ -161,3 +161,35 @@ def test_a_batch_with_a_used_key_runs_nothing_and_says_so(db: sluice.Database) -
     assert replay.answer == {"id": first[0]}
     assert isinstance(keys.once("shop", [("b", "fb"), ("c", "fc")], work(2)), list)
     assert db.queue("orders").stats()["ready"] == 3
+
+
+def test_a_new_key_is_written_by_its_work_s_commit_without_a_claim(
+    db: sluice.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The quick path (on PostgreSQL one statement with the enqueue) stores a new key;
+    # only a key that is there already is looked up through a claim.
+    db.create_queue("orders")
+    claims: list[str] = []
+    claim = db.backend.idempotency_claim
+
+    def counted(owner: str, key: str, *args: Any, **kwargs: Any) -> bool:
+        claims.append(key)
+        return claim(owner, key, *args, **kwargs)
+
+    monkeypatch.setattr(db.backend, "idempotency_claim", counted)
+    keys = Idempotency(db)
+
+    def work(answered: Answered) -> str:
+        with db.transaction() as tx:
+            message_id = tx.enqueue("orders", {"order": 1})
+            tx.add_effect(answered([{"id": message_id}]))
+        return message_id
+
+    first = keys.once("shop", [("k", "f")], work)
+    assert isinstance(first, str)
+    assert claims == []
+    again = keys.once("shop", [("k", "f")], work)
+    assert isinstance(again, Replay)
+    assert again.answer == {"id": first}
+    assert claims == ["k"]
+    assert db.queue("orders").stats()["ready"] == 1

@@ -745,7 +745,7 @@ class IdempotencyStore(Protocol):
     The statement ``idempotency_done`` is the effect (``Transaction.add_effect``, expect
     1) that stores a claimed request's answer in the transaction of its work;
     ``idempotency_record`` (expect ``count``) the one that writes unclaimed requests' keys
-    whole with their answers (``rows``: a JSON array of [key, fingerprint, answer]).
+    whole with their answers (``keys``: a JSON array of [key, fingerprint, answer]).
     """
 
     def idempotency_claim(

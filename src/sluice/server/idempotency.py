@@ -137,7 +137,7 @@ class Idempotency:
         if len(answers) != len(keyed):
             raise ValueError(f"{len(answers)} answers for {len(keyed)} keys")
         rows = [[key, asked, answer] for (key, asked), answer in zip(keyed, answers, strict=True)]
-        params = {"owner": owner, "status": 201, "rows": json.dumps(rows), "now": now,
+        params = {"owner": owner, "status": 201, "keys": json.dumps(rows), "now": now,
                   "count": len(rows)}  # fmt: skip
         return Effect("idempotency_record", params, expect=len(rows))
 

@@ -10,8 +10,8 @@ WHERE owner = :owner AND key = :key AND status IS NULL;
 -- effect, expect count: requests that ran without a claim (Idempotency.once), each
 -- key's row written whole by the commit of their work; a key there already (answered,
 -- running, or another request's) changes nothing, and the work does not commit.
--- rows: a JSON array of [key, fingerprint, answer (as JSON)].
+-- keys: a JSON array of [key, fingerprint, answer (as JSON)].
 INSERT INTO idempotency (owner, key, fingerprint, status, answer, started_at)
 SELECT :owner, value ->> 0, value ->> 1, :status, value -> 2, :now
-FROM json_each(:rows) WHERE true
+FROM json_each(:keys) WHERE true
 ON CONFLICT (owner, key) DO NOTHING;
