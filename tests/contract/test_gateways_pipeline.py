@@ -2,8 +2,8 @@
 ``db.gateways.start`` and ``sluice run`` do), on every backend, against a real HTTP
 server on loopback: the queue's order kept, each message settled once, the next
 messages held (their attempts not counted) while a failing one is tried again, a
-grouped queue's messages one after the other, and a stop that commits the delivered and
-gives back the taken."""
+grouped queue's messages one after the other, a stop that commits the delivered and
+gives back the taken, and a thread that failed running again."""
 
 from __future__ import annotations
 
@@ -23,9 +23,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sluice.errors import StorageError
+from sluice.gateways.model import Gateway
 from sluice.gateways.pipeline import Pipeline
-from sluice.gateways.registry import transport
+from sluice.gateways.registry import TRANSPORTS, transport
 from sluice.gateways.sender import Sender
+from sluice.gateways.transports import Transport
+from sluice.message import Message
 from tests.live_server import serve
 
 WAIT = 30.0  # seconds a test waits for an event that comes at once when all is well
@@ -167,3 +171,40 @@ def test_a_stop_commits_the_delivered_and_gives_back_the_taken(
     (left,) = db.queue("outbox").browse()
     assert left.body == {"n": 2}
     assert db.queue("outbox").stats()["claimed"] == 0
+
+
+def test_a_gateway_thread_that_fails_runs_again(
+    db: sluice.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failure of sluice's own (here a transport's StorageError, as when the database
+    # goes away mid-round) gives the messages back; the thread runs again after a pause.
+    got: list[Any] = []
+    all_in = threading.Event()
+
+    class Flaky:
+        def __init__(self, db: object, gateway: Gateway) -> None:
+            self.failed = False
+
+        def deliver(self, message: Message) -> None:
+            if not self.failed:
+                self.failed = True
+                raise StorageError("the database went away")
+            got.append(message.body["n"])
+            if len(got) == 3:
+                all_in.set()
+
+        def close(self) -> None:
+            pass
+
+    flaky = Transport("flaky", ("out",), lambda gateway: None, outbound=Flaky)
+    monkeypatch.setitem(TRANSPORTS, "flaky", lambda: flaky)
+    db.create_queue("outbox")
+    db.gateways.define("outbox", direction="out", transport="flaky")
+    db.queue("outbox").put_many([{"n": n} for n in range(3)])
+    db.gateways.start(poll=0.05)
+    try:
+        assert all_in.wait(WAIT)
+    finally:
+        db.gateways.stop()
+    assert got == [0, 1, 2]
+    _drained(db)

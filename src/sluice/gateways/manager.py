@@ -1,6 +1,8 @@
 """``db.gateways``: define, list and drop gateway queues, and run them: a thread per
 outgoing gateway (its Sender) and per incoming one that polls (dropbox), beside the
-rules engine under ``sluice run``."""
+rules engine under ``sluice run``. A thread that fails with sluice's own error (the
+database went away) runs again after a pause, as a worker does; whatever it held went
+back to its place."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sluice.errors import ConfigurationError, QueueExists
+from sluice.errors import ConfigurationError, QueueExists, SluiceError
 from sluice.gateways.model import Direction, Gateway, Setting
 from sluice.gateways.pipeline import Pipeline
 from sluice.gateways.registry import transport
@@ -31,6 +33,10 @@ DEFAULT_POLL = 1.0
 no event wakes it; also how soon a stop is seen."""
 
 log = logging.getLogger("sluice.gateways")
+
+_PAUSES = (0.5, 30.0)
+"""Seconds before a gateway thread that failed with sluice's own error runs again, the
+first time and at most (doubling between)."""
 
 
 class Gateways:
@@ -133,10 +139,21 @@ class Gateways:
                             side.close)  # fmt: skip
 
     def _spawn(self, name: str, work: Callable[[], None], close: Callable[[], None]) -> None:
+        stop = self._stop
+
         def body() -> None:
+            pause = _PAUSES[0]
             try:
-                work()
-            except Exception:  # logged; the others go on
+                while not stop.is_set():
+                    try:
+                        work()  # until stopped
+                        return
+                    except SluiceError:  # the database away, say: it runs again after a pause
+                        log.exception("gateway thread %s failed; again in %g s", name, pause)
+                    if stop.wait(pause):
+                        return
+                    pause = min(pause * 2, _PAUSES[1])
+            except Exception:  # not sluice's own: a bug, logged; the others go on
                 log.exception("gateway thread %s failed", name)
             finally:
                 close()
