@@ -58,9 +58,10 @@ class Database(Engine):
     @property
     def rules(self) -> Rules:
         """The rules application of this database: ``apply``, ``run``, ``run_until_idle``."""
+        gateways = self.gateways  # (its own turn of the lock)
         with self._jobs_lock:
             if self._rules is None:
-                self._rules = Rules(self, check_gateway=Gateways.check_definition)
+                self._rules = Rules(self, check_gateway=gateways.check_definition)
             return self._rules
 
     def apply(self, text: str) -> Application:

@@ -78,6 +78,11 @@ def test_a_gateway_that_cannot_work_is_refused_with_its_line(db: sluice.Database
     with pytest.raises(RuleDefinitionError, match="given twice"):
         db.apply("CREATE QUEUE o KIND gateway OUT TRANSPORT http WITH (url = 'http://a/', "
                  "url = 'http://b/');")  # fmt: skip
+    with pytest.raises(RuleDefinitionError, match="no profile 'mailing'") as caught:
+        db.apply("CREATE QUEUE o KIND gateway OUT TRANSPORT http WITH (url = 'http://a/', "
+                 "profile = 'mailing');")  # fmt: skip
+    assert caught.value.line == 1
+    assert db.gateways.list() == []
 
 
 def test_no_rule_is_for_an_outgoing_gateway(db: sluice.Database) -> None:

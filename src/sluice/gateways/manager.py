@@ -71,12 +71,14 @@ class Gateways:
         """``gateway``'s transport; ConfigurationError unless it can serve it as set."""
         return transport(gateway)
 
-    @staticmethod
-    def check_definition(queue: QueueDef) -> None:
-        """The same for a KIND gateway queue of a rules definition (Rules' check)."""
+    def check_definition(self, queue: QueueDef) -> None:
+        """What ``define`` checks, for a KIND gateway queue of a rules definition (Rules'
+        check): its transport and settings, and its ``profile``."""
         if queue.gateway is not None:
             g = queue.gateway
-            transport(Gateway(queue.name, g.direction, g.transport, dict(g.settings)))
+            gateway = Gateway(queue.name, g.direction, g.transport, dict(g.settings))
+            made = transport(gateway)
+            Throttle.check(self._db, gateway, sends=made.outbound is not None)
 
     def list(self) -> list[Gateway]:
         """Every gateway, by queue name."""
