@@ -2,8 +2,8 @@
 backlog of N messages in database A's outgoing http gateway ``outbox``, drained by
 ``db.gateways`` (a sender thread, as ``sluice run`` runs it) into the incoming http
 gateway ``inbox`` of a real ``sluice serve`` of database B (a subprocess); against, in the
-same run and on the same server, B's own enqueue rate at the same batch size (one
-message per request, one client): ``POST /api/queues/bench/messages`` and
+same run and on the same server, B's own enqueue rate at the same batch size (as many
+messages per request, one client): ``POST /api/queues/bench/messages`` and
 ``POST /api/gateways/gwpost`` (with an Idempotency-Key, as forwarding sends one).
 
 Then the sender's parts are timed on a second backlog: dequeue, deliver (the POST and
@@ -403,11 +403,11 @@ def render(rows: list[Forwarding], s: Settings, facts: list[tuple[str, str]],
         "there, each once, in A's order. The bench's process (A's) looks at B's count every "
         "0.25 s.",
         f"- B's own enqueue rate, in the same run, on the same server, at the same batch "
-        f"size: one client (`http.client`, one keep-alive connection), one message per "
-        f"request, closed loop for {s.seconds:g} s after {s.warmup} untimed requests: `POST "
-        f"/api/queues/{QUEUE}/messages` with one message, and `POST /api/gateways/{GWPOST}` "
-        "with one message and an Idempotency-Key of its own (what the forwarding sender "
-        "sends).",
+        "size: one client (`http.client`, one keep-alive connection), as many messages per "
+        f"request as the batch, closed loop for {s.seconds:g} s after {s.warmup} untimed "
+        f"requests: `POST /api/queues/{QUEUE}/messages`, and `POST /api/gateways/{GWPOST}` "
+        "(at batch 1) or its `/batch` with an Idempotency-Key per message (what the "
+        "forwarding sender sends).",
         f"- {s.repeats} run(s) per backend, each on fresh databases and a fresh server; "
         "the median, (min-max) beside it.",
         "- Durability: SQLite synchronous=FULL on both A and B (an fsync per commit); "

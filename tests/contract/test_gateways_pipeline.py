@@ -81,6 +81,15 @@ def _outbox(db: sluice.Database, url: str, **settings: Any) -> None:
                        **settings)  # fmt: skip
 
 
+def _run_until(db: sluice.Database, done: threading.Event) -> None:
+    """The gateways run (db.gateways.start) until ``done``."""
+    db.gateways.start(poll=0.05)
+    try:
+        assert done.wait(WAIT)
+    finally:
+        db.gateways.stop()
+
+
 def _drained(db: sluice.Database) -> None:
     stats = db.queue("outbox").stats()
     assert (stats["ready"], stats["claimed"]) == (0, 0), stats
@@ -94,11 +103,7 @@ def test_the_pipeline_keeps_the_order_and_settles_each_once(
     _outbox(db, url, batch=batch)
     r.expect = 40
     db.queue("outbox").put_many([{"n": n} for n in range(40)])
-    db.gateways.start(poll=0.05)
-    try:
-        assert r.all_in.wait(WAIT)
-    finally:
-        db.gateways.stop()
+    _run_until(db, r.all_in)
     assert r.got == list(range(40))
     _drained(db)
 
@@ -112,11 +117,7 @@ def test_a_failure_holds_the_next_messages_without_counting_their_attempts(
     r.statuses = [503, 503]
     r.expect = 3
     db.queue("outbox").put_many([{"n": n} for n in range(3)])
-    db.gateways.start(poll=0.05)
-    try:
-        assert r.all_in.wait(WAIT)
-    finally:
-        db.gateways.stop()
+    _run_until(db, r.all_in)
     assert r.got == [0, 0, 0, 1, 2]
     assert db.queue("outbox.errors").stats()["ready"] == 0
     _drained(db)
@@ -130,11 +131,7 @@ def test_a_grouped_queue_goes_one_message_after_the_other(
     r.expect = 12
     for n in range(12):
         db.queue("outbox").put({"n": n}, group=f"g{n % 2}")
-    db.gateways.start(poll=0.05)
-    try:
-        assert r.all_in.wait(WAIT)
-    finally:
-        db.gateways.stop()
+    _run_until(db, r.all_in)
     assert [n for n in r.got if n % 2 == 0] == list(range(0, 12, 2))
     assert [n for n in r.got if n % 2 == 1] == list(range(1, 12, 2))
     assert sorted(r.got) == list(range(12))
@@ -201,10 +198,6 @@ def test_a_gateway_thread_that_fails_runs_again(
     db.create_queue("outbox")
     db.gateways.define("outbox", direction="out", transport="flaky")
     db.queue("outbox").put_many([{"n": n} for n in range(3)])
-    db.gateways.start(poll=0.05)
-    try:
-        assert all_in.wait(WAIT)
-    finally:
-        db.gateways.stop()
+    _run_until(db, all_in)
     assert got == [0, 1, 2]
     _drained(db)
