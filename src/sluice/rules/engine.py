@@ -118,13 +118,15 @@ class Rules:
         self.reload()
         return self._compiled.app
 
-    def apply(self, text: str) -> Application:
+    def apply(self, text: str, *, check: Callable[[Application], None] | None = None) -> Application:
         """Apply a definition: the statements of ``text`` on top of what is applied.
 
         Idempotent: applying the same text again changes nothing. Every static
         mistake raises RuleDefinitionError with its line; a change that would break
         what runs (a property's type changed while its queues keep messages) raises
-        ConfigurationError. Nothing is changed then.
+        ConfigurationError. Nothing is changed then. ``check``: what another engine
+        that is to run the result refuses (Spark's: sluice.spark.rules), raising
+        before anything changes.
         """
         backend = self._engine.backend
         with self._lock:
@@ -136,6 +138,8 @@ class Rules:
             # here, not at the first message.
             ids = dict.fromkeys(app.queues, 0)
             compile_application(app, backend, ids)
+            if check is not None:
+                check(app)
             self._make_queues(current, app)
             self._store_gateways(current, app)
             self._store_properties(current, app)

@@ -20,9 +20,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from sluice.backends.base import RuleStore
 from sluice.errors import ConfigurationError, ExpressionError
 from sluice.expr import Node, Scope, Type, builds_xml, parse
 from sluice.expr.check import Relations, slice_key
@@ -50,6 +49,7 @@ __all__ = [
     "PlannedReset",
     "PlannedRule",
     "QueuePlan",
+    "RuleCompilers",
     "compile_application",
     "processed_queues",
 ]
@@ -153,6 +153,19 @@ class QueuePlan:
         )
 
 
+class RuleCompilers(Protocol):
+    """What compiling a plan needs of an engine: its compiler of rule expressions and where
+    its relations are. A backend (``RuleStore``) for the database's own plans; Spark's
+    (sluice.spark.rules) for the same plans' columns in Spark SQL."""
+
+    def rules_compiler(
+        self, relations: RelationSource | None, prefix: str = ..., alias: str = ...
+    ) -> Any: ...
+
+    def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
+        ...
+
+
 def processed_queues(app: Application) -> list[QueueDef]:
     """The queues the rules engine consumes, highest PRIORITY first: those with rules,
     and echo queues."""
@@ -161,7 +174,7 @@ def processed_queues(app: Application) -> list[QueueDef]:
 
 
 def compile_application(
-    app: Application, backend: RuleStore, queue_ids: Mapping[str, int]
+    app: Application, backend: RuleCompilers, queue_ids: Mapping[str, int]
 ) -> list[QueuePlan]:
     """Every processed queue's plan; ConfigurationError if a queue is missing."""
     plans = []
@@ -209,7 +222,7 @@ class _Recording(RelationSource):
 
 
 def _plan(
-    app: Application, backend: RuleStore, queue_ids: Mapping[str, int], definition: QueueDef
+    app: Application, backend: RuleCompilers, queue_ids: Mapping[str, int], definition: QueueDef
 ) -> QueuePlan:
     plan = QueuePlan(definition, queue_ids[definition.name])
     types: dict[str, Type] = {n: PROPERTY_TYPES[p.type] for n, p in app.properties.items()}
@@ -263,7 +276,7 @@ def _order(app: Application, plan: QueuePlan, reads: _Reads) -> None:
 
 def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
     app: Application,
-    backend: RuleStore,
+    backend: RuleCompilers,
     queue_ids: Mapping[str, int],
     types: dict[str, Type],
     plan: QueuePlan,

@@ -37,7 +37,15 @@ from sluice.rules.plan import (
 )
 from sluice.rules.turns import Turns
 
-__all__ = ["BatchResult", "Failure", "StalePlan", "process_batch", "split_waves"]
+__all__ = [
+    "BatchResult",
+    "Evaluate",
+    "Failure",
+    "StalePlan",
+    "process_batch",
+    "process_given",
+    "split_waves",
+]
 
 _FIXED_COLUMNS = 5
 """id, properties, content_type, body, body bytes: then the plan's columns."""
@@ -52,6 +60,13 @@ class BatchResult:
     """Echo messages found not yet due: they wait until they are."""
     removed: int = 0
     """Processed messages removed as they were (their queue keeps none: see the plan)."""
+
+
+Evaluate = Callable[[RuleUnit, QueuePlan, list[int]], list[Sequence[Any]]]
+"""The rules' columns of the messages ``ids`` of a plan's queue, evaluated elsewhere than
+in the database (on Spark: sluice.spark.rules), in rules_evaluate's layout: id,
+properties, content type, body text, body bytes, then the plan's columns. Called inside
+the batch's unit, which it may read (a wave's slices as the waves before it left them)."""
 
 
 class StalePlan(SluiceError):
@@ -92,7 +107,9 @@ class _Batch:
         fast: Mapping[ActionKey, FastInsert],
         queue_ids: Mapping[str, int],
         turns: Turns,
+        evaluate: Evaluate | None = None,
     ) -> None:
+        self.evaluate = evaluate
         self.version = version
         self.turns = turns
         self.ticket: int | None = None
@@ -126,6 +143,34 @@ class _Batch:
         if not ids:
             return self.result
         # The applied version, read by the take in this transaction: never older rules.
+        if int(taken[0][3] or 0) != self.version:
+            raise StalePlan("the rules changed")
+        if plan.echo:
+            ids = self._echo_due(taken)
+        elif not plan.sequential:
+            self._messages(ids)
+        elif plan.waves is not None:
+            self._waves(ids, plan.waves)
+        else:
+            for ref in ids:
+                self._messages([ref])
+        if ids:
+            self._done(ids)
+        self._processed(ids)
+        return self.result
+
+    def run_given(self, refs: list[int]) -> BatchResult:
+        """As ``run``, for the messages ``refs`` read elsewhere (a Spark micro-batch): those
+        still due and unprocessed, in delivery order; the plan's evaluation by
+        ``self.evaluate``. One engine at a time per queue (and per slicing it reads)."""
+        plan, unit = self.plan, self.unit
+        for key in sorted(plan.locks | {plan.queue_id}):
+            unit.exclusive(key)
+        params = {"queue_id": plan.queue_id, "now": self.now, "ids": unit.ids(refs)}
+        taken = unit.statement_rows("rules_take_given", params)
+        ids = [int(r[0]) for r in taken]
+        if not ids:
+            return self.result
         if int(taken[0][3] or 0) != self.version:
             raise StalePlan("the rules changed")
         if plan.echo:
@@ -229,7 +274,9 @@ class _Batch:
                 if len(wave) == 1:
                     outcomes[wave[0]] = (None, Failure("evaluation", str(exc), None))
                     continue
-                decided = [self._alone(ref, self._reset) for ref in wave]
+                for ref in wave:  # one by one: which message can the database not take?
+                    outcomes[ref] = self._alone(ref, self._reset)
+                continue
             for row, outcome in decided:
                 if row is not None:
                     outcomes[int(row[0])] = (row, outcome)
@@ -407,6 +454,8 @@ class _Batch:
     def _evaluate(self, ids: list[int]) -> list[Sequence[Any]]:
         """The rules' columns for ``ids``, after the messages' own parts."""
         plan = self.plan
+        if self.evaluate is not None and not plan.echo:
+            return self.evaluate(self.unit, plan, ids)
         params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
         return list(
             self.unit.template_rows("rules_evaluate", {"columns": plan.columns_sql()}, params)
@@ -768,6 +817,40 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
         # The SQL enqueue's batch failed as a whole (it has no savepoint): again by Python,
         # which finds the message at fault and makes its error message.
         result = attempt({})
+    for queue, count in result.produced.items():
+        context.wakeups.notify(queue, count)
+    return result
+
+
+def process_given(  # noqa: PLR0917  (what one batch needs)
+    context: EngineContext,
+    app: Application,
+    plan: QueuePlan,
+    refs: list[int],
+    version: int,
+    queue_ids: Mapping[str, int],
+    *,
+    now: float,
+    evaluate: Evaluate,
+    record: Callable[[RuleUnit], None],
+) -> BatchResult:
+    """Process the messages ``refs`` of ``plan``'s queue that are still due and
+    unprocessed, as ``process_batch`` does, in one transaction with ``record(unit)`` (a
+    Spark micro-batch's record: processed and recorded together, or neither). Evaluation
+    by ``evaluate``; the decisions, writes, slices and error messages are the engine's
+    own, so the outcome is the one ``process_batch`` gives for the same messages at
+    ``now``. StalePlan if the applied version is not ``version`` any more."""
+    backend: Backend = context.backend
+    durable = plan.definition.mode == "persistent"
+
+    def work(unit: RuleUnit) -> BatchResult:
+        batch = _Batch(context, app, plan, unit, now=now, version=version, fast={},
+                       queue_ids=queue_ids, turns=Turns(), evaluate=evaluate)  # fmt: skip
+        result = batch.run_given(refs)
+        record(unit)
+        return result
+
+    result = backend.rules_unit(work, durable=durable)
     for queue, count in result.produced.items():
         context.wakeups.notify(queue, count)
     return result

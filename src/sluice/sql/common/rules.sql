@@ -84,3 +84,60 @@ SELECT :slicing, {value}, m.id
 FROM {schema}.messages AS m
 WHERE m.id {rules_ids} AND {value} IS NOT NULL
 ON CONFLICT DO NOTHING;
+
+-- Rules on Spark (sluice.spark.rules): a micro-batch's messages come from the stream, by
+-- id; its database part is one rules unit per queue, recorded like a sink's batch.
+
+-- name: rules_take_given
+-- rules_take for the messages a micro-batch read: those still due and unprocessed (a
+-- replayed batch finds the ones its first run processed gone), in delivery order.
+SELECT id, properties, enqueued_at,
+       (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version
+FROM {schema}.messages
+WHERE id {rules_ids} AND state = 1 AND available_at <= :now
+  AND queue_id = (SELECT id FROM {schema}.queues WHERE id = :queue_id AND NOT paused)
+ORDER BY priority DESC, id;
+
+-- name: rules_stream_rows
+-- A rules stream's messages of a queue up to a position: every one still unprocessed
+-- and due at the batch's time, so that what came back behind the position is read too.
+SELECT m.id, m.priority, m.properties, {rules_body}, m.enqueued_at,
+       m.available_at, m.expires_at, m.attempts, m.type, m.correlation_id, m.reply_to
+FROM {schema}.messages AS m
+WHERE m.queue_id = :queue_id AND m.state = 1 AND m.id <= :upto AND m.available_at <= :now
+ORDER BY m.id;
+
+-- name: rules_stream_behind
+-- Whether a rules stream has work behind its position: an echo message come due, or a
+-- message deferred and due now.
+SELECT 1 FROM {schema}.messages
+WHERE queue_id = :queue_id AND state = 1 AND id <= :upto AND available_at <= :now
+LIMIT 1;
+
+-- name: rules_kept_rows
+-- What queue('q') reads of a queue on Spark: its kept messages (KEPT_STATES), by id.
+SELECT m.id, q.name, m.priority, m.properties, {rules_body}, m.enqueued_at,
+       m.available_at, m.expires_at, m.attempts, m.type, m.correlation_id, m.reply_to
+FROM {schema}.messages AS m
+JOIN {schema}.queues AS q ON q.id = m.queue_id
+WHERE m.queue_id = :queue_id AND m.state IN (1, 2, 5, 6)
+ORDER BY m.id;
+
+-- name: rules_batch_of
+-- The last micro-batch a rules stream processed of a queue (kept as a sink's).
+SELECT batch FROM {schema}.sinks WHERE name = :name;
+
+-- name: rules_batch_record
+INSERT INTO {schema}.sinks (name, batch, updated_at) VALUES (:name, :batch, :now)
+ON CONFLICT (name) DO UPDATE SET batch = excluded.batch, updated_at = excluded.updated_at;
+
+-- name: rules_slice_rows
+-- The members of the slices a wave reads (keys bound as a JSON array of texts), as the
+-- rules read them: the live members' messages, kept.
+SELECT sm.slicing, sm.key, m.id, q.name, m.priority, m.properties, {rules_body},
+       m.enqueued_at, m.available_at, m.expires_at, m.attempts, m.type, m.correlation_id,
+       m.reply_to
+FROM {schema}.slice_members AS sm
+JOIN {schema}.messages AS m ON m.id = sm.message_id
+JOIN {schema}.queues AS q ON q.id = m.queue_id
+WHERE sm.slicing = :slicing AND sm.key {rules_keys} AND m.state IN (1, 2, 5, 6);

@@ -3,6 +3,10 @@
 -- statistics or none (IN (SELECT unnest(...)) became a hash join over a scan without).
 = ANY(%(ids)s::bigint[])
 
+-- fragment: rules_keys
+-- "is one of a list of slice keys", the list bound as a JSON array of texts.
+IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb))
+
 -- fragment: rules_body
 -- A message's body as the rules engine reads it: content type, text, bytes.
 m.content_type, m.body, m.body_bytes

@@ -2,6 +2,10 @@
 -- "is one of a list of message ids", the list bound as a JSON array.
 IN (SELECT value FROM json_each(:ids))
 
+-- fragment: rules_keys
+-- "is one of a list of slice keys", the list bound as a JSON array of texts.
+IN (SELECT value FROM json_each(:keys))
+
 -- fragment: rules_body
 -- A message's body as the rules engine reads it: content type, text, bytes.
 m.content_type, m.body, NULL

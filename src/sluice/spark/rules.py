@@ -1,0 +1,380 @@
+"""A rules application on Spark Structured Streaming: the same definition, set at a
+time, with the local engine's results (docs/rules.md, "On Spark").
+
+Every queue the rules process is read by one stream (``sluice_rules``, by position).
+Each micro-batch is processed queue by queue, highest PRIORITY first: Spark SQL
+evaluates the queue's rules over the batch's messages (the plan's columns compiled for
+Spark, over ``queue('q')`` snapshots and the slices' members), and the local engine's
+own batch logic (sluice.rules.runner) decides the branches, builds and checks the
+messages, joins and resets slices and makes error messages, in one database
+transaction per queue that also records the micro-batch, as a sink records its batch.
+So a message is processed exactly once: a replayed batch finds the queues it
+recorded done, and reads and processes the rest as it did the first time, at the same
+``now`` (the time travels in the offset). Outputs into queues the rules process are
+read by the next micro-batch.
+
+Slices are read as the database holds them inside the batch's transaction: for each
+wave (plan.py), the members of the slices its messages are in, after the waves before
+it joined and reset theirs, become the view ``slice()`` reads; the same snapshot the
+local engine's SELECT would see. ``queue('q')`` reads a snapshot of q taken before its
+queue's transaction (no rule of that queue writes q: such a plan is refused).
+
+What cannot run: a queue whose rules must run a message at a time (a rule reading
+``queue('q')`` that the queue's rules write into, or ``RESET ... KEY``). ``check``
+refuses it when applying, naming the rule and the construct.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import pyarrow as pa
+
+import sluice
+from sluice.backends.base import RuleUnit
+from sluice.clock import ManualClock
+from sluice.database import Database
+from sluice.errors import ConfigurationError, StorageError
+from sluice.expr.spark_rules import SparkRulesCompiler, register_functions
+from sluice.expr.sql import RelationSource, Source
+from sluice.rules import codec
+from sluice.rules.check import rules_of
+from sluice.rules.engine import RunStats
+from sluice.rules.model import Application, Reset
+from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
+from sluice.rules.runner import StalePlan, process_given
+from sluice.spark.options import absolute_url
+from sluice.spark.rules_source import KEPT_ARROW, RulesDataSource, message_values
+
+__all__ = ["check", "run_rules"]
+
+SLICE_VIEW: Final = "sluice_rules_slice"
+_BATCH_VIEW: Final = "sluice_rules_m"
+_SLICE_ARROW: Final = pa.schema(
+    [("slicing", pa.string()), ("key", pa.string()), *((f.name, f.type) for f in KEPT_ARROW)]
+)
+
+
+def queue_view(queue_id: int) -> str:
+    """The view ``queue('q')`` reads on Spark: q's kept messages, taken per batch."""
+    return f"sluice_rules_q{queue_id:d}"
+
+
+class SparkRelations(RelationSource):
+    """``queue('q')`` and ``slice()`` as the views a batch sets up."""
+
+    def __init__(self, queue_ids: Mapping[str, int], slicing: str | None) -> None:
+        self._queue_ids = queue_ids
+        self._slicing = slicing
+
+    def relation(
+        self,
+        kind: Literal["queue", "slice"],
+        queue: str | None,
+        alias: str,
+        key: str | None,
+        bind: Callable[[Any], str],
+    ) -> tuple[str, str]:
+        if kind == "queue":
+            assert queue is not None  # the checker names a declared queue
+            return f"{queue_view(self._queue_ids.get(queue, 0))} AS {alias}", "true"
+        assert self._slicing is not None and key is not None
+        return f"{SLICE_VIEW} AS {alias}", f"{alias}.slicing = {bind(self._slicing)} AND {alias}.key = {key}"
+
+    def queue_name(self, alias: str) -> str:
+        return f"{alias}.queue"
+
+
+class SparkRuleSQL:
+    """The rules' compilers for Spark (``plan.RuleCompilers``)."""
+
+    def rules_compiler(
+        self, relations: RelationSource | None, prefix: str = "r", alias: str = "m"
+    ) -> SparkRulesCompiler:
+        return SparkRulesCompiler(Source(alias=alias, relations=relations), prefix=prefix)
+
+    def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
+        return SparkRelations(queue_ids, slicing)
+
+
+def check(app: Application) -> None:
+    """ConfigurationError naming what of ``app`` cannot run on Spark (nothing if all can)."""
+    ids = dict.fromkeys(app.queues, 0)
+    refused = [_refusal(app, plan) for plan in compile_application(app, SparkRuleSQL(), ids)]
+    found = [r for r in refused if r]
+    if found:
+        raise ConfigurationError(
+            "these rules cannot run on Spark (they must see one message's actions before "
+            "the next message of their queue is evaluated; run them with the local "
+            "engine): " + "; ".join(found)
+        )
+
+
+def _refusal(app: Application, plan: QueuePlan) -> str | None:
+    if not plan.sequential or plan.waves is not None:
+        return None
+    written = {
+        a.queue for r in plan.rules for b in r.branches for a in b.actions if isinstance(a, PlannedEnqueue)
+    }
+    written |= {q for q in (plan.definition.error_queue, app.error_queue, SYSTEM_ERRORS) if q}
+    written |= {r.rule.error_queue for r in plan.rules if r.rule.error_queue}
+    reasons = []
+    for rule in rules_of(app, plan.name):
+        for branch in rule.branches:
+            for action in branch.actions:
+                if isinstance(action, Reset) and action.key is not None:
+                    reasons.append(
+                        f"line {action.key.line}: rule {rule.name!r}: RESET "
+                        f"{action.slicing or rule.target} KEY ..."
+                    )
+    for queue in sorted(plan.reads & written):
+        reasons.append(
+            f"queue {plan.name!r}: its rules read queue('{queue}') and write into {queue!r}"
+        )
+    return "; ".join(reasons) or f"queue {plan.name!r}: its rules run a message at a time"
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    version: int
+    app: Application
+    plans: tuple[QueuePlan, ...]
+    """The database's plans, highest PRIORITY first (what the runner executes)."""
+    spark: Mapping[str, QueuePlan]
+    """The same plans with their columns in Spark SQL, by queue."""
+    queue_ids: Mapping[str, int]
+
+
+def _compile(db: Database) -> _Compiled:
+    backend = db.backend
+    rows = backend.rules_read("rules_catalog_read", {})
+    version = int(rows[0][0]) if rows else 0
+    app = codec.decode(rows[0][1]) if rows else Application()
+    check(app)
+    ids = {str(n): int(i) for n, i in backend.rules_read("rules_queue_ids", {})}
+    plans = compile_application(app, backend, ids)
+    spark = {p.name: p for p in compile_application(app, SparkRuleSQL(), ids)}
+    return _Compiled(version, app, tuple(plans), spark, ids)
+
+
+@dataclass(slots=True)
+class _Engine:
+    """The driver's side of the query: one micro-batch at a time (foreachBatch)."""
+
+    spark: Any
+    db: Database
+    url: str
+    name: str
+    compiled: _Compiled
+    stats: RunStats = field(default_factory=RunStats)
+    session: Any = None
+    """The session of the micro-batch at hand (the query's)."""
+
+    def batch(self, frame: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F  # noqa: PLC0415, N812  (Spark's own spelling)
+
+        # Materialised once: the queues' transactions change what the source would read,
+        # and on SQLite a task reading the database inside one would wait for it.
+        # The query's own session (a clone of ``spark``) holds the batch's views.
+        self.session = frame.sparkSession
+        frame = frame.localCheckpoint(eager=True)
+        times = frame.groupBy("queue_id").agg(F.max("at").alias("at")).collect()
+        present = {int(r["queue_id"]) for r in times}
+        if not present:
+            return
+        now = max(float(r["at"]) for r in times)
+        for plan in self.compiled.plans:
+            if plan.queue_id in present:
+                self._queue(frame, plan.name, batch_id, now)
+        self.stats.batches += 1
+
+    def _queue(self, frame: Any, queue: str, batch_id: int, now: float) -> None:
+        backend = self.db.backend
+        record = f"rules:{self.name}:{queue}"
+        done = backend.rules_read("rules_batch_of", {"name": record})
+        if done and int(done[0][0]) >= batch_id:
+            return  # a replayed batch: this queue's part committed the first time
+        while True:
+            compiled = self.compiled
+            plan = next((p for p in compiled.plans if p.name == queue), None)
+            if plan is None:
+                return  # no longer processed by the rules
+            rows = frame.where(frame.queue_id == plan.queue_id).drop("queue_id", "at")
+            ids = [int(r[0]) for r in rows.select("id").collect()]
+            evaluation = _Evaluation(self, compiled.spark[queue], rows, ids, now)
+
+            def mark(unit: RuleUnit) -> None:
+                params = {"name": record, "batch": batch_id, "now": now}
+                unit.statement_count("rules_batch_record", params)
+
+            try:
+                result = process_given(
+                    self.db.context,
+                    compiled.app,
+                    plan,
+                    ids,
+                    compiled.version,
+                    compiled.queue_ids,
+                    now=now,
+                    evaluate=evaluation,
+                    record=mark,
+                )
+            except StalePlan:
+                self.compiled = _compile(self.db)
+                continue
+            self.stats.add(result)
+            self.stats.batches -= 1  # counted per micro-batch, not per queue
+            return
+
+
+class _Evaluation:
+    """The runner's ``Evaluate`` on Spark for one queue of one micro-batch."""
+
+    def __init__(
+        self, engine: _Engine, plan: QueuePlan, rows: Any, ids: Sequence[int], now: float
+    ) -> None:
+        self.spark = engine.session
+        self.plan = plan
+        self.rows = rows
+        self.all = frozenset(ids)
+        self.now = now
+        sql = plan.columns_sql()
+        self.slices = SLICE_VIEW in sql
+        # Snapshots of the queues the rules read, before the queue's transaction opens.
+        for queue in sorted(plan.reads):
+            queue_id = engine.compiled.queue_ids.get(queue, 0)
+            read = (
+                self.spark.read.format("sluice_rules")
+                .option("url", engine.url)
+                .option("queue_id", str(queue_id))
+                .load()
+            )
+            read.localCheckpoint(eager=True).createOrReplaceTempView(queue_view(queue_id))
+
+    def __call__(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
+        try:
+            return self._evaluate(unit, plan, ids)
+        except StorageError:
+            raise
+        except Exception as exc:  # Spark's own: the runner finds the message at fault
+            if type(exc).__module__.startswith(("pyspark", "py4j")):
+                raise StorageError(f"Spark could not evaluate the rules: {exc}") from exc
+            raise
+
+    def _evaluate(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
+        spark = self.spark
+        frame = self.rows
+        if set(ids) != self.all:
+            wanted = spark.createDataFrame(pa.table({"id": pa.array(ids, pa.int64())}))
+            frame = frame.join(wanted.hint("broadcast"), "id")
+        frame.createOrReplaceTempView(_BATCH_VIEW)
+        if self.slices:
+            self._slices(unit, plan, ids)
+        query = (
+            "SELECT m.id, m.properties, m.content_type, m.body, m.body_bytes"
+            f"{self.plan.columns_sql()} FROM {_BATCH_VIEW} AS m"
+        )
+        found = {int(r[0]): r for r in spark.sql(query, args={**self.plan.params, "now": self.now}).collect()}
+        out: list[Sequence[Any]] = []
+        for ref in ids:
+            row = found.get(ref)
+            if row is not None:
+                values = list(row)
+                if isinstance(values[4], bytearray):
+                    values[4] = bytes(values[4])
+                out.append(values)
+        return out
+
+    def _slices(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> None:
+        """The view ``slice()`` reads: the members of the slices of ``ids``, as this
+        transaction holds them (the waves before joined and reset theirs)."""
+        rows: list[list[Any]] = []
+        for join in plan.joins:  # the database's plan: its key SQL
+            params = {**join.params, "ids": unit.ids(ids)}
+            found = unit.template_rows("rules_evaluate_lean", {"columns": f", {join.key_sql} AS k"}, params)
+            keys = sorted({str(r[-1]) for r in found if r[-1] is not None})
+            if not keys:
+                continue
+            members = unit.statement_rows(
+                "rules_slice_rows", {"slicing": join.slicing, "keys": json.dumps(keys)}
+            )
+            rows.extend([r[0], r[1], r[2], r[3], *message_values(r[4:])] for r in members)
+        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in _SLICE_ARROW]
+        table = pa.table(
+            [pa.array(list(c), f.type) for c, f in zip(columns, _SLICE_ARROW, strict=True)],
+            schema=_SLICE_ARROW,
+        )
+        self.spark.createDataFrame(table).createOrReplaceTempView(SLICE_VIEW)
+
+
+def run_rules(
+    spark: Any,
+    url: str,
+    app: str | None = None,
+    *,
+    checkpoint: str,
+    name: str = "rules",
+    once: bool = True,
+    max_per_batch: int = 10_000,
+    interval: float | None = None,
+    now: float | None = None,
+) -> RunStats | Any:
+    """Run the rules application of ``url`` on Spark, as ``sluice run`` runs it locally.
+
+    ``app``: a definition to apply first (refused, with nothing applied, if it cannot
+    run on Spark); None runs what is applied. ``checkpoint``: the query's checkpoint
+    directory, kept with ``name`` (a restart from it goes on where the query stopped,
+    exactly once). ``once``: process everything due, including what the rules produce
+    on the way, then return the RunStats; otherwise the running StreamingQuery is
+    returned (``interval``: seconds between micro-batches). ``now``: a fixed time for
+    every batch (tests on a manual clock); by default the database's clock.
+    """
+    url = absolute_url(url)
+    if "://" not in checkpoint:
+        checkpoint = os.path.abspath(checkpoint)  # Spark resolves from where the JVM started
+    db = sluice.connect(url)
+    if now is not None:  # retention's removal reads the same time as the batches
+        db.clock = ManualClock(now)
+    try:
+        if app is not None:
+            db.rules.apply(app, check=check)
+        compiled = _compile(db)
+    except BaseException:
+        db.close()
+        raise
+    spark.dataSource.register(RulesDataSource)
+    register_functions(spark)
+    queues = [
+        [p.name, p.queue_id, p.echo] for p in compiled.plans
+    ]
+    engine = _Engine(spark, db, url, name, compiled)
+    stream = (
+        spark.readStream.format("sluice_rules")
+        .option("url", url)
+        .option("queues", json.dumps(queues))
+        .option("max_per_batch", str(max_per_batch))
+    )
+    if now is not None:
+        stream = stream.option("now", repr(float(now)))
+    writer = (
+        stream.load()
+        .writeStream.foreachBatch(engine.batch)
+        .option("checkpointLocation", checkpoint)
+        .queryName(f"sluice-rules-{name}")
+    )
+    if not once:
+        if interval is not None:
+            writer = writer.trigger(processingTime=f"{interval} seconds")
+        return writer.start()
+    query = writer.start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        engine.stats.removed += db.rules.remove()
+        db.close()
+    return engine.stats
