@@ -107,11 +107,6 @@ from sluice.backends.postgres_streams import PostgresStreams
 
 __all__ = ["PostgresBackend", "PostgresSettings"]
 
-_JOINED = {"idempotency_record": "enqueue_idempotency_record"}
-"""Effects that have a statement of their own joined with an enqueue (idempotency.sql):
-a commit of an enqueue and one of these is that one statement. (psycopg costs about as
-much CPU per statement as the database does per small insert.)"""
-
 _PEER_MEMORY = 60.0  # seconds a notification from another Database counts as a peer
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
 _MAX_SELECTIONS = 256
@@ -573,10 +568,17 @@ class PostgresBackend(
             return Route(statements, True, True, False)
         if len(statements) == 1 and durable:
             return Route(statements, True, True, False)
-        if len(statements) == 2 and statements[0][0] == "enqueue":
-            joined = _JOINED.get(statements[1][0])
-            if joined is not None:  # one statement: one round trip, no BEGIN and COMMIT
-                return Route([(joined, statements[0][1] | statements[1][1])], True, True, False)
+        if (
+            len(statements) == 2
+            and statements[0][0] == "enqueue"
+            and statements[1][0] == "idempotency_record"
+        ):
+            # An effect with a statement of its own joined with the enqueue
+            # (idempotency.sql): one statement, one round trip, no BEGIN and COMMIT.
+            # (psycopg costs about as much CPU per statement as the database does per
+            # small insert.)
+            joined = statements[0][1] | statements[1][1]
+            return Route([("enqueue_idempotency_record", joined)], True, True, False)
         return Route(statements, False, durable, False)
 
     def appended(self, envelopes: Sequence[Envelope], *, ready: bool, notified: bool) -> None:
