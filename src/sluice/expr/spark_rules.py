@@ -34,8 +34,33 @@ class SparkRulesCompiler(SparkCompiler, RulesSqlCompiler):
     stored message (``sluice.spark.rules`` gives them) plus ``id`` and, in relations,
     ``queue`` (its name)."""
 
-    def __init__(self, source: Source | None = None, *, prefix: str = "x") -> None:
+    def __init__(
+        self,
+        source: Source | None = None,
+        *,
+        prefix: str = "x",
+        hoisted: list[tuple[str, str]] | None = None,
+    ) -> None:
+        """``hoisted``: where subqueries over the triggering message go, as (column,
+        SQL), each computed once in a derived table of ``m`` (see ``subquery``)."""
         super().__init__(source, prefix=prefix)
+        self.hoisted = hoisted
+        self._depth = 0
+
+    def subquery(self, node: Subquery) -> str:
+        # A subquery read as a column of m, computed once below the rules' columns: they
+        # use a value several times, and Spark plans each use of a subquery as a join
+        # of its own (and refuses one inside a higher-order function).
+        self._depth += 1
+        try:
+            sql = super().subquery(node)
+        finally:
+            self._depth -= 1
+        if self.hoisted is None or self._depth or self._vars:
+            return sql  # nested, or reading a lambda's variable: stays where it is
+        name = f"_sq{len(self.hoisted)}"
+        self.hoisted.append((name, sql))
+        return f"{self.source.alias}.{name}"
 
     def _let(self, value: str, sql_type: str, body: Callable[[str], str]) -> str:
         # Spark refuses a subquery inside a higher-order function, and a one-element

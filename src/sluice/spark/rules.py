@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import sluice
 from sluice.backends.base import RuleUnit
@@ -48,12 +50,20 @@ from sluice.rules.model import Application, Reset
 from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
 from sluice.rules.runner import StalePlan, process_given
 from sluice.spark.options import absolute_url
-from sluice.spark.rules_source import KEPT_ARROW, RulesDataSource, message_values
+from sluice.spark.rules_source import (
+    KEPT_ARROW,
+    KEPT_SCHEMA,
+    MESSAGE_SCHEMA,
+    RulesDataSource,
+    message_values,
+)
 
 __all__ = ["check", "run_rules"]
 
 SLICE_VIEW: Final = "sluice_rules_slice"
 _BATCH_VIEW: Final = "sluice_rules_m"
+ROWS_SCHEMA: Final = f"id BIGINT, {MESSAGE_SCHEMA}"
+SLICE_SCHEMA: Final = f"slicing STRING, key STRING, {KEPT_SCHEMA}"
 _SLICE_ARROW: Final = pa.schema(
     [("slicing", pa.string()), ("key", pa.string()), *((f.name, f.type) for f in KEPT_ARROW)]
 )
@@ -90,12 +100,28 @@ class SparkRelations(RelationSource):
 
 
 class SparkRuleSQL:
-    """The rules' compilers for Spark (``plan.RuleCompilers``)."""
+    """The rules' compilers for Spark (``plan.RuleCompilers``); ``hoisted`` collects the
+    subqueries over the triggering message of every plan it compiles."""
+
+    def __init__(self) -> None:
+        self.hoisted: list[tuple[str, str]] = []
 
     def rules_compiler(
         self, relations: RelationSource | None, prefix: str = "r", alias: str = "m"
     ) -> SparkRulesCompiler:
-        return SparkRulesCompiler(Source(alias=alias, relations=relations), prefix=prefix)
+        source = Source(alias=alias, relations=relations)
+        return SparkRulesCompiler(source, prefix=prefix, hoisted=self.hoisted)
+
+    def evaluation(self, plan: QueuePlan) -> str:
+        """The SELECT of ``plan``'s columns over the view of the batch's messages: the
+        message's own parts, then the columns; the subqueries they read below them."""
+        columns = plan.columns_sql()
+        used = [(n, sql) for n, sql in self.hoisted if re.search(rf"\bm\.{n}\b", columns)]
+        inner = "".join(f", {sql} AS {n}" for n, sql in used)
+        return (
+            f"SELECT m.id, m.properties, m.content_type, m.body, m.body_bytes{columns} "
+            f"FROM (SELECT m.*{inner} FROM {_BATCH_VIEW} AS m) AS m"
+        )
 
     def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
         return SparkRelations(queue_ids, slicing)
@@ -146,6 +172,8 @@ class _Compiled:
     """The database's plans, highest PRIORITY first (what the runner executes)."""
     spark: Mapping[str, QueuePlan]
     """The same plans with their columns in Spark SQL, by queue."""
+    queries: Mapping[str, str]
+    """Each Spark plan's evaluation SELECT, by queue."""
     queue_ids: Mapping[str, int]
 
 
@@ -157,8 +185,10 @@ def _compile(db: Database) -> _Compiled:
     check(app)
     ids = {str(n): int(i) for n, i in backend.rules_read("rules_queue_ids", {})}
     plans = compile_application(app, backend, ids)
-    spark = {p.name: p for p in compile_application(app, SparkRuleSQL(), ids)}
-    return _Compiled(version, app, tuple(plans), spark, ids)
+    compilers = SparkRuleSQL()
+    spark = {p.name: p for p in compile_application(app, compilers, ids)}
+    queries = {name: compilers.evaluation(p) for name, p in spark.items()}
+    return _Compiled(version, app, tuple(plans), spark, queries, ids)
 
 
 @dataclass(slots=True)
@@ -175,37 +205,34 @@ class _Engine:
     """The session of the micro-batch at hand (the query's)."""
 
     def batch(self, frame: Any, batch_id: int) -> None:
-        from pyspark.sql import functions as F  # noqa: PLC0415, N812  (Spark's own spelling)
-
-        # Materialised once: the queues' transactions change what the source would read,
-        # and on SQLite a task reading the database inside one would wait for it.
-        # The query's own session (a clone of ``spark``) holds the batch's views.
+        # Read once, into the driver: the queues' transactions change what the source
+        # would read again, and on SQLite a task reading the database inside one would
+        # wait for it. The query's own session (a clone of ``spark``) evaluates.
         self.session = frame.sparkSession
-        frame = frame.localCheckpoint(eager=True)
-        times = frame.groupBy("queue_id").agg(F.max("at").alias("at")).collect()
-        present = {int(r["queue_id"]) for r in times}
-        if not present:
+        table = frame.toArrow()
+        if table.num_rows == 0:
             return
-        now = max(float(r["at"]) for r in times)
+        now = float(pc.max(table["at"]).as_py())
+        present = set(pc.unique(table["queue_id"]).to_pylist())
         for plan in self.compiled.plans:
             if plan.queue_id in present:
-                self._queue(frame, plan.name, batch_id, now)
+                rows = table.filter(pc.equal(table["queue_id"], plan.queue_id))
+                self._queue(rows.drop_columns(["queue_id", "at"]), plan.name, batch_id, now)
         self.stats.batches += 1
 
-    def _queue(self, frame: Any, queue: str, batch_id: int, now: float) -> None:
+    def _queue(self, rows: pa.Table, queue: str, batch_id: int, now: float) -> None:
         backend = self.db.backend
         record = f"rules:{self.name}:{queue}"
         done = backend.rules_read("rules_batch_of", {"name": record})
         if done and int(done[0][0]) >= batch_id:
             return  # a replayed batch: this queue's part committed the first time
+        ids = [int(i) for i in rows["id"].to_pylist()]
         while True:
             compiled = self.compiled
             plan = next((p for p in compiled.plans if p.name == queue), None)
             if plan is None:
                 return  # no longer processed by the rules
-            rows = frame.where(frame.queue_id == plan.queue_id).drop("queue_id", "at")
-            ids = [int(r[0]) for r in rows.select("id").collect()]
-            evaluation = _Evaluation(self, compiled.spark[queue], rows, ids, now)
+            evaluation = _Evaluation(self, compiled, queue, rows, now)
 
             def mark(unit: RuleUnit) -> None:
                 params = {"name": record, "batch": batch_id, "now": now}
@@ -226,8 +253,10 @@ class _Engine:
             except StalePlan:
                 self.compiled = _compile(self.db)
                 continue
-            self.stats.add(result)
-            self.stats.batches -= 1  # counted per micro-batch, not per queue
+            self.stats.processed += result.processed
+            self.stats.errors += result.errors
+            self.stats.produced += sum(result.produced.values())
+            self.stats.removed += result.removed
             return
 
 
@@ -235,25 +264,26 @@ class _Evaluation:
     """The runner's ``Evaluate`` on Spark for one queue of one micro-batch."""
 
     def __init__(
-        self, engine: _Engine, plan: QueuePlan, rows: Any, ids: Sequence[int], now: float
+        self, engine: _Engine, compiled: _Compiled, queue: str, rows: pa.Table, now: float
     ) -> None:
         self.spark = engine.session
-        self.plan = plan
+        self.plan = plan = compiled.spark[queue]
+        self.query = compiled.queries[queue]
         self.rows = rows
-        self.all = frozenset(ids)
         self.now = now
-        sql = plan.columns_sql()
-        self.slices = SLICE_VIEW in sql
+        self.slices = SLICE_VIEW in self.query
         # Snapshots of the queues the rules read, before the queue's transaction opens.
         for queue in sorted(plan.reads):
-            queue_id = engine.compiled.queue_ids.get(queue, 0)
+            queue_id = compiled.queue_ids.get(queue, 0)
             read = (
                 self.spark.read.format("sluice_rules")
                 .option("url", engine.url)
                 .option("queue_id", str(queue_id))
                 .load()
             )
-            read.localCheckpoint(eager=True).createOrReplaceTempView(queue_view(queue_id))
+            self.spark.createDataFrame(read.toArrow(), KEPT_SCHEMA).createOrReplaceTempView(
+                queue_view(queue_id)
+            )
 
     def __call__(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
         try:
@@ -267,27 +297,16 @@ class _Evaluation:
 
     def _evaluate(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
         spark = self.spark
-        frame = self.rows
-        if set(ids) != self.all:
-            wanted = spark.createDataFrame(pa.table({"id": pa.array(ids, pa.int64())}))
-            frame = frame.join(wanted.hint("broadcast"), "id")
-        frame.createOrReplaceTempView(_BATCH_VIEW)
+        rows = self.rows
+        if len(ids) != rows.num_rows:
+            rows = rows.filter(pc.is_in(rows["id"], pa.array(ids, pa.int64())))
+        spark.createDataFrame(rows, ROWS_SCHEMA).createOrReplaceTempView(_BATCH_VIEW)
         if self.slices:
             self._slices(unit, plan, ids)
-        query = (
-            "SELECT m.id, m.properties, m.content_type, m.body, m.body_bytes"
-            f"{self.plan.columns_sql()} FROM {_BATCH_VIEW} AS m"
-        )
-        found = {int(r[0]): r for r in spark.sql(query, args={**self.plan.params, "now": self.now}).collect()}
-        out: list[Sequence[Any]] = []
-        for ref in ids:
-            row = found.get(ref)
-            if row is not None:
-                values = list(row)
-                if isinstance(values[4], bytearray):
-                    values[4] = bytes(values[4])
-                out.append(values)
-        return out
+        result = spark.sql(self.query, args={**self.plan.params, "now": self.now}).toArrow()
+        columns = [c.to_pylist() for c in result.columns]
+        found = {int(r[0]): r for r in zip(*columns, strict=True)} if columns else {}
+        return [found[ref] for ref in ids if ref in found]
 
     def _slices(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> None:
         """The view ``slice()`` reads: the members of the slices of ``ids``, as this
@@ -308,7 +327,7 @@ class _Evaluation:
             [pa.array(list(c), f.type) for c, f in zip(columns, _SLICE_ARROW, strict=True)],
             schema=_SLICE_ARROW,
         )
-        self.spark.createDataFrame(table).createOrReplaceTempView(SLICE_VIEW)
+        self.spark.createDataFrame(table, SLICE_SCHEMA).createOrReplaceTempView(SLICE_VIEW)
 
 
 def run_rules(

@@ -34,16 +34,16 @@ from sluice.errors import ConfigurationError
 from sluice.message import is_json, is_xml
 from sluice.spark.options import connection
 
-__all__ = ["KEPT_SCHEMA", "STREAM_SCHEMA", "RulesDataSource", "StreamQueue", "message_values"]
+__all__ = ["KEPT_SCHEMA", "MESSAGE_SCHEMA", "STREAM_SCHEMA", "RulesDataSource", "StreamQueue", "message_values"]
 
-_MESSAGE: Final = (
+MESSAGE_SCHEMA: Final = (
     "priority BIGINT, properties STRING, content_type STRING, body STRING, "
     "body_bytes BINARY, enqueued_at DOUBLE, available_at DOUBLE, expires_at DOUBLE, "
     "attempts INT, type STRING, correlation_id STRING, reply_to STRING"
 )
-STREAM_SCHEMA: Final = f"queue_id INT, id BIGINT, {_MESSAGE}, at DOUBLE"
+STREAM_SCHEMA: Final = f"queue_id INT, id BIGINT, {MESSAGE_SCHEMA}, at DOUBLE"
 """A stream row: a message of a processed queue, and its batch's time."""
-KEPT_SCHEMA: Final = f"id BIGINT, queue STRING, {_MESSAGE}"
+KEPT_SCHEMA: Final = f"id BIGINT, queue STRING, {MESSAGE_SCHEMA}"
 """A kept message as a relation's row sees it (``queue``: its queue's name)."""
 
 _ARROW_MESSAGE: Final = [
