@@ -161,3 +161,93 @@ def format_procurement(report: ProcurementReport) -> str:
     )
     lines += [f"  [{'ok' if ok else 'FAILED'}] {name}" for name, ok in report.checks.items()]
     return "\n".join(lines)
+
+
+@dataclass(slots=True)
+class Workload:
+    """What a generated procurement workload did: per phase, seconds and what the engine
+    reported."""
+
+    requests: int
+    phases: list[tuple[str, float, RunStats]] = field(default_factory=list)
+
+
+def run_procurement_workload(
+    db: sluice.Database, requests: int, *, seed: int = 7, engine: Engine | None = None
+) -> Workload:
+    """Demaq's process under load: ``requests`` offer requests with random outcomes.
+
+    A tenth of the customers have an overdue invoice (finance refuses them), some items
+    are export-controlled (legal refuses; never for an overdue customer, so that no
+    request has two refusals whose order of arrival would decide the answer), a twentieth
+    of the requests name no customer, a fiftieth ask for half a unit (an error message),
+    and the supplier refuses a sixth. Then a third of the offers are ordered, half of
+    those invoices paid within ten days, and a month passes: the unpaid ones are
+    reminded. Every outcome follows from the messages, whatever order the engine takes
+    its queues in. ``engine`` as for run_procurement_demo.
+    """
+    import random  # noqa: PLC0415  (only the workload draws)
+    import time  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    clock = ManualClock(START)
+    db.clock = clock
+    db.apply(application())
+    load = Workload(requests)
+
+    def settle(phase: str) -> None:
+        started = time.perf_counter()
+        stats = db.rules.run_until_idle() if engine is None else engine(clock.now())
+        load.phases.append((phase, time.perf_counter() - started, stats))
+
+    customers = max(10, requests // 5)
+    overdue = {f"c{n}" for n in range(customers) if n % 10 == 3}
+    with db.transaction() as tx:
+        for customer in sorted(overdue):
+            tx.enqueue(
+                "overdue",
+                f'<overdue invoice="old-{customer}"/>',
+                content_type=XML,
+                properties={"customerID": customer},
+            )
+    offers, answers = [], []
+    for n in range(requests):
+        rid = f"r{n}"
+        customer = None if rng.random() < 0.05 else f"c{rng.randrange(customers)}"
+        qty = "1.5" if rng.random() < 0.02 else str(rng.randint(1, 9))
+        controlled = customer not in overdue and rng.random() < 0.1
+        export = ' export="controlled"' if controlled else ""
+        offers.append(_request(rid, customer, f'<item sku="S-{n % 97}" qty="{qty}"{export}/>'))
+        if rng.random() < 1 / 6:
+            answers.append(f'<supplierRefused request="{rid}"/>')
+        else:
+            answers.append(f'<supplierOK request="{rid}" price="{rng.randint(50, 500)}"/>')
+    # The supplier answered ahead of the request's own checks: its answer's place among
+    # a request's checks is the same on every engine.
+    db.queue("checks").put_many(answers, content_type=XML)
+    db.queue("offerRequests").put_many(offers, content_type=XML)
+    settle("requests")
+    while True:  # the supplier takes its requests: it answered them already
+        with db.transaction() as tx:
+            if not tx.dequeue("supplier", limit=1000):
+                break
+    accepted = sorted(
+        m.body.split('request="', 1)[1].split('"', 1)[0]
+        for m in db.queue("customer").browse(limit=10 * requests)
+        if str(m.body).startswith("<offer ")
+    )
+    ordered = [rid for rid in accepted if rng.random() < 1 / 3]
+    orders = [
+        f'<order request="{rid}" customer="c{rng.randrange(customers)}" price="100"/>'
+        for rid in ordered
+    ]
+    db.queue("purchaseOrders").put_many(orders, content_type=XML)
+    settle("orders")
+    clock.advance(10 * DAY)
+    paid = [rid for rid in ordered if rng.random() < 0.5]
+    payments = [f'<payment invoice="inv-{rid}" amount="100"/>' for rid in paid]
+    db.queue("payments").put_many(payments, content_type=XML)
+    settle("payments")
+    clock.advance(21 * DAY)
+    settle("reminders")
+    return load

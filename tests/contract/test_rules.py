@@ -645,3 +645,18 @@ def test_a_made_body_its_target_refuses_becomes_an_error_message(db: sluice.Data
     errors = ready(db, "bad")
     assert [e["error"] for e in errors] == ["message", "body"]
     assert [e["trigger"]["body"]["name"] for e in errors] == ["b", None]
+
+
+def test_a_message_made_by_python_keeps_its_system_properties(db: sluice.Database) -> None:
+    # A NULL body sends the batch down the Python path, which makes the error message;
+    # the other message is made there too, on a queue with no declared properties.
+    db.apply("""
+        CREATE QUEUE a; CREATE QUEUE b;
+        CREATE RULE r FOR a IF true THEN ENQUEUE body.x INTO b;
+    """)
+    db.queue("a").put_many([{"x": 1}, {"y": 2}])
+    db.rules.run_until_idle()
+    (made,) = db.queue("b").browse()
+    assert made.body == 1
+    assert made.properties["rule"] == "r"
+    assert made.properties["trigger_queue"] == "a"

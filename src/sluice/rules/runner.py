@@ -24,7 +24,7 @@ from sluice.engine.context import EngineContext
 from sluice.engine.enqueue import property_value, typed_envelope
 from sluice.errors import MessageError, QueueNotFound, SluiceError, StorageError
 from sluice.expr.xml import parse_xml
-from sluice.message import JSON, XML, decode_json, is_json, is_xml
+from sluice.message import JSON, XML, decode_json, encode_json, is_json, is_xml
 from sluice.rules.fast import ActionKey, FastInsert, usable
 from sluice.rules.model import Application, RuleDef
 from sluice.rules.plan import (
@@ -544,7 +544,10 @@ class _Batch:
     ) -> Envelope:
         content = self.context.content(queue)  # QueueNotFound: a Failure of kind "queue"
         self.num += 1
-        base = Envelope(queue, 0, 0, "", content_type or "", None, None, None,
+        # A queue with declared properties stores them with the computed ones
+        # (typed_envelope); any other keeps these as they are, as an enqueue does.
+        given = encode_json(properties) if properties and not content.stored else None
+        base = Envelope(queue, 0, 0, "", content_type or "", given, None, None,
                         self.now, available, None, None, None, None, None)  # fmt: skip
         return typed_envelope(
             self.context.types, content, base, num=self.num, body=body, priority=None,
