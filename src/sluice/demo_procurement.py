@@ -189,7 +189,7 @@ def run_procurement_workload(
     import random  # noqa: PLC0415  (only the workload draws)
     import time  # noqa: PLC0415
 
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311  (a workload, not a secret)
     clock = ManualClock(START)
     db.clock = clock
     db.apply(application())
@@ -213,11 +213,11 @@ def run_procurement_workload(
     offers, answers = [], []
     for n in range(requests):
         rid = f"r{n}"
-        customer = None if rng.random() < 0.05 else f"c{rng.randrange(customers)}"
+        asker = None if rng.random() < 0.05 else f"c{rng.randrange(customers)}"
         qty = "1.5" if rng.random() < 0.02 else str(rng.randint(1, 9))
-        controlled = customer not in overdue and rng.random() < 0.1
+        controlled = asker not in overdue and rng.random() < 0.1
         export = ' export="controlled"' if controlled else ""
-        offers.append(_request(rid, customer, f'<item sku="S-{n % 97}" qty="{qty}"{export}/>'))
+        offers.append(_request(rid, asker, f'<item sku="S-{n % 97}" qty="{qty}"{export}/>'))
         if rng.random() < 1 / 6:
             answers.append(f'<supplierRefused request="{rid}"/>')
         else:

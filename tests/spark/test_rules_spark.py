@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import sluice
-from sluice.demo_procurement import run_procurement_demo
+from sluice.demo_procurement import START, run_procurement_demo, run_procurement_workload
 from sluice.errors import ConfigurationError
 from sluice.spark.rules import run_rules
 
@@ -52,7 +57,10 @@ def two(shared_url: str, tmp_path: Path) -> Iterator[tuple[sluice.Database, slui
 
 
 def test_procurement_on_spark_gives_the_local_engines_results(
-    spark: SparkSession, two: tuple[sluice.Database, sluice.Database], shared_url: str, tmp_path: Path
+    spark: SparkSession,
+    two: tuple[sluice.Database, sluice.Database],
+    shared_url: str,
+    tmp_path: Path,
 ) -> None:
     local, remote = two
     expected = run_procurement_demo(local)
@@ -63,3 +71,128 @@ def test_procurement_on_spark_gives_the_local_engines_results(
     assert got.alerts == expected.alerts
     assert snapshot(remote) == snapshot(local)
     assert (got.processed, got.errors) == (expected.processed, expected.errors)
+
+
+REQUESTS = 2_000
+"""The generated workload's size here (bench.rules_spark runs tens of thousands)."""
+
+
+@pytest.mark.parametrize("shared_url", ["postgresql"], indirect=True)  # SQLite: procurement's
+def test_a_generated_workload_on_spark_gives_the_local_engines_queues(
+    spark: SparkSession,
+    two: tuple[sluice.Database, sluice.Database],
+    shared_url: str,
+    tmp_path: Path,
+) -> None:
+    local, remote = two
+    expected = run_procurement_workload(local, REQUESTS)
+    got = run_procurement_workload(
+        remote, REQUESTS, engine=spark_engine(spark, shared_url, tmp_path / "ck")
+    )
+    assert [(p, s.processed, s.errors) for p, _, s in got.phases] == [
+        (p, s.processed, s.errors) for p, _, s in expected.phases
+    ]
+    assert snapshot(remote) == snapshot(local)
+    assert len(remote.queue("customer")) > REQUESTS // 2  # offers, refusals, reminders
+
+
+KEYED_RESET = """
+CREATE QUEUE a; CREATE QUEUE b;
+CREATE PROPERTY k AS text QUEUE a VALUE body.k;
+CREATE SLICING s ON k;
+CREATE RULE r FOR a IF true THEN RESET s KEY 'x';
+"""
+READS_WHAT_IT_WRITES = """
+CREATE QUEUE a; CREATE QUEUE seen;
+CREATE RULE r FOR a
+  IF NOT EXISTS (SELECT 1 FROM queue('seen') AS s WHERE CAST(s.body.id AS DOUBLE) = body.id)
+  THEN ENQUEUE body INTO seen;
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [(KEYED_RESET, "rule 'r': RESET s KEY"), (READS_WHAT_IT_WRITES, "queue('seen')")],
+)
+def test_what_cannot_run_on_spark_is_refused_when_applied(
+    spark: SparkSession, shared_url: str, tmp_path: Path, text: str, named: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="cannot run on Spark") as refused:
+        run_rules(spark, shared_url, text, checkpoint=str(tmp_path / "ck"))
+    assert named in str(refused.value)
+    with sluice.connect(shared_url) as db:
+        assert not db.rules.application.rules  # nothing was applied
+        db.apply(text)  # the local engine runs it
+        with pytest.raises(ConfigurationError, match="cannot run on Spark"):
+            run_rules(spark, shared_url, checkpoint=str(tmp_path / "ck"))
+
+
+CHAIN = """
+CREATE QUEUE orders; CREATE QUEUE billing; CREATE QUEUE shipping; CREATE QUEUE audit;
+CREATE PROPERTY total AS real QUEUE billing VALUE body.total;
+CREATE RULE route FOR orders IF body.total > 0 THEN
+    ENQUEUE json_object('order', body.id, 'total', body.total) INTO billing,
+    ENQUEUE json_object('order', body.id) INTO shipping
+  ELSE ENQUEUE body INTO audit;
+CREATE RULE bill FOR billing IF props.total > 100 THEN
+    ENQUEUE json_object('big', body.order) INTO audit;
+"""
+ORDERS = 3_000
+PER_BATCH = 300
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _driver(url: str, checkpoint: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:  # a session of its own: a kill takes the JVM along
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.rules_child", url, str(checkpoint),
+             str(PER_BATCH), repr(START)],
+            cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _finish(process: subprocess.Popen[bytes], log: Path) -> int:
+    try:
+        return process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        pytest.fail(f"the rules driver did not finish; its log:\n{log.read_text()[-4000:]}")
+
+
+@pytest.mark.parametrize("shared_url", ["postgresql"], indirect=True)
+def test_the_driver_killed_mid_run_then_restarted_gives_the_same_result(
+    two: tuple[sluice.Database, sluice.Database], shared_url: str, tmp_path: Path
+) -> None:
+    local, remote = two
+    for db in (local, remote):
+        db.clock = sluice.ManualClock(START)
+        db.apply(CHAIN)
+        db.queue("orders").put_many(
+            [{"id": n, "total": (n * 37) % 250 - 20} for n in range(ORDERS)]
+        )
+    local.rules.run_until_idle()
+    checkpoint, log = tmp_path / "checkpoint", tmp_path / "driver.log"
+    # kill -9 from outside, once Spark has committed a batch and the run goes on ...
+    first = _driver(shared_url, checkpoint, log)
+    deadline = time.monotonic() + 300
+    while not (checkpoint / "commits" / "0").exists():  # the event: batch 0 is committed
+        if first.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the driver ended before batch 1; log:\n{log.read_text()[-4000:]}")
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    # ... then a driver that kills itself inside a micro-batch: one queue's part of
+    # batch 1 committed in the database, the rest of it and Spark's commit log not.
+    assert (
+        _finish(_driver(shared_url, checkpoint, log, SLUICE_SPARK_FAULT="after_rules_queue"), log)
+        != 0
+    )
+    assert len(remote.queue("orders")) < ORDERS, "the first run should have processed some"
+    assert _finish(_driver(shared_url, checkpoint, log), log) == 0
+    assert snapshot(remote) == snapshot(local)
+    assert len(remote.queue("billing").browse(limit=ORDERS, state="done")) == 0  # removed
+    assert sorted(m.body["order"] for m in remote.queue("shipping").browse(limit=ORDERS)) == [
+        n for n in range(ORDERS) if (n * 37) % 250 - 20 > 0
+    ]

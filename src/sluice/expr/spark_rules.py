@@ -87,8 +87,7 @@ class SparkRulesCompiler(SparkCompiler, RulesSqlCompiler):
         if kind == "array":
             return f"('[' || concat_ws(',', {_listed(items)}) || ']')"
         pairs = [
-            f"{self._json_string(args[n])} || ':' || {items[n + 1]}"
-            for n in range(0, len(args), 2)
+            f"{self._json_string(args[n])} || ':' || {items[n + 1]}" for n in range(0, len(args), 2)
         ]
         return f"('{{' || concat_ws(',', {_listed(pairs)}) || '}}')"
 
@@ -131,7 +130,9 @@ class SparkRulesCompiler(SparkCompiler, RulesSqlCompiler):
                 keys.append((name, descending))
         fields.append(f"'i', {alias}.id")
         left, right = self._name("l"), self._name("r")
-        order = f"CASE WHEN {left}.i < {right}.i THEN -1 WHEN {left}.i > {right}.i THEN 1 ELSE 0 END"
+        order = (
+            f"CASE WHEN {left}.i < {right}.i THEN -1 WHEN {left}.i > {right}.i THEN 1 ELSE 0 END"
+        )
         for name, descending in reversed(keys):
             a, b = f"{left}.{name}", f"{right}.{name}"
             before, after = ("1", "-1") if descending else ("-1", "1")

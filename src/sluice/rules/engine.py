@@ -118,7 +118,9 @@ class Rules:
         self.reload()
         return self._compiled.app
 
-    def apply(self, text: str, *, check: Callable[[Application], None] | None = None) -> Application:
+    def apply(
+        self, text: str, *, check: Callable[[Application], None] | None = None
+    ) -> Application:
         """Apply a definition: the statements of ``text`` on top of what is applied.
 
         Idempotent: applying the same text again changes nothing. Every static

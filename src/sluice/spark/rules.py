@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -92,8 +93,12 @@ class SparkRelations(RelationSource):
         if kind == "queue":
             assert queue is not None  # the checker names a declared queue
             return f"{queue_view(self._queue_ids.get(queue, 0))} AS {alias}", "true"
-        assert self._slicing is not None and key is not None
-        return f"{SLICE_VIEW} AS {alias}", f"{alias}.slicing = {bind(self._slicing)} AND {alias}.key = {key}"
+        assert self._slicing is not None
+        assert key is not None
+        return (
+            f"{SLICE_VIEW} AS {alias}",
+            f"{alias}.slicing = {bind(self._slicing)} AND {alias}.key = {key}",
+        )
 
     def queue_name(self, alias: str) -> str:
         return f"{alias}.queue"
@@ -144,7 +149,11 @@ def _refusal(app: Application, plan: QueuePlan) -> str | None:
     if not plan.sequential or plan.waves is not None:
         return None
     written = {
-        a.queue for r in plan.rules for b in r.branches for a in b.actions if isinstance(a, PlannedEnqueue)
+        a.queue
+        for r in plan.rules
+        for b in r.branches
+        for a in b.actions
+        if isinstance(a, PlannedEnqueue)
     }
     written |= {q for q in (plan.definition.error_queue, app.error_queue, SYSTEM_ERRORS) if q}
     written |= {r.rule.error_queue for r in plan.rules if r.rule.error_queue}
@@ -253,11 +262,20 @@ class _Engine:
             except StalePlan:
                 self.compiled = _compile(self.db)
                 continue
+            _fault_point(batch_id)
             self.stats.processed += result.processed
             self.stats.errors += result.errors
             self.stats.produced += sum(result.produced.values())
             self.stats.removed += result.removed
             return
+
+
+def _fault_point(batch_id: int) -> None:
+    """For the crash tests: SLUICE_SPARK_FAULT=after_rules_queue kills the driver's whole
+    process group (the JVM too, as kill -9 of a driver does) once the first queue of
+    micro-batch 1 has committed, the rest of the batch not yet processed."""
+    if os.environ.get("SLUICE_SPARK_FAULT") == "after_rules_queue" and batch_id == 1:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 class _Evaluation:
@@ -273,8 +291,8 @@ class _Evaluation:
         self.now = now
         self.slices = SLICE_VIEW in self.query
         # Snapshots of the queues the rules read, before the queue's transaction opens.
-        for queue in sorted(plan.reads):
-            queue_id = compiled.queue_ids.get(queue, 0)
+        for read_queue in sorted(plan.reads):
+            queue_id = compiled.queue_ids.get(read_queue, 0)
             read = (
                 self.spark.read.format("sluice_rules")
                 .option("url", engine.url)
@@ -314,7 +332,9 @@ class _Evaluation:
         rows: list[list[Any]] = []
         for join in plan.joins:  # the database's plan: its key SQL
             params = {**join.params, "ids": unit.ids(ids)}
-            found = unit.template_rows("rules_evaluate_lean", {"columns": f", {join.key_sql} AS k"}, params)
+            found = unit.template_rows(
+                "rules_evaluate_lean", {"columns": f", {join.key_sql} AS k"}, params
+            )
             keys = sorted({str(r[-1]) for r in found if r[-1] is not None})
             if not keys:
                 continue
@@ -322,7 +342,9 @@ class _Evaluation:
                 "rules_slice_rows", {"slicing": join.slicing, "keys": json.dumps(keys)}
             )
             rows.extend([r[0], r[1], r[2], r[3], *message_values(r[4:])] for r in members)
-        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in _SLICE_ARROW]
+        columns: list[Sequence[Any]] = (
+            list(zip(*rows, strict=True)) if rows else [[]] * len(_SLICE_ARROW)
+        )
         table = pa.table(
             [pa.array(list(c), f.type) for c, f in zip(columns, _SLICE_ARROW, strict=True)],
             schema=_SLICE_ARROW,
@@ -367,9 +389,7 @@ def run_rules(
         raise
     spark.dataSource.register(RulesDataSource)
     register_functions(spark)
-    queues = [
-        [p.name, p.queue_id, p.echo] for p in compiled.plans
-    ]
+    queues = [[p.name, p.queue_id, p.echo] for p in compiled.plans]
     engine = _Engine(spark, db, url, name, compiled)
     stream = (
         spark.readStream.format("sluice_rules")

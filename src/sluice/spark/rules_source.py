@@ -15,6 +15,7 @@ batch; ``latestOffset`` plans one whenever there is such work.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,14 @@ from sluice.errors import ConfigurationError
 from sluice.message import is_json, is_xml
 from sluice.spark.options import connection
 
-__all__ = ["KEPT_SCHEMA", "MESSAGE_SCHEMA", "STREAM_SCHEMA", "RulesDataSource", "StreamQueue", "message_values"]
+__all__ = [
+    "KEPT_SCHEMA",
+    "MESSAGE_SCHEMA",
+    "STREAM_SCHEMA",
+    "RulesDataSource",
+    "StreamQueue",
+    "message_values",
+]
 
 MESSAGE_SCHEMA: Final = (
     "priority BIGINT, properties STRING, content_type STRING, body STRING, "
@@ -86,10 +94,8 @@ def message_values(row: Sequence[Any]) -> list[Any]:
     body, binary = (raw, None) if isinstance(raw, str) or raw is None else (None, raw)
     kind = content_type or "application/json"
     if binary is not None and (is_json(kind) or is_xml(kind) or kind.startswith("text/")):
-        try:
+        with contextlib.suppress(UnicodeDecodeError):  # else as bytes, as the database reads it
             body, binary = binary.decode("utf-8"), None
-        except UnicodeDecodeError:
-            pass  # read as bytes, as the database engine reads it
     return [priority, properties, content_type, body, binary, *rest]
 
 
@@ -118,13 +124,15 @@ class _KeptReader(DataSourceReader):
         self.queue_id = int(options["queue_id"])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        rows = connection(self.url).backend.rules_read("rules_kept_rows", {"queue_id": self.queue_id})
+        rows = connection(self.url).backend.rules_read(
+            "rules_kept_rows", {"queue_id": self.queue_id}
+        )
         values = [[r[0], r[1], *message_values(r[2:])] for r in rows]
         yield _batch(values, KEPT_ARROW)
 
 
-@dataclass(frozen=True, slots=True)
-class _Slice(InputPartition):  # type: ignore[misc]  (pyspark's class is untyped)
+@dataclass(frozen=True)
+class _Slice(InputPartition):
     queue_id: int
     upto: int
     at: float
@@ -134,7 +142,9 @@ class _RulesStream(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.url = options["url"]
         try:
-            self.queues = [StreamQueue(str(n), int(i), bool(e)) for n, i, e in json.loads(options["queues"])]
+            self.queues = [
+                StreamQueue(str(n), int(i), bool(e)) for n, i, e in json.loads(options["queues"])
+            ]
             self.cap = int(options.get("max_per_batch", "10000"))
             self.fixed = float(options["now"]) if options.get("now") else None
         except (KeyError, ValueError, TypeError) as exc:
@@ -143,7 +153,9 @@ class _RulesStream(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, Any]:
         return {"at": 0, "n": 0, "q": {str(q.id): 0 for q in self.queues}}
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
         db = connection(self.url)
         backend = db.backend
         start = start or self.initialOffset()
@@ -187,8 +199,7 @@ class _RulesStream(DataSourceStreamReader):
 
 
 def _batch(values: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
-    columns = list(zip(*values, strict=True)) if values else [[] for _ in schema]
+    columns: list[Sequence[Any]] = list(zip(*values, strict=True)) if values else [[]] * len(schema)
     return pa.RecordBatch.from_arrays(
         [pa.array(list(c), f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
     )
-
