@@ -35,6 +35,8 @@ def cmd_apply(args: argparse.Namespace, db: sluice.Database) -> int:
 
 
 def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
+    if args.engine == "spark":
+        return _run_on_spark(args, db)
     if args.file:
         db.apply(_read(args.file))
     stop = threading.Event()
@@ -60,6 +62,50 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
         f"{stats.produced} produced, {stats.errors} error(s), {stats.removed} removed",
         file=sys.stderr,
     )
+    return 0
+
+
+def _run_on_spark(args: argparse.Namespace, db: sluice.Database) -> int:
+    """``sluice run --engine spark``: the same application on Spark (docs/rules.md)."""
+    from sluice.spark.pipeline import spark_session  # noqa: PLC0415  (pyspark is an extra)
+    from sluice.spark.rules import run_rules, start_rules  # noqa: PLC0415
+
+    if not args.checkpoint:
+        raise ConfigurationError(
+            "sluice run --engine spark needs --checkpoint DIR: where Spark keeps the query's "
+            "progress (keep it with --name)"
+        )
+    text = _read(args.file) if args.file else None
+    url = args.db if "://" in args.db else f"sqlite:///{args.db}"
+    spark = spark_session(args.master, f"sluice-rules-{args.name}")
+    options = {"checkpoint": args.checkpoint, "name": args.name,
+               "max_per_batch": args.max_per_batch}  # fmt: skip
+    if args.once:
+        stats = run_rules(spark, url, text, **options)
+        print(
+            f"sluice run: {stats.batches} micro-batch(es) on Spark, {stats.processed} "
+            f"message(s) processed, {stats.produced} produced, {stats.errors} error(s), "
+            f"{stats.removed} removed",
+            file=sys.stderr,
+        )
+        return 0
+    query = start_rules(spark, url, text, interval=args.interval, **options)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        query.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    gateways = db.gateways.list()
+    print(f"sluice run: running the rules on Spark ({args.master})"
+          + (f" and {len(gateways)} gateway(s)" if gateways else "")
+          + "; SIGTERM or Ctrl-C to stop", file=sys.stderr, flush=True)  # fmt: skip
+    if gateways:
+        db.gateways.start(poll=args.poll)
+    try:
+        query.awaitTermination()
+    finally:
+        db.gateways.stop()
     return 0
 
 
@@ -92,4 +138,21 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p.add_argument(
         "--poll", type=float, default=1.0, help="seconds a gateway waits for news at a time"
     )
+    p.add_argument(
+        "--engine", choices=("local", "spark"), default="local",
+        help="where the rules run: this process (local) or Spark Structured Streaming",
+    )  # fmt: skip
+    p.add_argument("--master", default="local[*]", help="Spark's master (--engine spark)")
+    p.add_argument("--checkpoint", help="the Spark query's checkpoint directory (--engine spark)")
+    p.add_argument("--name", default="rules", help="the Spark query's name (--engine spark)")
+    p.add_argument(
+        "--max-per-batch", type=int, default=10_000,
+        help="messages per queue and micro-batch (--engine spark)",
+    )  # fmt: skip
+    p.add_argument("--interval", type=float, help="seconds between micro-batches (--engine spark)")
+    p.add_argument(
+        "--once", action="store_true",
+        help="process what is due, then stop (--engine spark; the local engine: sluice run "
+        "until SIGTERM)",
+    )  # fmt: skip
     add("gateways", cmd_gateways, "list the gateway queues (docs/gateways.md)")

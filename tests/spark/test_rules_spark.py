@@ -196,3 +196,32 @@ def test_the_driver_killed_mid_run_then_restarted_gives_the_same_result(
     assert sorted(m.body["order"] for m in remote.queue("shipping").browse(limit=ORDERS)) == [
         n for n in range(ORDERS) if (n * 37) % 250 - 20 > 0
     ]
+
+
+def test_sluice_run_with_the_spark_engine(tmp_path: Path) -> None:
+    path = tmp_path / "shop.db"
+    rules = tmp_path / "chain.rules"
+    rules.write_text(CHAIN)
+    with sluice.connect(f"sqlite:///{path}") as db:
+        db.apply(CHAIN)
+        db.queue("orders").put_many([{"id": n, "total": n * 60 - 10} for n in range(5)])
+    command = [sys.executable, "-m", "sluice.cli", "run", str(rules), "--db", str(path),
+               "--engine", "spark", "--once", "--master", "local[2]",
+               "--checkpoint", str(tmp_path / "ck")]  # fmt: skip
+    result = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "micro-batch(es) on Spark, 9 message(s) processed" in result.stderr
+    with sluice.connect(f"sqlite:///{path}") as db:
+        assert sorted(m.body["order"] for m in db.queue("shipping").browse()) == [1, 2, 3, 4]
+        assert [m.body for m in db.queue("audit").browse()] == [
+            {"id": 0, "total": -10},
+            {"big": 3},
+            {"big": 4},
+        ]
+    missing = subprocess.run(
+        command[:-2], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert missing.returncode != 0
+    assert "--checkpoint" in missing.stderr

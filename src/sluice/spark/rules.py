@@ -59,7 +59,7 @@ from sluice.spark.rules_source import (
     message_values,
 )
 
-__all__ = ["check", "run_rules"]
+__all__ = ["check", "run_rules", "start_rules"]
 
 SLICE_VIEW: Final = "sluice_rules_slice"
 _BATCH_VIEW: Final = "sluice_rules_m"
@@ -260,7 +260,13 @@ class _Engine:
                     record=mark,
                 )
             except StalePlan:
-                self.compiled = _compile(self.db)
+                fresh = _compile(self.db)
+                if _streamed(fresh) != _streamed(self.compiled):
+                    raise ConfigurationError(
+                        "the applied rules process other queues than when this Spark query "
+                        "started: restart it (sluice run --engine spark) to stream them"
+                    ) from None
+                self.compiled = fresh
                 continue
             _fault_point(batch_id)
             self.stats.processed += result.processed
@@ -359,21 +365,56 @@ def run_rules(
     *,
     checkpoint: str,
     name: str = "rules",
-    once: bool = True,
     max_per_batch: int = 10_000,
-    interval: float | None = None,
     now: float | None = None,
-) -> RunStats | Any:
-    """Run the rules application of ``url`` on Spark, as ``sluice run`` runs it locally.
+) -> RunStats:
+    """Run the rules application of ``url`` on Spark until nothing is due, as
+    ``db.rules.run_until_idle()`` runs it locally, including what the rules produce on
+    the way; then remove what retention lets go, and return what was done.
 
     ``app``: a definition to apply first (refused, with nothing applied, if it cannot
     run on Spark); None runs what is applied. ``checkpoint``: the query's checkpoint
     directory, kept with ``name`` (a restart from it goes on where the query stopped,
-    exactly once). ``once``: process everything due, including what the rules produce
-    on the way, then return the RunStats; otherwise the running StreamingQuery is
-    returned (``interval``: seconds between micro-batches). ``now``: a fixed time for
-    every batch (tests on a manual clock); by default the database's clock.
+    exactly once). ``max_per_batch``: messages per queue and micro-batch. ``now``: a
+    fixed time for every batch (tests on a manual clock); by default the database's.
     """
+    query, engine = _start(spark, url, app, checkpoint, name, max_per_batch, None, now)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        engine.stats.removed += engine.db.rules.remove()
+        engine.db.close()
+    return engine.stats
+
+
+def start_rules(
+    spark: Any,
+    url: str,
+    app: str | None = None,
+    *,
+    checkpoint: str,
+    name: str = "rules",
+    max_per_batch: int = 10_000,
+    interval: float | None = None,
+) -> Any:
+    """As ``run_rules``, but keep running: the StreamingQuery, which takes new messages as
+    they come (``interval``: seconds between micro-batches; by default at once) until it
+    is stopped. Retention's removal runs in the engine's upkeep, as it does locally."""
+    query, _ = _start(spark, url, app, checkpoint, name, max_per_batch, interval, None)
+    return query
+
+
+def _start(  # noqa: PLR0917  (run_rules' and start_rules' arguments)
+    spark: Any,
+    url: str,
+    app: str | None,
+    checkpoint: str,
+    name: str,
+    max_per_batch: int,
+    interval: float | None,
+    now: float | None,
+) -> tuple[Any, _Engine]:
     url = absolute_url(url)
     if "://" not in checkpoint:
         checkpoint = os.path.abspath(checkpoint)  # Spark resolves from where the JVM started
@@ -389,12 +430,11 @@ def run_rules(
         raise
     spark.dataSource.register(RulesDataSource)
     register_functions(spark)
-    queues = [[p.name, p.queue_id, p.echo] for p in compiled.plans]
     engine = _Engine(spark, db, url, name, compiled)
     stream = (
         spark.readStream.format("sluice_rules")
         .option("url", url)
-        .option("queues", json.dumps(queues))
+        .option("queues", json.dumps(_streamed(compiled)))
         .option("max_per_batch", str(max_per_batch))
     )
     if now is not None:
@@ -405,15 +445,11 @@ def run_rules(
         .option("checkpointLocation", checkpoint)
         .queryName(f"sluice-rules-{name}")
     )
-    if not once:
-        if interval is not None:
-            writer = writer.trigger(processingTime=f"{interval} seconds")
-        return writer.start()
-    query = writer.start()
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-        engine.stats.removed += db.rules.remove()
-        db.close()
-    return engine.stats
+    if interval is not None:
+        writer = writer.trigger(processingTime=f"{interval} seconds")
+    return writer.start(), engine
+
+
+def _streamed(compiled: _Compiled) -> list[list[Any]]:
+    """The queues the stream reads: every processed queue, [name, id, echo]."""
+    return [[p.name, p.queue_id, p.echo] for p in compiled.plans]
