@@ -217,6 +217,7 @@ def test_sluice_run_with_the_spark_engine(tmp_path: Path) -> None:
         assert sorted(m.body["order"] for m in db.queue("shipping").browse()) == [1, 2, 3, 4]
         assert [m.body for m in db.queue("audit").browse()] == [
             {"id": 0, "total": -10},
+            {"big": 2},
             {"big": 3},
             {"big": 4},
         ]
