@@ -30,6 +30,7 @@ import json
 import os
 import re
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -212,13 +213,22 @@ class _Engine:
     stats: RunStats = field(default_factory=RunStats)
     session: Any = None
     """The session of the micro-batch at hand (the query's)."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Where the driver's time went: ``read`` (the batch into the driver), ``evaluate``
+    (Spark SQL over it, results back), ``process`` (the rest of the queues'
+    transactions: deciding, building and writing messages, slices)."""
+
+    def spent(self, part: str, began: float) -> None:
+        self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - began
 
     def batch(self, frame: Any, batch_id: int) -> None:
         # Read once, into the driver: the queues' transactions change what the source
         # would read again, and on SQLite a task reading the database inside one would
         # wait for it. The query's own session (a clone of ``spark``) evaluates.
         self.session = frame.sparkSession
+        began = time.perf_counter()
         table = frame.toArrow()
+        self.spent("read", began)
         if table.num_rows == 0:
             return
         now = float(pc.max(table["at"]).as_py())
@@ -247,6 +257,7 @@ class _Engine:
                 params = {"name": record, "batch": batch_id, "now": now}
                 unit.statement_count("rules_batch_record", params)
 
+            began = time.perf_counter()
             try:
                 result = process_given(
                     self.db.context,
@@ -268,6 +279,7 @@ class _Engine:
                     ) from None
                 self.compiled = fresh
                 continue
+            self.spent("process", began)
             _fault_point(batch_id)
             self.stats.processed += result.processed
             self.stats.errors += result.errors
@@ -290,6 +302,7 @@ class _Evaluation:
     def __init__(
         self, engine: _Engine, compiled: _Compiled, queue: str, rows: pa.Table, now: float
     ) -> None:
+        self.engine = engine
         self.spark = engine.session
         self.plan = plan = compiled.spark[queue]
         self.query = compiled.queries[queue]
@@ -310,6 +323,7 @@ class _Evaluation:
             )
 
     def __call__(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
+        began = time.perf_counter()
         try:
             return self._evaluate(unit, plan, ids)
         except StorageError:
@@ -318,6 +332,11 @@ class _Evaluation:
             if type(exc).__module__.startswith(("pyspark", "py4j")):
                 raise StorageError(f"Spark could not evaluate the rules: {exc}") from exc
             raise
+        finally:
+            self.engine.spent("evaluate", began)
+            self.engine.seconds["process"] = self.engine.seconds.get("process", 0.0) - (
+                time.perf_counter() - began
+            )
 
     def _evaluate(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
         spark = self.spark
@@ -367,6 +386,7 @@ def run_rules(
     name: str = "rules",
     max_per_batch: int = 10_000,
     now: float | None = None,
+    timings: dict[str, float] | None = None,
 ) -> RunStats:
     """Run the rules application of ``url`` on Spark until nothing is due, as
     ``db.rules.run_until_idle()`` runs it locally, including what the rules produce on
@@ -377,6 +397,7 @@ def run_rules(
     directory, kept with ``name`` (a restart from it goes on where the query stopped,
     exactly once). ``max_per_batch``: messages per queue and micro-batch. ``now``: a
     fixed time for every batch (tests on a manual clock); by default the database's.
+    ``timings``: filled with the driver's seconds by part (see ``_Engine.seconds``).
     """
     query, engine = _start(spark, url, app, checkpoint, name, max_per_batch, None, now)
     try:
@@ -385,6 +406,8 @@ def run_rules(
         query.stop()
         engine.stats.removed += engine.db.rules.remove()
         engine.db.close()
+    if timings is not None:
+        timings.update(engine.seconds)
     return engine.stats
 
 
