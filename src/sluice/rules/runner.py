@@ -139,6 +139,11 @@ class _Batch:
             taken = unit.statement_rows(
                 "rules_take", {"queue_id": plan.queue_id, "now": self.now, "limit": limit}
             )
+        return self._taken(taken)
+
+    def _taken(self, taken: Sequence[Sequence[Any]]) -> BatchResult:
+        """Process what the take found (id, properties, enqueued_at, version rows)."""
+        plan = self.plan
         ids = [int(r[0]) for r in taken]
         if not ids:
             return self.result
@@ -167,25 +172,7 @@ class _Batch:
         for key in sorted(plan.locks | {plan.queue_id}):
             unit.exclusive(key)
         params = {"queue_id": plan.queue_id, "now": self.now, "ids": unit.ids(refs)}
-        taken = unit.statement_rows("rules_take_given", params)
-        ids = [int(r[0]) for r in taken]
-        if not ids:
-            return self.result
-        if int(taken[0][3] or 0) != self.version:
-            raise StalePlan("the rules changed")
-        if plan.echo:
-            ids = self._echo_due(taken)
-        elif not plan.sequential:
-            self._messages(ids)
-        elif plan.waves is not None:
-            self._waves(ids, plan.waves)
-        else:
-            for ref in ids:
-                self._messages([ref])
-        if ids:
-            self._done(ids)
-        self._processed(ids)
-        return self.result
+        return self._taken(unit.statement_rows("rules_take_given", params))
 
     def _done(self, ids: list[int]) -> None:
         done = "rules_remove" if self.plan.removes else "rules_done"
