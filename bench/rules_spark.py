@@ -27,9 +27,10 @@ from typing import Any
 
 import sluice
 from bench.harness import write_report
-from bench.pg_common import PG_CONNINFO, SchemaGuard, store_facts
+from bench.pg_common import PG_CONNINFO, SchemaGuard, pg_conninfo, store_facts, url_schema
 from bench.rules_routing import ROUTING, check_routed, load_orders
 from sluice.demo_procurement import run_procurement_workload
+from sluice.spark.options import close_connections
 from sluice.spark.pipeline import spark_session
 from sluice.spark.rules import run_rules
 
@@ -50,14 +51,19 @@ def _snapshot(db: sluice.Database) -> dict[str, list[str]]:
     return found
 
 
-def routing(spark: Any, url: str, orders: int, per_batch: int, work: Path) -> dict[str, float]:
-    """Orders/s of the routing rule: Spark, then the local engine, on fresh schemas."""
+def routing(  # noqa: PLR0917  (one case's settings)
+    spark: Any, url: str, orders: int, per_batch: int, work: Path, guards: list[SchemaGuard]
+) -> dict[str, float]:
+    """Orders/s of the routing rule: the local engine, then Spark, on fresh schemas."""
     out: dict[str, float] = {}
     for engine in ("local", "spark"):
+        url = _fresh(url, engine)
         guard = SchemaGuard(url)
+        guards.append(guard)
         with sluice.connect(url) as db:
             db.apply(ROUTING)
             load_orders(db, orders)
+        _analyze(url)  # statistics of the loaded queue, as bench.rules' analyzed cases
         timings: dict[str, float] = {}
         began = time.perf_counter()
         if engine == "spark":
@@ -74,13 +80,29 @@ def routing(spark: Any, url: str, orders: int, per_batch: int, work: Path) -> di
         if engine == "spark":
             out |= {f"seconds_{k}": v for k, v in timings.items()}
             out["seconds_total"] = seconds
-        guard.cleanup()
     return out
 
 
-def procurement(spark: Any, url: str, requests: int, work: Path) -> dict[str, Any]:
+def _analyze(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_conninfo(url), autocommit=True) as conn:
+        conn.execute(f'ANALYZE "{url_schema(url)}".messages')
+
+
+def _fresh(url: str, tag: str) -> str:
+    """``url`` with a schema of its own for one case (dropped after Spark stops: its
+    workers keep sessions in it until then)."""
+    base, _, query = url.partition("?schema=")
+    return f"{base}?schema={query or 'sluice_bench'}_{tag}_{os.getpid()}"
+
+
+def procurement(
+    spark: Any, url: str, requests: int, work: Path, guards: list[SchemaGuard]
+) -> dict[str, Any]:
     """Each engine's phases on the generated workload, and whether the queues are equal."""
-    guard = SchemaGuard(url)
+    url = _fresh(url, "procurement")
+    guards.append(SchemaGuard(url))
     local = sluice.connect(f"sqlite:///{work / 'local.db'}")
     began = time.perf_counter()
     expected = run_procurement_workload(local, requests)
@@ -98,7 +120,6 @@ def procurement(spark: Any, url: str, requests: int, work: Path) -> dict[str, An
     messages = sum(s.processed for _, _, s in expected.phases)
     remote.close()
     local.close()
-    guard.cleanup()
     return {"local": expected, "spark": got, "equal": equal, "messages": messages,
             "local_seconds": local_seconds, "spark_seconds": spark_seconds}  # fmt: skip
 
@@ -114,12 +135,16 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-rules-spark-"))
     spark = spark_session("local[2]", "sluice-bench-rules")
+    guards: list[SchemaGuard] = []
     try:
-        routed = routing(spark, args.backend, args.orders, args.per_batch, work)
-        proc = procurement(spark, args.backend, args.requests, work)
+        routed = routing(spark, args.backend, args.orders, args.per_batch, work, guards)
+        proc = procurement(spark, args.backend, args.requests, work, guards)
         facts = store_facts(work, ["sqlite", "postgresql"])
     finally:
         spark.stop()
+        close_connections()
+        for guard in guards:
+            guard.cleanup()
         shutil.rmtree(work, ignore_errors=True)
     head = ["# Rules on Spark against the local engine", "", "## Machine", ""]
     head += [f"- {k}: {v}" for k, v in facts]
@@ -137,7 +162,8 @@ def _report(args: argparse.Namespace, routed: dict[str, Any], proc: dict[str, An
         f"- routing: {args.orders:,} preloaded orders, each routed into three queues with a "
         f"computed property (bench.rules_routing.ROUTING); Spark `local[2]` with "
         f"max_per_batch {args.per_batch:,} against the local engine (batch 256) in one "
-        "process; each on a fresh PostgreSQL schema, durable commits.",
+        "process; each on a fresh PostgreSQL schema, ANALYZEd after loading, durable "
+        "commits.",
         f"- procurement: run_procurement_workload with {args.requests:,} offer requests "
         "(random checks, orders, payments and reminders on a manual clock), local engine "
         "on a SQLite file against Spark on PostgreSQL; the queues compared message for "

@@ -55,6 +55,9 @@ class FastInsert:
     checks: tuple[int, ...] = ()
     """The plan's columns that must hold for the messages this action makes to be taken:
     their computed properties read off the trigger have their types."""
+    check_nodes: tuple[Node, ...] = ()
+    """The expressions of ``checks``, over the trigger: another engine that evaluates the
+    plan (Spark's) computes them too."""
 
 
 def build_fast(app: Application, backend: Backend, plan: QueuePlan) -> dict[ActionKey, FastInsert]:
@@ -109,6 +112,7 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
     # The target's computed properties, each read off the trigger's body (the Python path
     # computes the others, and refuses a value of another type: see checks).
     checks = []
+    check_nodes: list[Node] = []
     for p in stored:
         if p.expression is None or p.name in pairs:
             continue  # a property the message sets keeps its value, as at any enqueue
@@ -125,6 +129,7 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
             fits = Logic("or", (IsNull(typed, negated=True), IsNull(read[0], negated=False)))
             plan.columns.append(compiler.compile(fits))
             checks.append(len(plan.columns) - 1)
+            check_nodes.append(fits)
     params = dict(compiler.params)
     plan.params.update(params)
     base = backend.rules_object(
@@ -136,8 +141,9 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
         number, columns, ids=ids, queue_id=queue_id, max_size=max_size, kind=action.kind
     )
     return FastInsert(
-        action.queue, number, part, rows, params, stored, ids, queue_id, max_size, tuple(checks)
-    )
+        action.queue, number, part, rows, params, stored, ids, queue_id, max_size,
+        tuple(checks), tuple(check_nodes),
+    )  # fmt: skip
 
 
 def _off_the_trigger(  # noqa: PLR0911  (a case per kind of made body)

@@ -110,6 +110,8 @@ class _Batch:
         evaluate: Evaluate | None = None,
     ) -> None:
         self.evaluate = evaluate
+        self._evaluated: dict[int, Sequence[Any]] = {}
+        """Rows ``evaluate`` gave, by id (a batch falling back to Python reuses them)."""
         self.version = version
         self.turns = turns
         self.ticket: int | None = None
@@ -152,6 +154,10 @@ class _Batch:
             raise StalePlan("the rules changed")
         if plan.echo:
             ids = self._echo_due(taken)
+        elif not plan.sequential and self.fast and self.evaluate is not None:
+            if self._given_at_once(ids):
+                self._processed(ids)
+                return self.result
         elif not plan.sequential:
             self._messages(ids)
         elif plan.waves is not None:
@@ -173,6 +179,21 @@ class _Batch:
             unit.exclusive(key)
         params = {"queue_id": plan.queue_id, "now": self.now, "ids": unit.ids(refs)}
         return self._taken(unit.statement_rows("rules_take_given", params))
+
+    def _given_at_once(self, ids: list[int]) -> bool:
+        """``_at_once`` for messages evaluated elsewhere: their columns from ``evaluate``,
+        and what they make written by the database's SQL enqueue, which also marks them
+        processed (True); else done by Python (False: not marked yet). Like ``_at_once``
+        with no savepoint: process_given does the batch again without SQL enqueues if the
+        database refuses any of it."""
+        self._join(ids)
+        rows = self._evaluate(ids)
+        self._evaluated = {int(r[0]): r for r in rows}
+        chosen = self._fast_choice(rows)
+        if chosen is None:
+            self._messages(ids, joined=True)
+            return False
+        return self._fast_write(chosen, ids)
 
     def _done(self, ids: list[int]) -> None:
         done = "rules_remove" if self.plan.removes else "rules_done"
@@ -442,6 +463,9 @@ class _Batch:
         """The rules' columns for ``ids``, after the messages' own parts."""
         plan = self.plan
         if self.evaluate is not None and not plan.echo:
+            known = self._evaluated
+            if known and all(ref in known for ref in ids):  # evaluated once already
+                return [known[ref] for ref in ids]
             return self.evaluate(self.unit, plan, ids)
         params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
         return list(
@@ -823,24 +847,36 @@ def process_given(  # noqa: PLR0917  (what one batch needs)
     now: float,
     evaluate: Evaluate,
     record: Callable[[RuleUnit], None],
+    fast: Mapping[ActionKey, FastInsert] | None = None,
 ) -> BatchResult:
     """Process the messages ``refs`` of ``plan``'s queue that are still due and
     unprocessed, as ``process_batch`` does, in one transaction with ``record(unit)`` (a
     Spark micro-batch's record: processed and recorded together, or neither). Evaluation
     by ``evaluate``; the decisions, writes, slices and error messages are the engine's
     own, so the outcome is the one ``process_batch`` gives for the same messages at
-    ``now``. StalePlan if the applied version is not ``version`` any more."""
+    ``now``. ``fast``: the plan's SQL enqueues (fast.build_fast), used as process_batch
+    uses them: the messages a batch makes built by the database from their triggers, the
+    branches chosen by the evaluated columns. StalePlan if the applied version is not
+    ``version`` any more."""
     backend: Backend = context.backend
     durable = plan.definition.mode == "persistent"
 
-    def work(unit: RuleUnit) -> BatchResult:
-        batch = _Batch(context, app, plan, unit, now=now, version=version, fast={},
-                       queue_ids=queue_ids, turns=Turns(), evaluate=evaluate)  # fmt: skip
-        result = batch.run_given(refs)
-        record(unit)
-        return result
+    def attempt(fast: Mapping[ActionKey, FastInsert]) -> BatchResult:
+        def work(unit: RuleUnit) -> BatchResult:
+            batch = _Batch(context, app, plan, unit, now=now, version=version, fast=fast,
+                           queue_ids=queue_ids, turns=Turns(), evaluate=evaluate)  # fmt: skip
+            result = batch.run_given(refs)
+            record(unit)
+            return result
 
-    result = backend.rules_unit(work, durable=durable)
+        return backend.rules_unit(work, durable=durable)
+
+    try:
+        result = attempt(fast or {})
+    except StorageError:
+        if not fast:
+            raise
+        result = attempt({})  # the SQL enqueue refused the batch: by Python, as process_batch
     for queue, count in result.produced.items():
         context.wakeups.notify(queue, count)
     return result

@@ -48,6 +48,7 @@ from sluice.expr.sql import RelationSource, Source
 from sluice.rules import codec
 from sluice.rules.check import rules_of
 from sluice.rules.engine import RunStats
+from sluice.rules.fast import ActionKey, FastInsert, build_fast
 from sluice.rules.model import Application, Reset
 from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
 from sluice.rules.runner import StalePlan, process_given
@@ -184,6 +185,8 @@ class _Compiled:
     """The same plans with their columns in Spark SQL, by queue."""
     queries: Mapping[str, str]
     """Each Spark plan's evaluation SELECT, by queue."""
+    fast: Mapping[str, Mapping[ActionKey, FastInsert]]
+    """Each plan's SQL enqueues (rules.fast), by queue: the messages built by the database."""
     queue_ids: Mapping[str, int]
 
 
@@ -197,8 +200,26 @@ def _compile(db: Database) -> _Compiled:
     plans = compile_application(app, backend, ids)
     compilers = SparkRuleSQL()
     spark = {p.name: p for p in compile_application(app, compilers, ids)}
+    fast = {p.name: build_fast(app, backend, p) for p in plans}
+    for plan in plans:  # the SQL enqueues' checks: columns of the plan Spark computes too
+        _add_checks(spark[plan.name], fast[plan.name], len(plan.columns))
     queries = {name: compilers.evaluation(p) for name, p in spark.items()}
-    return _Compiled(version, app, tuple(plans), spark, queries, ids)
+    return _Compiled(version, app, tuple(plans), spark, queries, fast, ids)
+
+
+def _add_checks(plan: QueuePlan, fast: Mapping[ActionKey, FastInsert], width: int) -> None:
+    """The columns build_fast added to the database's plan, compiled for Spark at the
+    same numbers (``width``: how many columns the database's plan has now)."""
+    added = [
+        (n, node) for f in fast.values() for n, node in zip(f.checks, f.check_nodes, strict=True)
+    ]
+    if not added:
+        return
+    compiler = SparkRulesCompiler(Source(alias="m"), prefix="fc_")
+    plan.columns.extend(["NULL"] * (width - len(plan.columns)))
+    for n, node in added:
+        plan.columns[n] = compiler.compile(node)
+    plan.params.update(compiler.params)
 
 
 @dataclass(slots=True)
@@ -269,6 +290,7 @@ class _Engine:
                     now=now,
                     evaluate=evaluation,
                     record=mark,
+                    fast=compiled.fast.get(queue),
                 )
             except StalePlan:
                 fresh = _compile(self.db)
