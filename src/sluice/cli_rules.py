@@ -76,12 +76,11 @@ def _run_on_spark(args: argparse.Namespace, db: sluice.Database) -> int:
             "progress (keep it with --name)"
         )
     text = _read(args.file) if args.file else None
-    url = args.db if "://" in args.db else f"sqlite:///{args.db}"
     spark = spark_session(args.master, f"sluice-rules-{args.name}")
     options = {"checkpoint": args.checkpoint, "name": args.name,
                "max_per_batch": args.max_per_batch}  # fmt: skip
     if args.once:
-        stats = run_rules(spark, url, text, **options)
+        stats = run_rules(spark, args.db, text, **options)
         print(
             f"sluice run: {stats.batches} micro-batch(es) on Spark, {stats.processed} "
             f"message(s) processed, {stats.produced} produced, {stats.errors} error(s), "
@@ -89,7 +88,7 @@ def _run_on_spark(args: argparse.Namespace, db: sluice.Database) -> int:
             file=sys.stderr,
         )
         return 0
-    query = start_rules(spark, url, text, interval=args.interval, **options)
+    query = start_rules(spark, args.db, text, interval=args.interval, **options)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         query.stop()

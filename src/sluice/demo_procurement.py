@@ -10,6 +10,7 @@ that the process did what the paper says it does.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,7 +21,15 @@ from sluice.clock import ManualClock
 from sluice.message import XML
 from sluice.rules.engine import RunStats
 
-__all__ = ["ProcurementReport", "application", "format_procurement", "run_procurement_demo"]
+__all__ = [
+    "ProcurementReport",
+    "Workload",
+    "application",
+    "format_procurement",
+    "queue_contents",
+    "run_procurement_demo",
+    "run_procurement_workload",
+]
 
 START = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 DAY = 86_400.0
@@ -70,17 +79,39 @@ Engine = Callable[[float], RunStats]
 """What runs the rules until nothing is due at a time: the local engine by default, or
 Spark's (sluice.spark.rules.run_rules with now=)."""
 
+_VARYING = ("created_at", "trigger_id")
+"""System properties that name ids and times: they differ between two databases."""
+
+
+def _settle(db: sluice.Database, engine: Engine | None, clock: ManualClock) -> RunStats:
+    """Run the rules until nothing is due now: locally, or by ``engine``."""
+    return db.rules.run_until_idle() if engine is None else engine(clock.now())
+
+
+def queue_contents(db: sluice.Database) -> dict[str, list[str]]:
+    """Every queue of the application's messages in any state, ids and times aside, in a
+    canonical order: what two engines' runs of the same workload compare."""
+    found: dict[str, list[str]] = {}
+    for name in sorted(db.rules.application.queues):
+        messages = []
+        for state in ("ready", "delayed", "claimed", "expired", "failed", "done"):
+            for m in db.queue(name).browse(limit=10_000_000, state=state):
+                props = {k: v for k, v in m.properties.items() if k not in _VARYING}
+                messages.append(json.dumps([state, m.body, props, m.content_type], sort_keys=True))
+        found[name] = sorted(messages)
+    return found
+
 
 def run_procurement_demo(db: sluice.Database, *, engine: Engine | None = None) -> ProcurementReport:
     """Run the process on ``db`` (its clock is set to a manual one); what happened."""
     clock = ManualClock(START)
     db.clock = clock
     db.apply(application())
-    rules, report = db.rules, ProcurementReport()
+    report = ProcurementReport()
     offers = db.queue("offerRequests")
 
     def settle() -> None:
-        stats = rules.run_until_idle() if engine is None else engine(clock.now())
+        stats = _settle(db, engine, clock)
         report.processed += stats.processed
         report.removed += stats.removed
         report.errors += stats.errors
@@ -197,7 +228,7 @@ def run_procurement_workload(
 
     def settle(phase: str) -> None:
         started = time.perf_counter()
-        stats = db.rules.run_until_idle() if engine is None else engine(clock.now())
+        stats = _settle(db, engine, clock)
         load.phases.append((phase, time.perf_counter() - started, stats))
 
     customers = max(10, requests // 5)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,27 +15,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 import sluice
-from sluice.demo_procurement import START, run_procurement_demo, run_procurement_workload
+from sluice.demo_procurement import (
+    START,
+    queue_contents,
+    run_procurement_demo,
+    run_procurement_workload,
+)
 from sluice.errors import ConfigurationError
 from sluice.spark.rules import run_rules
 
 pytestmark = pytest.mark.usefixtures("spark")
 
-VARYING = ("created_at", "trigger_id")
-"""System properties that name ids and times: they differ between two databases."""
-
-
-def snapshot(db: sluice.Database) -> dict[str, list[str]]:
-    """Every queue's messages in any state, ids and times aside, in a canonical order."""
-    found: dict[str, list[str]] = {}
-    for name in sorted(db.rules.application.queues):
-        messages = []
-        for state in ("ready", "delayed", "claimed", "expired", "failed", "done"):
-            for m in db.queue(name).browse(limit=100_000, state=state):
-                props = {k: v for k, v in m.properties.items() if k not in VARYING}
-                messages.append(json.dumps([state, m.body, props, m.content_type], sort_keys=True))
-        found[name] = sorted(messages)
-    return found
+snapshot = queue_contents
 
 
 def spark_engine(spark: SparkSession, url: str, checkpoint: Path) -> Any:

@@ -155,9 +155,9 @@ class _Batch:
         if plan.echo:
             ids = self._echo_due(taken)
         elif not plan.sequential and self.fast and self.evaluate is not None:
-            if self._given_at_once(ids):
-                self._processed(ids)
-                return self.result
+            self._given_at_once(ids)
+            self._processed(ids)
+            return self.result
         elif not plan.sequential:
             self._messages(ids)
         elif plan.waves is not None:
@@ -180,20 +180,14 @@ class _Batch:
         params = {"queue_id": plan.queue_id, "now": self.now, "ids": unit.ids(refs)}
         return self._taken(unit.statement_rows("rules_take_given", params))
 
-    def _given_at_once(self, ids: list[int]) -> bool:
-        """``_at_once`` for messages evaluated elsewhere: their columns from ``evaluate``,
-        and what they make written by the database's SQL enqueue, which also marks them
-        processed (True); else done by Python (False: not marked yet). Like ``_at_once``
-        with no savepoint: process_given does the batch again without SQL enqueues if the
-        database refuses any of it."""
+    def _given_at_once(self, ids: list[int]) -> None:
+        """``_at_once`` for messages evaluated elsewhere (``evaluate``), kept for the
+        Python path if it is taken. Like ``_at_once`` with no savepoint: process_given
+        does the batch again without SQL enqueues if the database refuses any of it."""
         self._join(ids)
         rows = self._evaluate(ids)
         self._evaluated = {int(r[0]): r for r in rows}
-        chosen = self._fast_choice(rows)
-        if chosen is None:
-            self._messages(ids, joined=True)
-            return False
-        return self._fast_write(chosen, ids)
+        self._write_at_once(rows, ids)
 
     def _done(self, ids: list[int]) -> None:
         done = "rules_remove" if self.plan.removes else "rules_done"
@@ -222,14 +216,19 @@ class _Batch:
             raise StalePlan("the rules changed")
         ids = [int(r[0]) for r in rows]
         self._join(ids)
-        chosen = self._fast_choice([r[:-1] for r in rows])
+        self._write_at_once([r[:-1] for r in rows], ids)
+        self._processed(ids)
+        return self.result
+
+    def _write_at_once(self, rows: Sequence[Sequence[Any]], ids: list[int]) -> None:
+        """What the evaluated ``rows`` of ``ids`` (joined already) make, written by one SQL
+        enqueue that also marks them processed, or by Python where one cannot."""
+        chosen = self._fast_choice(rows)
         if chosen is None:
             self._messages(ids, joined=True)
             self._done(ids)
         elif not self._fast_write(chosen, ids):
             self._done(ids)  # no branch made anything
-        self._processed(ids)
-        return self.result
 
     def _processed(self, ids: list[int]) -> None:
         self.result.processed = len(ids)

@@ -235,9 +235,9 @@ class _Engine:
     session: Any = None
     """The session of the micro-batch at hand (the query's)."""
     seconds: dict[str, float] = field(default_factory=dict)
-    """Where the driver's time went: ``read`` (the batch into the driver), ``evaluate``
-    (Spark SQL over it, results back), ``process`` (the rest of the queues'
-    transactions: deciding, building and writing messages, slices)."""
+    """Where the driver's time went: ``read`` (the batch into the driver),
+    ``transactions`` (the queues' database transactions, all in), ``evaluate`` (the part
+    of them Spark SQL took, results back)."""
 
     def spent(self, part: str, began: float) -> None:
         self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - began
@@ -301,7 +301,7 @@ class _Engine:
                     ) from None
                 self.compiled = fresh
                 continue
-            self.spent("process", began)
+            self.spent("transactions", began)
             _fault_point(batch_id)
             self.stats.processed += result.processed
             self.stats.errors += result.errors
@@ -356,9 +356,6 @@ class _Evaluation:
             raise
         finally:
             self.engine.spent("evaluate", began)
-            self.engine.seconds["process"] = self.engine.seconds.get("process", 0.0) - (
-                time.perf_counter() - began
-            )
 
     def _evaluate(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
         spark = self.spark
