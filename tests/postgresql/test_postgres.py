@@ -372,6 +372,43 @@ def test_maintenance_vacuums_dead_rows_when_autovacuum_does_not(pg_url: str) -> 
         assert dead < 1_000
 
 
+def test_maintenance_analyzes_the_current_partition_as_it_grows(
+    pg_url: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A partition made current has no statistics; generic plans made from them would
+    scan it whole for as long as they live. Maintenance analyzes it once it holds rows,
+    and again when it has grown well past what the planner believes."""
+    schema = _schema(pg_url)
+
+    def believed() -> float:
+        row = admin.execute(
+            f"SELECT reltuples FROM pg_class WHERE oid = '{schema}.messages_0'::regclass"
+        ).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    def analyzed_past(rows: int) -> None:
+        # The live-row counts reach the server's statistics within a second or so.
+        deadline = time.monotonic() + 30
+        while believed() < rows:
+            assert time.monotonic() < deadline, f"never analyzed past {rows} rows"
+            db.backend.maintain(vacuum_too=False)  # type: ignore[attr-defined]
+            time.sleep(0.2)
+
+    with sluice.connect(pg_url + "&rotate_every=1000000&maintenance_interval=0") as db:
+        db.create_queue("backlog")
+        db.queue("backlog").put_many(list(range(500)))
+        db.backend.maintain(vacuum_too=False)  # type: ignore[attr-defined]
+        assert believed() <= 0  # too few rows to be worth an ANALYZE
+        db.queue("backlog").put_many(list(range(1_500)))
+        analyzed_past(2_000)
+        db.queue("backlog").put_many(list(range(2_000)))
+        db.backend.maintain(vacuum_too=False)  # type: ignore[attr-defined]
+        assert believed() == 2_000  # 4,000 rows: not yet far enough past 2,000
+        db.queue("backlog").put_many(list(range(6_000)))
+        analyzed_past(10_000)
+
+
 def test_failed_maintenance_keeps_no_lock(pg_url: str, admin: psycopg.Connection[Any]) -> None:
     """Maintenance that fails (here: its schema was dropped) releases its session lock.
 

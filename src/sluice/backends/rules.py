@@ -128,8 +128,9 @@ class SqlRules:
         body of ``kind`` computed by ``sql`` over m; None where only Python builds it."""
 
     @abstractmethod
-    def _rules_made_from(self, ids: str) -> str:
-        """FROM and WHERE of the triggering messages m whose ids are bound as ``ids``."""
+    def _rules_made_from(self, ids: str, number: int) -> str:
+        """FROM and WHERE of the triggering messages m whose ids are bound as ``ids``:
+        those that chose action ``number`` (rules_insert's ``picks`` tells them too)."""
 
     _rules_made_body: str
     """The body columns of n that rules_insert's rows carry (the dialect's)."""
@@ -162,7 +163,7 @@ class SqlRules:
         placeholder = self._compiler(Source(), "x").placeholder
         part = (
             f"n{number} AS MATERIALIZED (SELECT m.id AS id{self._rules_parsed(columns)} "
-            f"{self._rules_made_from(placeholder(ids))})"
+            f"{self._rules_made_from(placeholder(ids), number)})"
         )
         null = {"same": "TRUE", "scalar": "n.body IS NOT NULL AND n.body <> 'null'"}.get(
             kind, "n.body IS NOT NULL"

@@ -338,7 +338,7 @@ class SQLiteBackend(
             return f", {sql} AS body, '{TEXT}' AS content_type"
         return None
 
-    def _rules_made_from(self, ids: str) -> str:
+    def _rules_made_from(self, ids: str, number: int) -> str:
         return f"FROM messages AS m WHERE m.id IN (SELECT value FROM json_each({ids}))"
 
     _rules_made_body = "n.body, n.content_type"

@@ -26,7 +26,7 @@ from sluice.expr.nodes import IsNull, JsonObject, Logic, Path
 from sluice.rules.model import PROPERTY_TYPES, Application
 from sluice.rules.plan import PlannedEnqueue, QueuePlan
 
-__all__ = ["ActionKey", "FastInsert", "build_fast", "usable"]
+__all__ = ["ActionKey", "FastInsert", "build_fast", "made_bodies", "usable"]
 
 ActionKey = tuple[int, int, int]
 """(rule, branch, action) in a queue's plan."""
@@ -58,6 +58,17 @@ class FastInsert:
     check_nodes: tuple[Node, ...] = ()
     """The expressions of ``checks``, over the trigger: another engine that evaluates the
     plan (Spark's) computes them too."""
+
+
+def made_bodies(plan: QueuePlan, fast: Mapping[ActionKey, FastInsert]) -> frozenset[int]:
+    """The plan's columns of the bodies ``fast``'s INSERT builds itself: an evaluation for
+    the SQL enqueue leaves them out (the Python path, if taken, evaluates them)."""
+    return frozenset(
+        body
+        for r, b, a in fast
+        if isinstance(action := plan.rules[r].branches[b].actions[a], PlannedEnqueue)
+        and (body := action.body) is not None
+    )
 
 
 def build_fast(app: Application, backend: Backend, plan: QueuePlan) -> dict[ActionKey, FastInsert]:

@@ -25,7 +25,7 @@ from sluice.engine.enqueue import property_value, typed_envelope
 from sluice.errors import MessageError, QueueNotFound, SluiceError, StorageError
 from sluice.expr.xml import parse_xml
 from sluice.message import JSON, XML, decode_json, encode_json, is_json, is_xml
-from sluice.rules.fast import ActionKey, FastInsert, usable
+from sluice.rules.fast import ActionKey, FastInsert, made_bodies, usable
 from sluice.rules.model import Application, RuleDef
 from sluice.rules.plan import (
     SYSTEM_ERRORS,
@@ -62,11 +62,13 @@ class BatchResult:
     """Processed messages removed as they were (their queue keeps none: see the plan)."""
 
 
-Evaluate = Callable[[RuleUnit, QueuePlan, list[int]], list[Sequence[Any]]]
+Evaluate = Callable[[RuleUnit, QueuePlan, list[int], frozenset[int]], list[Sequence[Any]]]
 """The rules' columns of the messages ``ids`` of a plan's queue, evaluated elsewhere than
 in the database (on Spark: sluice.spark.rules), in rules_evaluate's layout: id,
 properties, content type, body text, body bytes, then the plan's columns. Called inside
-the batch's unit, which it may read (a wave's slices as the waves before it left them)."""
+the batch's unit, which it may read (a wave's slices as the waves before it left them).
+The last argument: columns not needed, NULL in their places; if it is not empty, the
+message's own parts may be NULL too (rules_evaluate_lean's layout, for the SQL enqueue)."""
 
 
 class StalePlan(SluiceError):
@@ -185,8 +187,11 @@ class _Batch:
         Python path if it is taken. Like ``_at_once`` with no savepoint: process_given
         does the batch again without SQL enqueues if the database refuses any of it."""
         self._join(ids)
-        rows = self._evaluate(ids)
-        self._evaluated = {int(r[0]): r for r in rows}
+        lean = made_bodies(self.plan, self.fast)
+        assert self.evaluate is not None  # process_given's
+        rows = self.evaluate(self.unit, self.plan, ids, lean)
+        if not lean:  # full rows: the Python path, if taken, uses them as they are
+            self._evaluated = {int(r[0]): r for r in rows}
         self._write_at_once(rows, ids)
 
     def _done(self, ids: list[int]) -> None:
@@ -201,13 +206,7 @@ class _Batch:
         plan, unit = self.plan, self.unit
         params = {**plan.params, "queue_id": plan.queue_id, "now": self.now, "limit": limit}
         # The bodies the SQL enqueue makes are built by its INSERT, not here as well.
-        made = frozenset(
-            body
-            for r, b, a in self.fast
-            if isinstance(action := plan.rules[r].branches[b].actions[a], PlannedEnqueue)
-            and (body := action.body) is not None
-        )
-        columns = {"columns": plan.columns_sql(made)}
+        columns = {"columns": plan.columns_sql(made_bodies(plan, self.fast))}
         with self.turns.taking() as self.ticket:
             rows = unit.template_rows("rules_take_evaluate", columns, params)
         if not rows:
@@ -433,13 +432,19 @@ class _Batch:
         }  # fmt: skip
         queues: dict[str, int] = {}
         produced = self.result.produced
+        picks = dict.fromkeys(ids, 0)  # per trigger its actions, bit k for action k
         for fast, refs in made:
+            bit = 1 << fast.number
+            for ref in refs:
+                picks[ref] |= bit
             queues[fast.queue] = queue_id = self.queue_ids[fast.queue]
             params.update(fast.params)
             params[fast.ids] = unit.ids(refs)
             params[fast.queue_id] = queue_id
             params[fast.max_size] = self.contents[fast.queue].spec.max_size
             produced[fast.queue] = produced.get(fast.queue, 0) + len(refs)
+        # As signed 64-bit integers (action 63 is the sign bit).
+        params["picks"] = unit.ids([p - (1 << 64) if p >> 63 else p for p in picks.values()])
         holes = {
             "parts": ", ".join(fast.part for fast, _ in made),
             "rows": " UNION ALL ".join(fast.rows for fast, _ in made),
@@ -465,7 +470,7 @@ class _Batch:
             known = self._evaluated
             if known and all(ref in known for ref in ids):  # evaluated once already
                 return [known[ref] for ref in ids]
-            return self.evaluate(self.unit, plan, ids)
+            return self.evaluate(self.unit, plan, ids, frozenset())
         params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
         return list(
             self.unit.template_rows("rules_evaluate", {"columns": plan.columns_sql()}, params)

@@ -48,7 +48,7 @@ from sluice.expr.sql import RelationSource, Source
 from sluice.rules import codec
 from sluice.rules.check import rules_of
 from sluice.rules.engine import RunStats
-from sluice.rules.fast import ActionKey, FastInsert, build_fast
+from sluice.rules.fast import ActionKey, FastInsert, build_fast, made_bodies
 from sluice.rules.model import Application, Reset
 from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
 from sluice.rules.runner import StalePlan, process_given
@@ -119,15 +119,21 @@ class SparkRuleSQL:
         source = Source(alias=alias, relations=relations)
         return SparkRulesCompiler(source, prefix=prefix, hoisted=self.hoisted)
 
-    def evaluation(self, plan: QueuePlan) -> str:
+    def evaluation(self, plan: QueuePlan, omit: frozenset[int] = frozenset()) -> str:
         """The SELECT of ``plan``'s columns over the view of the batch's messages: the
-        message's own parts, then the columns; the subqueries they read below them."""
-        columns = plan.columns_sql()
+        message's own parts, then the columns; the subqueries they read below them.
+        ``omit``: columns left NULL, and with them the message's parts (the runner's
+        Evaluate for the SQL enqueue: what the database builds itself is not computed)."""
+        columns = plan.columns_sql(omit)
         used = [(n, sql) for n, sql in self.hoisted if re.search(rf"\bm\.{n}\b", columns)]
         inner = "".join(f", {sql} AS {n}" for n, sql in used)
+        parts = (
+            "NULL, NULL, NULL, NULL"
+            if omit
+            else "m.properties, m.content_type, m.body, m.body_bytes"
+        )
         return (
-            f"SELECT m.id, m.properties, m.content_type, m.body, m.body_bytes{columns} "
-            f"FROM (SELECT m.*{inner} FROM {_BATCH_VIEW} AS m) AS m"
+            f"SELECT m.id, {parts}{columns} FROM (SELECT m.*{inner} FROM {_BATCH_VIEW} AS m) AS m"
         )
 
     def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
@@ -183,8 +189,9 @@ class _Compiled:
     """The database's plans, highest PRIORITY first (what the runner executes)."""
     spark: Mapping[str, QueuePlan]
     """The same plans with their columns in Spark SQL, by queue."""
-    queries: Mapping[str, str]
-    """Each Spark plan's evaluation SELECT, by queue."""
+    evaluations: Mapping[tuple[str, frozenset[int]], str]
+    """Each Spark plan's evaluation SELECT, by queue and the columns it omits: all
+    columns, and (where the plan has SQL enqueues) those the runner asks for then."""
     fast: Mapping[str, Mapping[ActionKey, FastInsert]]
     """Each plan's SQL enqueues (rules.fast), by queue: the messages built by the database."""
     queue_ids: Mapping[str, int]
@@ -203,8 +210,12 @@ def _compile(db: Database) -> _Compiled:
     fast = {p.name: build_fast(app, backend, p) for p in plans}
     for plan in plans:  # the SQL enqueues' checks: columns of the plan Spark computes too
         _add_checks(spark[plan.name], fast[plan.name], len(plan.columns))
-    queries = {name: compilers.evaluation(p) for name, p in spark.items()}
-    return _Compiled(version, app, tuple(plans), spark, queries, fast, ids)
+    evaluations: dict[tuple[str, frozenset[int]], str] = {}
+    for plan in plans:
+        lean = made_bodies(plan, fast[plan.name])
+        for omit in {frozenset(), lean}:
+            evaluations[plan.name, omit] = compilers.evaluation(spark[plan.name], omit)
+    return _Compiled(version, app, tuple(plans), spark, evaluations, fast, ids)
 
 
 def _add_checks(plan: QueuePlan, fast: Mapping[ActionKey, FastInsert], width: int) -> None:
@@ -237,7 +248,10 @@ class _Engine:
     seconds: dict[str, float] = field(default_factory=dict)
     """Where the driver's time went: ``read`` (the batch into the driver),
     ``transactions`` (the queues' database transactions, all in), ``evaluate`` (the part
-    of them Spark SQL took, results back)."""
+    of them Spark SQL took, results back); and the steady state: ``steady_rows`` read by
+    the micro-batches after the first (which also warms up Spark) and ``steady_seconds``
+    from the second batch's start to the last one's end."""
+    _second: float | None = None
 
     def spent(self, part: str, began: float) -> None:
         self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - began
@@ -252,6 +266,9 @@ class _Engine:
         self.spent("read", began)
         if table.num_rows == 0:
             return
+        steady = self.stats.batches > 0
+        if steady and self._second is None:
+            self._second = began
         now = float(pc.max(table["at"]).as_py())
         present = set(pc.unique(table["queue_id"]).to_pylist())
         for plan in self.compiled.plans:
@@ -259,6 +276,9 @@ class _Engine:
                 rows = table.filter(pc.equal(table["queue_id"], plan.queue_id))
                 self._queue(rows.drop_columns(["queue_id", "at"]), plan.name, batch_id, now)
         self.stats.batches += 1
+        if steady and self._second is not None:
+            self.seconds["steady_rows"] = self.seconds.get("steady_rows", 0) + table.num_rows
+            self.seconds["steady_seconds"] = time.perf_counter() - self._second
 
     def _queue(self, rows: pa.Table, queue: str, batch_id: int, now: float) -> None:
         backend = self.db.backend
@@ -327,10 +347,11 @@ class _Evaluation:
         self.engine = engine
         self.spark = engine.session
         self.plan = plan = compiled.spark[queue]
-        self.query = compiled.queries[queue]
+        self.evaluations = compiled.evaluations
+        self.queue = queue
         self.rows = rows
         self.now = now
-        self.slices = SLICE_VIEW in self.query
+        self.slices = SLICE_VIEW in compiled.evaluations[queue, frozenset()]
         # Snapshots of the queues the rules read, before the queue's transaction opens.
         for read_queue in sorted(plan.reads):
             queue_id = compiled.queue_ids.get(read_queue, 0)
@@ -344,10 +365,12 @@ class _Evaluation:
                 queue_view(queue_id)
             )
 
-    def __call__(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
+    def __call__(
+        self, unit: RuleUnit, plan: QueuePlan, ids: list[int], omit: frozenset[int]
+    ) -> list[Sequence[Any]]:
         began = time.perf_counter()
         try:
-            return self._evaluate(unit, plan, ids)
+            return self._evaluate(unit, plan, ids, self.evaluations[self.queue, omit])
         except StorageError:
             raise
         except Exception as exc:  # Spark's own: the runner finds the message at fault
@@ -357,7 +380,9 @@ class _Evaluation:
         finally:
             self.engine.spent("evaluate", began)
 
-    def _evaluate(self, unit: RuleUnit, plan: QueuePlan, ids: list[int]) -> list[Sequence[Any]]:
+    def _evaluate(
+        self, unit: RuleUnit, plan: QueuePlan, ids: list[int], query: str
+    ) -> list[Sequence[Any]]:
         spark = self.spark
         rows = self.rows
         if len(ids) != rows.num_rows:
@@ -365,7 +390,7 @@ class _Evaluation:
         spark.createDataFrame(rows, ROWS_SCHEMA).createOrReplaceTempView(_BATCH_VIEW)
         if self.slices:
             self._slices(unit, plan, ids)
-        result = spark.sql(self.query, args={**self.plan.params, "now": self.now}).toArrow()
+        result = spark.sql(query, args={**self.plan.params, "now": self.now}).toArrow()
         columns = [c.to_pylist() for c in result.columns]
         found = {int(r[0]): r for r in zip(*columns, strict=True)} if columns else {}
         return [found[ref] for ref in ids if ref in found]

@@ -587,6 +587,16 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 SELECT coalesce(sum(n_dead_tup), 0), coalesce(sum(n_live_tup), 0) FROM pg_stat_user_tables
 WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = '{schema}.messages'::regclass);
 
+-- name: partition_statistics
+-- Each message partition: its name, its live rows as the statistics system counts
+-- them, and the rows the planner believes it holds (reltuples: -1 until analyzed).
+SELECT c.relname, coalesce(s.n_live_tup, 0), c.reltuples
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE i.inhparent = '{schema}.messages'::regclass
+ORDER BY c.relname;
+
 -- name: rotation_due
 -- Locks the rotation row: one rotation at a time.
 SELECT r.slot, (SELECT last_value FROM {schema}.message_ids) - r.rotated_at_id

@@ -36,10 +36,13 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s::integer);
 -- triggers (ids) are settled in the same statement (one round trip less): done is
 -- rules_done or rules_remove. The parts read the triggers from t, which parses each
 -- JSON body once (j) for all the paths every part reads into it; t, like every part
--- of the statement, sees the triggers as they were before done.
+-- of the statement, sees the triggers as they were before done. picks, aligned with
+-- ids: per trigger the actions it chose, bit k for action k (each part takes its own).
 WITH done AS ({done}),
-     t AS MATERIALIZED (SELECT m.*, {rules_json_body} AS j FROM {schema}.messages AS m
-                        WHERE m.id {rules_ids} AND m.state = 1),
+     t AS MATERIALIZED (SELECT m.*, {rules_json_body} AS j, c.pick
+                        FROM unnest(%(ids)s::bigint[], %(picks)s::bigint[]) AS c (id, pick)
+                        JOIN {schema}.messages AS m ON m.id = c.id
+                        WHERE m.state = 1),
      {parts}
 INSERT INTO {schema}.messages (slot, queue_id, state, priority, p_session, p_tx, p_num, body,
                                body_bytes, content_type, properties, enqueued_at, available_at)
