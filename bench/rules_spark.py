@@ -43,8 +43,9 @@ def routing(  # noqa: PLR0917  (one case's settings)
     (what the database's write of this work allows: the ceiling of any engine writing
     through it), then Spark, on fresh schemas."""
     out: dict[str, float] = {}
+    base = url
     for engine in ("local", "local_batch", "spark"):
-        url = _fresh(url, engine)
+        url = _fresh(base, engine)
         guard = SchemaGuard(url)
         guards.append(guard)
         with sluice.connect(url) as db:
