@@ -47,12 +47,14 @@ from bench.pg_common import (
 
 QUEUE = "bench"
 PGQUEUER_SCHEMA = "pgqueuer_bench"
+FLOOR_SCHEMA = "floor_bench"
 PROCRASTINATE_SCHEMA = "procrastinate_bench"
 RABBIT_QUEUES = {
     "rabbitmq-classic": "sluice_bench_classic",
     "rabbitmq-quorum": "sluice_bench_quorum",
 }
 TARGET = 2.0  # sluice >= 2 x pgqueuer jobs/s
+FLOOR_TARGET = 0.5  # sluice's time per enqueue batch <= 2 x the floor's (issue 24)
 
 DRIVES: dict[str, str] = {
     "sluice": (
@@ -92,6 +94,15 @@ DRIVES: dict[str, str] = {
         " on the default exchange. A message counts when its ack is sent."
     ),
     "rabbitmq-quorum": "as rabbitmq-classic, on a quorum queue (`x-queue-type=quorum`).",
+    "floor": (
+        "the bare floor, no queue features: a table `floor(id bigserial PRIMARY KEY, body"
+        " text)` in schema `floor_bench`, threads as sluice's, each on its own psycopg"
+        " connection; 1 producer looping `INSERT INTO floor (body) SELECT unnest(%s::text[])`"
+        " (10 bodies); 5 consumers looping `DELETE FROM floor WHERE id IN (SELECT id FROM"
+        " floor ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING id, body` (claim and"
+        " acknowledgement in one), sleeping 1 ms when they find nothing (no notifications);"
+        " each statement in autocommit, its own durable transaction in one round trip."
+    ),
 }
 CONTENDERS = tuple(DRIVES)
 _PEER_DISTRIBUTIONS = ("pgqueuer", "procrastinate", "pika", "psycopg", "uvloop", "sluice")
@@ -246,6 +257,66 @@ def run_sluice(s: Settings) -> Outcome:
         note = guard.cleanup()
         if note:
             print(note, file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------ the floor
+
+
+def run_floor(s: Settings) -> Outcome:
+    import psycopg
+
+    bodies = [_body()] * s.batch
+    stop = threading.Event()
+    meter = _Meter(s.consumers)
+    table = f"{FLOOR_SCHEMA}.floor"
+    drop_schema(s.pg_conninfo, FLOOR_SCHEMA)
+    with psycopg.connect(s.pg_conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {FLOOR_SCHEMA}")
+        admin.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, body text NOT NULL)")
+
+    def produce() -> None:
+        try:
+            # Autocommit: the statement is its transaction, one round trip with its commit.
+            with psycopg.connect(s.pg_conninfo, autocommit=True) as conn:
+                while not stop.is_set():
+                    conn.execute(f"INSERT INTO {table} (body) SELECT unnest(%s::text[])", (bodies,))
+                    meter.enqueued[0] += s.batch
+        except Exception as exc:
+            meter.fail("producer", exc)
+            stop.set()
+
+    def consume(slot: int) -> None:
+        take = (
+            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY id"
+            " LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, body"
+        )
+        try:
+            with psycopg.connect(s.pg_conninfo, autocommit=True) as conn:
+                while not stop.is_set():
+                    rows = conn.execute(take, (s.batch,)).fetchall()
+                    meter.consumed[slot] += len(rows)
+                    if not rows:
+                        stop.wait(0.001)
+        except Exception as exc:
+            meter.fail(f"consumer {slot}", exc)
+            stop.set()
+
+    threads = [threading.Thread(target=produce, name="producer")]
+    threads += [
+        threading.Thread(target=consume, args=(i,), name=f"consumer-{i}")
+        for i in range(s.consumers)
+    ]
+    try:
+        for t in threads:
+            t.start()
+        out = _measure_threads(meter, s, stop)
+        _join(threads, 30.0, out)
+        out.error = meter.errors[0] if meter.errors else ""
+        out.backlog = meter.enqueued[0] - sum(meter.consumed)
+        return out
+    finally:
+        stop.set()
+        drop_schema(s.pg_conninfo, FLOOR_SCHEMA)
 
 
 # ------------------------------------------------------------------------------ pgqueuer
@@ -587,6 +658,7 @@ RUNNERS: dict[str, Callable[[Settings], Outcome]] = {
     "procrastinate": run_procrastinate,
     "rabbitmq-classic": run_rabbit_classic,
     "rabbitmq-quorum": run_rabbit_quorum,
+    "floor": run_floor,
 }
 
 
@@ -644,6 +716,8 @@ def _cleanup_after_kill(name: str, s: Settings) -> None:
     with contextlib.suppress(Exception):
         if name == "pgqueuer":
             drop_schema(s.pg_conninfo, PGQUEUER_SCHEMA)
+        elif name == "floor":
+            drop_schema(s.pg_conninfo, FLOOR_SCHEMA)
         elif name == "procrastinate":
             drop_schema(s.pg_conninfo, PROCRASTINATE_SCHEMA)
         elif name in RABBIT_QUEUES:
@@ -676,7 +750,11 @@ def _ratio(sluice: Outcome | None, peer: Outcome) -> str:
 
 
 def render(
-    results: dict[str, list[Outcome]], s: Settings, repeats: int, facts: list[tuple[str, str]]
+    results: dict[str, list[Outcome]],
+    s: Settings,
+    repeats: int,
+    facts: list[tuple[str, str]],
+    alone: dict[str, list[Outcome]] | None = None,
 ) -> str:
     sluice_runs = results.get("sluice")
     sluice = _median_outcome(sluice_runs) if sluice_runs else None
@@ -757,8 +835,40 @@ def render(
             f"- {verdict}  {label}: sluice {sluice.rate:,.0f} / pgqueuer {pgq.rate:,.0f}"
             f" = {factor:.2f} (need {TARGET:g})"
         )
+    floor_runs = results.get("floor")
+    if sluice_runs and floor_runs:
+        lines += _floor_target(sluice_runs, floor_runs, s, "with the consumers running")
+    if alone:
+        lines += _floor_target(alone["sluice"], alone["floor"], s, "the producer alone")
+        for name, runs in alone.items():
+            each = ", ".join(
+                f"{s.batch / r.enqueue_rate * 1000:.2f}" for r in runs if r.enqueue_rate
+            )
+            lines.append(f"  - {name} alone, ms per enqueue batch: {each}")
     lines.append("")
     return "\n".join(lines)
+
+
+def _floor_target(
+    sluice_runs: list[Outcome], floor_runs: list[Outcome], s: Settings, how: str
+) -> list[str]:
+    """Issue 24's target: the producer's time per batch against the floor's, run by run
+    (runs are interleaved, so run i of each met the same server state)."""
+    ratios = [
+        f.enqueue_rate / q.enqueue_rate
+        for q, f in zip(sluice_runs, floor_runs, strict=False)
+        if q.enqueue_rate and f.enqueue_rate
+    ]
+    label = (
+        f"sluice's enqueue of {s.batch} >= {FLOOR_TARGET:g} x the floor's speed, {how}"
+        " (the floor's ms per batch / sluice's)"
+    )
+    if not ratios:
+        return [f"- MISS  {label}: no pair of runs to compare"]
+    shown = ", ".join(f"{1 / r:.2f}" for r in ratios)
+    worst = 1 / max(ratios)
+    verdict = "PASS" if worst >= FLOOR_TARGET else "MISS"
+    return [f"- {verdict}  {label}: per run {shown} (worst {worst:.2f})"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -816,7 +926,16 @@ def main(argv: list[str] | None = None) -> int:
             results[name].append(out)
             shown = f"error: {out.error}" if out.error else f"{_fmt(out.rate)} jobs/s"
             print(f"run {rep + 1}/{args.repeats} {name:<17} {shown}", file=sys.stderr, flush=True)
-    write_report("postgres", render(results, s, args.repeats, facts), args.out)
+    # The producer alone (no consumers): its enqueue against the floor's, nothing else
+    # running on the server.
+    alone: dict[str, list[Outcome]] = {}
+    if "sluice" in names and "floor" in names:
+        solo = dataclasses.replace(s, consumers=0)
+        for _ in range(args.repeats):
+            for name in ("sluice", "floor"):
+                _checkpoint(s.pg_conninfo)
+                alone.setdefault(name, []).append(_run_isolated(name, solo))
+    write_report("postgres", render(results, s, args.repeats, facts, alone), args.out)
     return 0
 
 

@@ -22,6 +22,7 @@ from sluice.demo_procurement import (
     run_procurement_workload,
 )
 from sluice.errors import ConfigurationError
+from sluice.rules.plan import SYSTEM_ERRORS
 from sluice.spark.rules import run_rules
 
 pytestmark = pytest.mark.usefixtures("spark")
@@ -84,6 +85,44 @@ def test_a_generated_workload_on_spark_gives_the_local_engines_queues(
     ]
     assert snapshot(remote) == snapshot(local)
     assert len(remote.queue("customer")) > REQUESTS // 2  # offers, refusals, reminders
+
+
+TYPED = """
+CREATE QUEUE orders; CREATE QUEUE billing;
+CREATE PROPERTY total AS real QUEUE billing VALUE body.total;
+CREATE RULE route FOR orders IF body.id > 0 THEN
+    ENQUEUE json_object('order', body.id, 'total', body.total) INTO billing;
+"""
+
+
+def test_a_batch_the_sql_enqueue_refuses_is_evaluated_in_full_on_spark(
+    spark: SparkSession,
+    two: tuple[sluice.Database, sluice.Database],
+    shared_url: str,
+    tmp_path: Path,
+) -> None:
+    """Spark computes only what the SQL enqueue needs; a batch with a message whose
+    computed property breaks its type goes by Python, which needs every column (the
+    bodies, the message's own parts): the same messages and error as locally."""
+    local, remote = two
+    orders = [{"id": i, "total": "lots" if i == 7 else i * 1.5} for i in range(1, 41)]
+    for db in two:
+        db.rules.apply(TYPED)
+        db.queue("orders").put_many(orders)
+    expected = local.rules.run_until_idle()
+    got = run_rules(spark, shared_url, checkpoint=str(tmp_path / "ck"))
+    assert (got.processed, got.errors) == (expected.processed, expected.errors) == (40, 1)
+    assert snapshot(remote) == snapshot(local)
+    assert len(remote.queue("billing")) == 39
+    errors = {  # the time of the error aside: each engine's own clock
+        db: [
+            {k: v for k, v in m.body.items() if k != "at"}
+            for m in db.queue(SYSTEM_ERRORS).browse(limit=10)
+        ]
+        for db in two
+    }
+    assert errors[remote] == errors[local]
+    assert [e["trigger"]["body"] for e in errors[local]] == [{"id": 7, "total": "lots"}]
 
 
 KEYED_RESET = """
