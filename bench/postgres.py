@@ -197,6 +197,19 @@ def _join(threads: list[threading.Thread], timeout: float, out: Outcome) -> None
         out.notes.append(f"threads still running after stop: {', '.join(stuck)}")
 
 
+def _run_threads(
+    threads: list[threading.Thread], meter: _Meter, s: Settings, stop: threading.Event
+) -> Outcome:
+    """Start a contender's producer and consumer threads, measure, stop and join them."""
+    for t in threads:
+        t.start()
+    out = _measure_threads(meter, s, stop)
+    _join(threads, 30.0, out)
+    out.error = meter.errors[0] if meter.errors else ""
+    out.backlog = meter.enqueued[0] - sum(meter.consumed)
+    return out
+
+
 # ------------------------------------------------------------------------------ sluice
 
 
@@ -243,12 +256,7 @@ def run_sluice(s: Settings) -> Outcome:
             threading.Thread(target=consume, args=(dbs[2 + i], i), name=f"consumer-{i}")
             for i in range(s.consumers)
         ]
-        for t in threads:
-            t.start()
-        out = _measure_threads(meter, s, stop)
-        _join(threads, 30.0, out)
-        out.error = meter.errors[0] if meter.errors else ""
-        out.backlog = meter.enqueued[0] - sum(meter.consumed)
+        out = _run_threads(threads, meter, s, stop)
         dbs[0].drop_queue(QUEUE)
         return out
     finally:
@@ -307,13 +315,7 @@ def run_floor(s: Settings) -> Outcome:
         for i in range(s.consumers)
     ]
     try:
-        for t in threads:
-            t.start()
-        out = _measure_threads(meter, s, stop)
-        _join(threads, 30.0, out)
-        out.error = meter.errors[0] if meter.errors else ""
-        out.backlog = meter.enqueued[0] - sum(meter.consumed)
-        return out
+        return _run_threads(threads, meter, s, stop)
     finally:
         stop.set()
         drop_schema(s.pg_conninfo, FLOOR_SCHEMA)
