@@ -1,7 +1,8 @@
 """Worker throughput of no-op tasks: sluice against Celery, Dramatiq, RQ and procrastinate.
 
 ``python -m bench.jobs [--n N]`` runs sluice's workers (4 processes, SQLite at
-FULL and PostgreSQL with fsync, one task and ten tasks per transaction) and then
+FULL and PostgreSQL with fsync; the default settings, where a worker adapts how many
+tasks it settles per commit, then one and ten tasks per transaction) and then
 the peers of ``bench.jobs_peers`` in the same run, and writes
 ``bench/results/jobs-DATE.md`` with ratios to the best peer of equal durability.
 """
@@ -25,6 +26,7 @@ from bench.jobs_peers import (
     run_peers,
 )
 from bench.jobs_sluice import SluiceResult, run_sluice
+from sluice.jobs.worker import ADAPTIVE_BUDGET, ADAPTIVE_MAX
 
 __all__ = ["main"]
 
@@ -33,6 +35,7 @@ _SCHEMA = "bench_jobs"
 _RESULTS = Path(__file__).with_name("results")
 _SQLITE = "SQLite WAL, synchronous=FULL: fsync per commit"
 _POSTGRES = "PostgreSQL fsync=on, synchronous_commit=on for commits"
+_BATCHES: tuple[int | None, ...] = (None, 1, 10)  # None: the default, adaptive
 
 
 def _durable(result: PeerResult) -> bool:
@@ -44,13 +47,13 @@ def _run_sluice(n: int, workers: int, modes: Sequence[str]) -> list[SluiceResult
     results = []
     for mode in modes:
         with tempfile.TemporaryDirectory() as tmp:
-            for batch in (1, 10):
-                path = Path(tmp) / f"jobs-{batch}.db"
+            for batch in _BATCHES:
+                path = Path(tmp) / f"jobs-{batch or 'default'}.db"
                 results.append(
                     run_sluice(f"sqlite:///{path}", _SQLITE, n=n, workers=workers, batch=batch,
                                mode=mode)
                 )  # fmt: skip
-        for batch in (1, 10):
+        for batch in _BATCHES:
             with psycopg.connect(PG_BASE, autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA IF EXISTS {_SCHEMA} CASCADE")
             try:
@@ -85,7 +88,9 @@ def _table(ours: Sequence[SluiceResult], peers: Sequence[PeerResult]) -> list[st
         " start once all are submitted, seconds from then (not SIGSTOP as for the peers: a"
         " process stopped inside a SQLite write would lock the file). Each task is settled"
         " in a committed, durable transaction: with batch B a worker settles B tasks per"
-        " commit.",
+        " commit; by default (no batch given) each worker thread starts at one task per"
+        " commit and doubles it while full batches settle within"
+        f" {ADAPTIVE_BUDGET * 1000:g} ms, up to {ADAPTIVE_MAX}.",
         "",
         "| backend | shape | mode | N | tasks/s | seconds | vs best durable peer, same mode |"
         " vs best peer, same mode | durability | status |",
@@ -117,11 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__)
     parser.add_argument("--n", type=int, default=DEFAULT_N, help="tasks per run")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="worker processes")
+    parser.add_argument(
+        "--peers",
+        help="comma-separated peers to run (celery, dramatiq, rq, procrastinate); all by default",
+    )
     args = parser.parse_args(argv)
     load = os.getloadavg()
     modes = ("live", "backlog")
     ours = _run_sluice(args.n, args.workers, modes)
-    peers = run_peers(args.n, args.workers, modes=modes)
+    only = None if args.peers is None else set(args.peers.split(","))
+    peers = run_peers(args.n, args.workers, modes=modes, only=only)
     report = render(peers, args.workers, load_before=load)
     head, _, rest = report.partition("\n\n")
     text = "\n".join(

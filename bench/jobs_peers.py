@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -814,34 +814,45 @@ def run_procrastinate(
     return _measure(_Procrastinate(workers, concurrency), n, workers, mode, timeout)
 
 
-def _redis_peers(n: int, workers: int, target: RedisTarget, mode: str) -> list[PeerResult]:
-    return [
-        run_celery(n, workers, target=target, mode=mode),
-        run_dramatiq(n, workers, target=target, mode=mode),
-        run_rq(n, workers, target=target, mode=mode),
-        run_rq(n, workers, target=target, simple=True, mode=mode),
+def _redis_peers(
+    n: int, workers: int, target: RedisTarget, mode: str, only: Collection[str] | None
+) -> list[PeerResult]:
+    runs: list[tuple[str, Callable[[], PeerResult]]] = [
+        ("celery", lambda: run_celery(n, workers, target=target, mode=mode)),
+        ("dramatiq", lambda: run_dramatiq(n, workers, target=target, mode=mode)),
+        ("rq", lambda: run_rq(n, workers, target=target, mode=mode)),
+        ("rq", lambda: run_rq(n, workers, target=target, simple=True, mode=mode)),
     ]
+    return [run() for name, run in runs if only is None or name in only]
 
 
 def run_peers(
-    n: int = DEFAULT_N, workers: int = DEFAULT_WORKERS, *, modes: Sequence[str] = ("live",)
+    n: int = DEFAULT_N,
+    workers: int = DEFAULT_WORKERS,
+    *,
+    modes: Sequence[str] = ("live",),
+    only: Collection[str] | None = None,
 ) -> list[PeerResult]:
     """Every peer once per durability and mode: the Redis peers on the shared Redis (nothing
-    on disk) and on a private ``appendfsync always`` one, then procrastinate on PostgreSQL."""
+    on disk) and on a private ``appendfsync always`` one, then procrastinate on PostgreSQL.
+
+    ``only``: the peers to run by name (celery, dramatiq, rq, procrastinate); all by default.
+    """
     results: list[PeerResult] = []
     for mode in modes:
         try:
-            results += _redis_peers(n, workers, _shared(), mode)
+            results += _redis_peers(n, workers, _shared(), mode, only)
         except Exception as exc:
             results.append(_failed("Redis peers", f"shared Redis {SHARED_REDIS_URL}", n, exc))
     try:
         with private_redis("always") as url:
             target = redis_target(url, "private")
             for mode in modes:
-                results += _redis_peers(n, workers, target, mode)
+                results += _redis_peers(n, workers, target, mode, only)
     except Exception as exc:
         results.append(_failed("Redis peers", "private redis-server", n, exc))
-    results += [run_procrastinate(n, workers, mode=mode) for mode in modes]
+    if only is None or "procrastinate" in only:
+        results += [run_procrastinate(n, workers, mode=mode) for mode in modes]
     return results
 
 

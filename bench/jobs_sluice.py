@@ -35,7 +35,7 @@ class SluiceResult:
     status: str
 
 
-def _worker(url: str, threads: int, batch: int) -> None:
+def _worker(url: str, threads: int, batch: int | None) -> None:
     db = sluice.connect(url)
 
     @db.task("noop")
@@ -56,7 +56,7 @@ def run_sluice(
     n: int,
     workers: int = 4,
     threads: int = 1,
-    batch: int = 1,
+    batch: int | None = None,
     mode: str = "live",
 ) -> SluiceResult:
     """``n`` no-op tasks through ``workers`` processes of ``threads`` threads each.
@@ -67,7 +67,8 @@ def run_sluice(
     process stopped inside a SQLite write transaction would lock the file.)
     """
     backend = url.split(":", 1)[0]
-    shape = f"{workers} processes x {threads} thread(s), batch {batch}"
+    settles = "default (adaptive batches)" if batch is None else f"batch {batch}"
+    shape = f"{workers} processes x {threads} thread(s), {settles}"
     with sluice.connect(url) as db:
         db.jobs.define("noop")
         procs = _start(url, workers, threads, batch)
@@ -93,11 +94,11 @@ def run_sluice(
             _stop(procs)
 
 
-def _start(url: str, workers: int, threads: int, batch: int) -> list[subprocess.Popen[str]]:
+def _start(url: str, workers: int, threads: int, batch: int | None) -> list[subprocess.Popen[str]]:
     """Worker processes, each ready (connected, task registered) when this returns."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.jobs_sluice", url, str(threads), str(batch)],
+            [sys.executable, "-m", "bench.jobs_sluice", url, str(threads), str(batch or "")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -144,4 +145,4 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    _worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if sys.argv[3] else None)

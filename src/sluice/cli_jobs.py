@@ -43,7 +43,9 @@ def load_app(spec: str) -> sluice.Database:
 def cmd_worker(args: argparse.Namespace) -> int:
     db = load_app(args.app)
     tasks = [t for t in (args.tasks or "").split(",") if t] or None
-    worker = db.worker(tasks=tasks, concurrency=args.concurrency, grace=args.grace)
+    worker = db.worker(
+        tasks=tasks, concurrency=args.concurrency, batch=args.batch, grace=args.grace
+    )
     print(
         f"sluice worker: {worker.concurrency} thread(s) for "
         f"{', '.join(tasks or sorted(db.task_functions))}; SIGTERM or Ctrl-C to stop",
@@ -101,6 +103,11 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p.add_argument("app", help="module:attribute of the Database the @db.task functions use")
     p.add_argument("--tasks", help="only these task types, comma-separated")
     p.add_argument("--concurrency", type=int, default=4, help="worker threads (default 4)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        help="tasks a thread settles per commit (default: adaptive, 1 to 64; docs/jobs.md)",
+    )
     p.add_argument(
         "--grace", type=float, default=30.0, help="seconds to finish running tasks on SIGTERM"
     )

@@ -139,7 +139,7 @@ class Database(Engine):
         *,
         tasks: Sequence[str] | None = None,
         concurrency: int = 1,
-        batch: int = 1,
+        batch: int | None = None,
         poll: float | None = None,
         grace: float | None = None,
         signals: Mapping[str, Callable[[], float]] | None = None,
@@ -150,8 +150,10 @@ class Database(Engine):
         finish the tasks in hand first); ``start()``/``stop()``/``join()`` run
         it in the background; ``run_until_idle()`` in the calling thread.
         ``batch``: tasks a thread takes and settles in one transaction (one
-        fsync for all; a task that fails is given back alone); ``signals``: load
-        signals by name, for load-following profiles.
+        fsync for all; a task that fails is given back alone); by default
+        (None) adaptive: one at first, more while tasks are ready and a batch
+        runs in under ``ADAPTIVE_BUDGET`` seconds (docs/jobs.md); ``signals``:
+        load signals by name, for load-following profiles.
         """
         names = list(self._task_functions) if tasks is None else list(tasks)
         missing = [n for n in names if n not in self._task_functions]

@@ -16,6 +16,7 @@ import pytest
 import sluice
 from sluice.jobs import ManualClock, Task, TaskSpec
 from sluice.jobs.profiles import Entry, Follow, Profile
+from sluice.jobs.worker import ADAPTIVE_BUDGET, ADAPTIVE_MAX, adapted_size
 
 # Tuesday 2027-01-05 10:00 UTC.
 T0 = datetime(2027, 1, 5, 10, 0, tzinfo=UTC).timestamp()
@@ -355,11 +356,39 @@ def test_a_batch_settles_together_and_a_failing_task_alone_is_given_back(
 
     job = db.jobs.submit("batch", [("send", n) for n in range(6)])
     worker = db.worker(batch=6)
-    assert worker.run_until_idle() == 2  # one batch of six (one failed), then the retry
+    assert worker.run_until_idle() == 7  # six runs in one batch (one failed), then the retry
     assert sorted(m.body for m in db.queue("sent").browse()) == list(range(6))
     status = db.jobs.get(job, tasks=True)
     assert (status.status, status.succeeded) == ("done", 6)
     assert sorted(t.attempts for t in status.tasks) == [1, 1, 1, 1, 1, 2]
+
+
+def test_by_default_quick_tasks_share_commits_and_keep_their_order(db: sluice.Database) -> None:
+    db.create_queue("sent")
+    commits: list[int] = []
+
+    @db.task("quick")
+    def quick(task: Task) -> None:
+        commits.append(task.transaction.number)
+        task.enqueue("sent", task.body)
+
+    db.jobs.submit("many", [("quick", n) for n in range(300)])
+    assert db.worker().run_until_idle() == 300
+    assert [m.body for m in db.queue("sent").browse(limit=1000)] == list(range(300))
+    sizes = [len(list(group)) for _, group in itertools.groupby(commits)]
+    assert sizes[0] == 1  # it starts at one task per commit ...
+    assert max(sizes) > 1  # ... and settles quick tasks together
+
+
+def test_adaptive_batches_grow_while_quick_and_shrink_to_fit_slow_tasks() -> None:
+    quick = ADAPTIVE_BUDGET / 100  # seconds for a whole batch
+    assert adapted_size(1, 1, quick) == 2
+    assert adapted_size(8, 8, quick) == 16
+    assert adapted_size(ADAPTIVE_MAX, ADAPTIVE_MAX, quick) == ADAPTIVE_MAX
+    assert adapted_size(8, 3, quick) == 8  # fewer were ready: no growth for a trickle
+    assert adapted_size(16, 16, ADAPTIVE_BUDGET * 2) == 8  # twice the budget: half
+    assert adapted_size(4, 4, ADAPTIVE_BUDGET * 40) == 1  # slow tasks: one per commit
+    assert adapted_size(1, 1, 0.0) == 2
 
 
 def test_rollback_to_a_savepoint_undoes_only_later_enqueues(db: sluice.Database) -> None:

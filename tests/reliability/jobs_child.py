@@ -7,6 +7,10 @@ instead of sleeping. Modes:
 - finish: run what is there (the task that hung elsewhere included), report how many
 - fire T: fire due schedules at clock time T, report how many it fired
 - serve: run a worker until SIGTERM; each task reports when it starts, then takes a while
+- batch LOG: run the logged tasks at the default settings (adaptive batches); each run
+  appends its body to the file LOG (an effect outside the database), and the run of
+  body 40 reports and hangs (the parent kills the process)
+- batch-finish LOG: the same tasks, none hanging, report how many ran
 """
 
 from __future__ import annotations
@@ -48,12 +52,23 @@ def main() -> None:
         time.sleep(float(str(task.body)))  # the work itself
         task.enqueue("sent", task.id)
 
+    @db.task("logged", max_attempts=3)
+    def logged(task: Task) -> None:
+        with open(str(arg), "a") as log:
+            log.write(f"{task.body}\n")
+        task.enqueue("sent", task.body)
+        if mode == "batch" and task.body == 40:
+            say(event="started", task=task.id)
+            threading.Event().wait()  # until killed
+
     if mode == "limited":
         say(ran=db.worker(tasks=["mail"]).run_until_idle())
     elif mode == "hang":
         db.worker(tasks=["hangs"]).run_until_idle()
     elif mode == "finish":
         say(ran=db.worker(tasks=["hangs"]).run_until_idle())
+    elif mode in ("batch", "batch-finish"):
+        say(ran=db.worker(tasks=["logged"]).run_until_idle())
     elif mode == "fire":
         say(fired=sum(db.jobs.fire_schedules() for _ in range(20)))
     elif mode == "serve":

@@ -17,6 +17,7 @@ import pytest
 import sluice
 from sluice.jobs import ManualClock
 from sluice.jobs.profiles import Profile
+from sluice.jobs.worker import ADAPTIVE_MAX
 
 CHILD = Path(__file__).with_name("jobs_child.py")
 T0 = datetime(2027, 1, 5, 10, 0, tzinfo=UTC).timestamp()
@@ -55,7 +56,7 @@ def _read(child: subprocess.Popen[str]) -> dict[str, object]:
 def _define(url: str) -> sluice.Database:
     db = sluice.connect(url)
     db.create_queue("sent", exist_ok=True)
-    for name in ("mail", "hangs", "slow"):
+    for name in ("mail", "hangs", "slow", "logged"):
         db.jobs.define(name, max_attempts=3, backoff=0.0)
     return db
 
@@ -93,6 +94,37 @@ def test_a_worker_killed_mid_task_loses_nothing_and_commits_once(shared_url: str
         assert (status.status, status.succeeded) == ("done", 1)
         assert status.tasks[0].attempts == 2  # the killed run counted
         assert [m.body for m in db.queue("sent").browse()] == ["only"]
+
+
+def test_a_worker_killed_mid_batch_repeats_only_the_open_batch(
+    shared_url: str, tmp_path: Path
+) -> None:
+    """At the default settings a worker settles quick tasks in batches: a kill -9 makes the
+    runs of the open batch happen again (effects outside the database repeat), while each
+    task's own work commits once, and the killed runs count."""
+    log = tmp_path / "runs.log"
+    with _define(shared_url) as db:
+        job = db.jobs.submit("j", [("logged", n) for n in range(100)])
+        with _children(shared_url, ("batch", str(log))) as (child,):
+            assert _read(child)["event"] == "started"  # the run of 40 hangs, within a batch
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        committed = sorted(m.body for m in db.queue("sent").browse(limit=1000))
+        # Batches in order of submission, the open one (with 40) never showed.
+        assert committed == list(range(len(committed)))
+        assert len(committed) <= 40
+        with _children(shared_url, ("batch-finish", str(log))) as (finisher,):
+            assert _read(finisher)["ran"] == 100 - len(committed)
+        assert sorted(m.body for m in db.queue("sent").browse(limit=1000)) == list(range(100))
+        runs = [int(line) for line in log.read_text().split()]
+        # What ran twice: the open batch's runs up to 40, nothing else.
+        assert sorted(n for n in set(runs) if runs.count(n) == 2) == list(range(len(committed), 41))
+        assert all(runs.count(n) == 1 for n in range(100) if n < len(committed) or n > 40)
+        status = db.jobs.get(job, tasks=True)
+        assert (status.status, status.succeeded) == ("done", 100)
+        # The killed batch's tasks count a run each (taken, whether they ran or not).
+        again = [t.attempts for t in status.tasks].count(2)
+        assert 41 - len(committed) <= again <= ADAPTIVE_MAX
 
 
 def test_a_schedule_fires_once_per_due_time_across_workers(shared_url: str) -> None:

@@ -154,7 +154,7 @@ class AsyncDatabase:
         *,
         tasks: Sequence[str] | None = None,
         concurrency: int = 1,
-        batch: int = 1,
+        batch: int | None = None,
         poll: float | None = None,
         grace: float | None = None,
         signals: Mapping[str, Callable[[], float]] | None = None,

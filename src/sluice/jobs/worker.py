@@ -33,7 +33,14 @@ if TYPE_CHECKING:
     from sluice.engine.database import Engine
     from sluice.jobs.manager import Jobs
 
-__all__ = ["DEFAULT_GRACE", "DEFAULT_POLL", "Worker", "WorkerShutdown"]
+__all__ = [
+    "ADAPTIVE_BUDGET",
+    "ADAPTIVE_MAX",
+    "DEFAULT_GRACE",
+    "DEFAULT_POLL",
+    "Worker",
+    "WorkerShutdown",
+]
 
 log = logging.getLogger("sluice.worker")
 
@@ -43,6 +50,11 @@ DEFAULT_GRACE = 30.0
 """Real seconds a stopping worker lets running tasks finish before interrupting them."""
 _INTERRUPT_WAIT = 2.0  # real seconds an interrupted task gets to roll back
 _LATE_CHECK = 0.5  # real seconds a worker believes that no job is late, at one clock time
+ADAPTIVE_MAX = 64
+"""Most tasks an adaptive worker thread (no ``batch=`` given) settles in one commit."""
+ADAPTIVE_BUDGET = 0.02
+"""Real seconds of task runs an adaptive batch aims at: what a task's commit may wait for
+other tasks of its batch, and about the most a crash makes run again."""
 
 
 class WorkerShutdown(BaseException):
@@ -59,7 +71,7 @@ class Worker:
         functions: dict[str, TaskFunction],
         *,
         concurrency: int = 1,
-        batch: int = 1,
+        batch: int | None = None,
         poll: float = DEFAULT_POLL,
         grace: float = DEFAULT_GRACE,
         signals: dict[str, Callable[[], float]] | None = None,
@@ -73,9 +85,11 @@ class Worker:
         self._jobs = jobs
         self._functions = dict(functions)
         self.concurrency = concurrency
-        if not isinstance(batch, int) or batch < 1:
-            raise SluiceError(f"batch must be a positive int, not {batch!r}")
+        if batch is not None and (not isinstance(batch, int) or batch < 1):
+            raise SluiceError(f"batch must be a positive int or None (adaptive), not {batch!r}")
         self.batch = batch
+        # Adaptive batch sizes, per thread and task type (each thread has its own commits).
+        self._sizes = threading.local()
         self.poll = poll
         self.grace = grace
         self._gate = Gate(db, dict(signals or {}))
@@ -178,24 +192,43 @@ class Worker:
         """Run tasks in this thread until none can start now; how many ran (tests, demos)."""
         ran = 0
         while max_tasks is None or ran < max_tasks:
-            if self.work_once() != 0.0:
+            taken, _ = self._work(None if max_tasks is None else max_tasks - ran)
+            if not taken:
                 break
-            ran += 1
+            ran += taken
         self.maintain()
         return ran
 
-    # --- one task ----------------------------------------------------------------------
+    # --- one batch ---------------------------------------------------------------------
     def work_once(self) -> float:
-        """Take and run one task: 0.0 if one ran, else clock seconds worth waiting."""
+        """Take and run one batch of tasks: 0.0 if any ran, else clock seconds worth waiting."""
+        return self._work(None)[1]
+
+    def _work(self, most: int | None) -> tuple[int, float]:
+        """One batch of at most ``most`` tasks: (tasks settled, 0.0) or (0, seconds to wait)."""
         self._maintain_if_due()
         now = self._jobs.clock.now()
         waits = []
         for task_type in self._in_order(now):
-            outcome = self._run_one(task_type, now)
-            if outcome == 0.0:
-                return 0.0
-            waits.append(outcome)
-        return min(waits) if waits else self.poll
+            taken, wait = self._run_one(task_type, now, most)
+            if taken:
+                return taken, 0.0
+            waits.append(wait)
+        return 0, min(waits) if waits else self.poll
+
+    def _size(self, task_type: TaskType) -> int:
+        """Tasks to take next: ``batch``, or the adaptive size this thread has learnt."""
+        if self.batch is not None:
+            return self.batch
+        sizes: dict[str, int] = self._sizes.__dict__.setdefault("sizes", {})
+        return sizes.get(task_type.name, 1)
+
+    def _learn(self, task_type: TaskType, asked: int, ran: int, seconds: float) -> None:
+        """Adapt this thread's next size for ``task_type`` to what the last batch took."""
+        if self.batch is not None or ran == 0:
+            return
+        sizes: dict[str, int] = self._sizes.__dict__.setdefault("sizes", {})
+        sizes[task_type.name] = adapted_size(asked, ran, seconds)
 
     @property
     def context_wakeups(self) -> Wakeups:
@@ -230,13 +263,16 @@ class Worker:
 
         return sorted(rotated, key=rank)
 
-    def _run_one(self, task_type: TaskType, now: float) -> float:
-        starts, until = self._gate.take(task_type, now, self.batch)
+    def _run_one(self, task_type: TaskType, now: float, most: int | None) -> tuple[int, float]:
+        size = self._size(task_type)
+        if most is not None:
+            size = max(1, min(size, most))
+        starts, until = self._gate.take(task_type, now, size)
         if starts is None:
-            if self.batch > 1:  # the window may still have room for fewer
+            if size > 1:  # the window may still have room for fewer
                 starts, until = self._gate.take(task_type, now, 1)
             if starts is None:
-                return max(until - now, 0.001)
+                return 0, max(until - now, 0.001)
         tx = self._db.begin()
         try:
             messages = self._next(tx, task_type, now, starts.n)
@@ -247,10 +283,12 @@ class Worker:
         if not messages:
             tx.commit()
             self._gate.give_back(starts)
-            return self.poll
+            return 0, self.poll
+        began = time.perf_counter()
         ran = self._execute(tx, task_type, messages)
+        self._learn(task_type, starts.n, len(messages), time.perf_counter() - began)
         self._gate.give_back(starts, starts.n - ran)
-        return 0.0
+        return len(messages), 0.0
 
     def _next(self, tx: Transaction, task_type: TaskType, now: float, limit: int) -> list[Message]:
         """The next tasks by the processing order; late jobs take turns with the rest.
@@ -472,6 +510,20 @@ class _Run:
             if self._sent is not None:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread), None)
             return self._sent
+
+
+def adapted_size(asked: int, taken: int, seconds: float) -> int:
+    """The next adaptive batch size after ``taken`` of ``asked`` tasks took ``seconds``.
+
+    A worker starts at one task per commit and doubles while full batches run
+    (with their commit) in well under ``ADAPTIVE_BUDGET``; slow tasks bring it
+    down to what fits the budget, so a slow task is settled alone and quick
+    ones share a commit. A batch that found fewer tasks ready than asked for
+    does not grow it: a trickle of work is settled as it comes.
+    """
+    fits = ADAPTIVE_BUDGET * taken / seconds if seconds > 0 else float(ADAPTIVE_MAX)
+    grown = asked * 2 if taken >= asked else asked
+    return max(1, min(ADAPTIVE_MAX, int(fits), grown))
 
 
 def _used_up(message: Message) -> str:
