@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-topics bench-rules bench-server bench-gateways soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ bench-spark: $(BIN)/sluice-bench-stamp
 # and RQ on Redis (the shared one, and a private one with appendfsync always), procrastinate.
 bench-jobs: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.jobs
+
+# Resident memory of a worker (SQLite, PostgreSQL) and a Spark stream draining 1,000,000
+# messages, against the bounds tests/reliability/test_memory.py holds (about 10 minutes).
+bench-memory: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.memory
 
 # Topics with 1, 10 and 100 subscriptions against a plain queue and RabbitMQ's fanout, on a
 # SQLite file and PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672 (about 5 minutes).

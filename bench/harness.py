@@ -49,6 +49,7 @@ SYNCHRONOUS: tuple[str, ...] = ("FULL", "NORMAL")
 # Display name -> module. The order is the order of the report's rows.
 CONTENDERS: dict[str, str] = {
     "raw": "bench.raw_sqlite",
+    "raw-schema": "bench.raw_schema",
     "sluice": "bench.sluice_sqlite",
     "huey": "bench.huey_sqlite",
     "persist-queue": "bench.persist_queue",
@@ -396,6 +397,16 @@ def _targets(results: list[Result]) -> list[str]:
     else:
         verdict = "PASS" if sluice.rate >= 30_000 else "MISS"
         lines.append(f"- {verdict}  {label}: {sluice.rate:,.0f}")
+    raw = _find(results, "raw", 100, "FULL")
+    lines.append(_ratio_target("batch 100, FULL: sluice >= 0.8 x raw", sluice, raw, "raw", 0.8))
+    schema = _find(results, "raw-schema", 100, "FULL")
+    if schema is not None and schema.rate and raw is not None and raw.rate:
+        # Where the gap lies: sluice's table and indexes, or sluice's Python above them.
+        share = f"{sluice.rate / schema.rate:.2f}" if sluice and sluice.rate else "-"
+        lines.append(
+            f"- (where)  batch 100, FULL: raw statements on sluice's own schema reach"
+            f" {schema.rate / raw.rate:.2f} x raw; sluice reaches {share} x that floor"
+        )
     return lines
 
 

@@ -159,15 +159,9 @@ def worker_child(url: str) -> None:
 
 def spark_child(url: str, queue: str, checkpoint: str) -> None:
     """Read the queue to its end with a sluice stream (exclusive), writing to Spark's noop."""
-    from pyspark.sql import SparkSession
+    from sluice.spark import spark_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sluice-memory")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    spark = spark_session("local[2]", "sluice-memory")
     _say(rss_mb=tree_mb(os.getpid()))
     stream = (
         spark.readStream.format("sluice")

@@ -1,0 +1,90 @@
+"""Raw SQLite on sluice's own table: the floor of sluice's schema, without sluice's Python.
+
+The same three statements per batch as ``bench.raw_sqlite``, run against the ``messages``
+table and indexes sluice itself creates (a file made by ``sluice.connect``), writing the
+columns sluice writes and claiming in sluice's delivery order (priority, then id; due and
+unexpired). What it costs above raw is what the schema costs (the row's 31 columns and the
+five-column delivery index, the partial indexes); what sluice costs above it is its Python.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from functools import cache
+from pathlib import Path
+
+import sluice
+from bench.harness import chunks, encode, make_bodies, observe
+
+DRIVE = (
+    "sluice's own `messages` table and indexes (made by `sluice.connect`), driven with raw"
+    " statements: INSERT of the columns sluice writes; claim = `UPDATE messages SET state=2,"
+    " c_session, c_tx WHERE id IN (SELECT id ... WHERE queue_id=? AND state=1 AND"
+    " available_at<=? AND (expires_at IS NULL OR expires_at>?) ORDER BY priority DESC, id"
+    " LIMIT ?) RETURNING` the columns a Message is built from; ack = `DELETE ... WHERE id IN"
+    " (...)`; bodies JSON-encoded in, raw bytes out; 3 transactions per 100 cycles as raw."
+)
+
+_INSERT = (
+    "INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body,"
+    " content_type, properties, correlation_id, reply_to, enqueued_at, available_at,"
+    " expires_at) VALUES (?, 1, 0, 1, ?, ?, ?, NULL, NULL, NULL, NULL, ?, ?, NULL)"
+)
+_CLAIM = (
+    "UPDATE messages SET state = 2, c_session = 1, c_tx = ? WHERE id IN ("
+    "SELECT id FROM messages WHERE queue_id = ? AND state = 1 AND available_at <= ?"
+    " AND (expires_at IS NULL OR expires_at > ?) ORDER BY priority DESC, id LIMIT ?)"
+    " RETURNING id, state, priority, p_session, p_tx, p_num, body, content_type, properties,"
+    " correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts, error,"
+    " origin_queue, type, grp"
+)
+
+
+@cache
+def _ack_sql(count: int) -> str:
+    return f"DELETE FROM messages WHERE id IN ({','.join('?' * count)})"
+
+
+def run(path: Path, n: int, batch: int, synchronous: str) -> float:
+    """Enqueue n messages, then claim and acknowledge them all; return the seconds taken."""
+    bodies = make_bodies(n)
+    db_file = path / "schema.db"
+    with sluice.connect(f"sqlite:///{db_file}") as db:
+        db.create_queue("bench")
+    conn = sqlite3.connect(db_file, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        (queue,) = conn.execute("SELECT id FROM queues WHERE name = 'bench'").fetchone()
+        got, tx = 0, 0
+        start = time.perf_counter()
+        for group in chunks(bodies, batch):
+            tx += 1
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                _INSERT, [(queue, tx, i, encode(b), now, now) for i, b in enumerate(group)]
+            )
+            conn.execute("COMMIT")
+        while True:
+            tx += 1
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            rows = conn.execute(_CLAIM, (tx, queue, now, now, batch)).fetchall()
+            conn.execute("COMMIT")
+            if not rows:
+                break
+            ids = [row[0] for row in rows]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_ack_sql(len(ids)), ids)
+            conn.execute("COMMIT")
+            got += len(ids)
+        elapsed = time.perf_counter() - start
+        left = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        if got != n or left:
+            raise RuntimeError(f"raw-schema: claimed {got} of {n}, {left} rows left")
+        observe(conn)
+        return elapsed
+    finally:
+        conn.close()
