@@ -731,6 +731,7 @@ def pipeline_once(
     tag: str,
     tmp_root: Path,
     pg_conninfo: str | None,
+    exclusive: bool = False,
 ) -> Run:
     """Fill orders_<tag>, run the pipeline to billing_<tag>, check both queues."""
     from sluice.spark import run_pipeline
@@ -755,6 +756,7 @@ def pipeline_once(
                 body_schema=BODY_SCHEMA,
                 max_per_batch=batch,
                 once=True,
+                exclusive=exclusive,
             )
             seconds = time.perf_counter() - started
         run = measured(query, wall, seconds)
@@ -798,15 +800,17 @@ def run_pipelines(
     pg_conninfo: str | None,
 ) -> None:
     grid = {
-        (backend, b): Cell("pipeline", "pipeline", backend, s.pipe_n, batch=b)
+        (backend, b, x): Cell("pipeline", "pipeline exclusive" if x else "pipeline", backend,
+                              s.pipe_n, batch=b)
         for backend in urls
         for b in s.pipe_batches
-    }
+        for x in ((False, True) if s.pipe_exclusive else (False,))
+    }  # fmt: skip
     cells += grid.values()
     # Interleaved: repeat 1 of every cell, then repeat 2...; drift spreads over all of them.
     for rep in range(s.repeats):
-        for (backend, batch), cell in grid.items():
-            tag = f"{backend[:2]}{batch}r{rep}"
+        for (backend, batch, exclusive), cell in grid.items():
+            tag = f"{backend[:2]}{batch}{'x' if exclusive else ''}r{rep}"
             url, cleanup = urls[backend](tag)
             try:
                 _measure(
@@ -820,8 +824,9 @@ def run_pipelines(
                         tag=tag,
                         tmp_root=tmp_root,
                         pg_conninfo=pg_conninfo,
+                        exclusive=exclusive,
                     ),
-                    f"pipeline {backend} B={batch} run {rep + 1}/{s.repeats}",
+                    f"{cell.label} {backend} B={batch} run {rep + 1}/{s.repeats}",
                     s.pipe_n,
                 )
             finally:
@@ -916,6 +921,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--batch", type=int, action="append", help="max_per_batch of the pipeline (repeatable)"
     )
     p.add_argument("--repeats", type=int, help="runs per cell (default 3)")
+    p.add_argument(
+        "--pipe-exclusive",
+        action="store_true",
+        help="pipelines also with exclusive=True (the source read by id range)",
+    )
     p.add_argument("--warmup-n", type=int, default=1_000)
     p.add_argument(
         "--no-bounds",
@@ -957,6 +967,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         master=args.master,
         quick=quick,
         bounds=not args.no_bounds,
+        pipe_exclusive=args.pipe_exclusive,
     )
 
 

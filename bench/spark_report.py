@@ -77,6 +77,8 @@ class Settings:
     quick: bool
     bounds: bool = True
     """With the rows of the claimed rounds' statements and DELETE alone (no Spark)."""
+    pipe_exclusive: bool = False
+    """Pipelines also with ``exclusive=True`` (the source read by id range)."""
 
 
 @dataclass
@@ -270,12 +272,14 @@ def _pipeline_section(cells: list[Cell], s: Settings) -> list[str]:
         med = c.median
         batches = str(med.batches) if med else "-"
         out.append(
-            f"| {c.backend} | {c.batch} | {_rate(c.rate)} | {_mb(c, s.body_bytes)}"
+            f"| {c.backend}{' (exclusive)' if 'exclusive' in c.label else ''} | {c.batch}"
+            f" | {_rate(c.rate)} | {_mb(c, s.body_bytes)}"
             f" | {batches} | {_runs(c)} | {_status(c)} |"
         )
     out += ["", f"Target: >= {PIPELINE_TARGET:,} msgs/s on 2 cores.", ""]
     for c in pipes:
-        head = f"{c.backend}, max_per_batch {c.batch}"
+        how = " (exclusive)" if "exclusive" in c.label else ""
+        head = f"{c.backend}{how}, max_per_batch {c.batch}"
         if c.rate is None:
             out.append(f"- MISS  {head}: no figure ({_status(c)})")
         else:

@@ -295,6 +295,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         max_per_batch=args.max_per_batch,
         once=not args.follow,
         interval=args.interval,
+        exclusive=args.exclusive,
     )
     if args.follow:
         query.awaitTermination()  # until stopped (Ctrl-C) or failed
@@ -491,6 +492,11 @@ def _pipeline_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--where", help="only input messages this expression holds for")
     p.add_argument("--body-schema", help="parse input bodies as this Spark schema (DDL)")
     p.add_argument("--max-per-batch", type=int, default=10_000, help="messages per micro-batch")
+    p.add_argument(
+        "--exclusive",
+        action="store_true",
+        help="the pipeline is the source's only consumer: read it by id range (docs/spark.md)",
+    )
     p.add_argument("--follow", action="store_true", help="keep running for new messages")
     p.add_argument("--interval", type=float, help="with --follow: seconds between batches")
     p.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")

@@ -74,6 +74,34 @@ def test_sql_routes_orders_into_billing_and_shipping(
     assert db.queue("orders").stats()["ready"] == db.queue("orders").stats()["claimed"] == 0
 
 
+def test_an_exclusive_pipeline_reads_by_range_and_deletes_what_it_published(
+    spark: SparkSession, db: sluice.Database, shared_url: str, tmp_path: Path
+) -> None:
+    common: dict[str, Any] = {
+        "source": "orders",
+        "name": "sole-reader",
+        "checkpoint": str(tmp_path / "ck"),
+        "body_schema": ORDER,
+        "target": "billing",
+        "sql": "SELECT named_struct('order', body.id) AS body FROM messages",
+        "max_per_batch": 2,
+        "exclusive": True,
+    }
+    run_pipeline(spark, shared_url, **common)
+    assert [b["order"] for b in _bodies(db, "billing")] == [1, 2, 3]
+    assert len(db.queue("orders")) == 0  # each range deleted with its batch's commit
+    db.queue("orders").put({"id": 4, "customer": "Ng", "country": "FR", "express": False,
+                            "total": 1.0})  # fmt: skip
+    run_pipeline(spark, shared_url, **common)  # the same checkpoint: on from its position
+    assert [b["order"] for b in _bodies(db, "billing")] == [1, 2, 3, 4]
+    db.create_queue("lanes", isolation="ordered")
+    lanes = common | {"source": "lanes", "name": "lanes-reader"}
+    lanes["checkpoint"] = str(tmp_path / "ck2")
+    with pytest.raises(Exception, match="does not allow"):  # as Spark wraps the source's error
+        run_pipeline(spark, shared_url, **lanes)
+    assert len(db.queue("billing")) == 4
+
+
 def test_transform_function_with_a_selector_and_a_target(
     spark: SparkSession, db: sluice.Database, shared_url: str, tmp_path: Path
 ) -> None:

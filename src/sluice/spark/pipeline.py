@@ -62,6 +62,7 @@ def run_pipeline(
     once: bool = True,
     interval: float | None = None,
     partitions: int | None = None,
+    exclusive: bool = False,
 ) -> Any:
     """Run ``source`` -> Spark SQL -> target queue(s) as the streaming query ``name``.
 
@@ -74,6 +75,10 @@ def run_pipeline(
     the name. ``once``: process what is there and return; otherwise the
     running StreamingQuery is returned (``interval``: seconds between batches).
     ``partitions``: tasks per batch (default: Spark's default parallelism).
+    ``exclusive``: the pipeline is the source queue's only consumer, so it reads
+    the queue by id range and deletes each range when its batch commits (option
+    ``exclusive`` of the source) instead of claiming the messages by rounds; a
+    queue with isolation refuses it.
     """
     if (sql is None) == (transform is None):
         raise ConfigurationError("a pipeline takes either sql or transform, not both or neither")
@@ -94,6 +99,8 @@ def run_pipeline(
     )
     if where:
         reader = reader.option("where", where)
+    if exclusive:
+        reader = reader.option("exclusive", "true")
     messages = reader.load()
     if body_schema:
         # Parsed in the JVM (from_json), several times faster than in the source's Python.
