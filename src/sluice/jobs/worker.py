@@ -216,19 +216,21 @@ class Worker:
             waits.append(wait)
         return 0, min(waits) if waits else self.poll
 
+    def _thread_sizes(self) -> dict[str, int]:
+        """This thread's adaptive sizes by task type."""
+        sizes: dict[str, int] = self._sizes.__dict__.setdefault("sizes", {})
+        return sizes
+
     def _size(self, task_type: TaskType) -> int:
         """Tasks to take next: ``batch``, or the adaptive size this thread has learnt."""
         if self.batch is not None:
             return self.batch
-        sizes: dict[str, int] = self._sizes.__dict__.setdefault("sizes", {})
-        return sizes.get(task_type.name, 1)
+        return self._thread_sizes().get(task_type.name, 1)
 
-    def _learn(self, task_type: TaskType, asked: int, ran: int, seconds: float) -> None:
+    def _learn(self, task_type: TaskType, asked: int, taken: int, seconds: float) -> None:
         """Adapt this thread's next size for ``task_type`` to what the last batch took."""
-        if self.batch is not None or ran == 0:
-            return
-        sizes: dict[str, int] = self._sizes.__dict__.setdefault("sizes", {})
-        sizes[task_type.name] = adapted_size(asked, ran, seconds)
+        if self.batch is None:
+            self._thread_sizes()[task_type.name] = adapted_size(asked, taken, seconds)
 
     @property
     def context_wakeups(self) -> Wakeups:
