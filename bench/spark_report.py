@@ -272,14 +272,13 @@ def _pipeline_section(cells: list[Cell], s: Settings) -> list[str]:
         med = c.median
         batches = str(med.batches) if med else "-"
         out.append(
-            f"| {c.backend}{' (exclusive)' if 'exclusive' in c.label else ''} | {c.batch}"
+            f"| {c.backend}{_read_how(c)} | {c.batch}"
             f" | {_rate(c.rate)} | {_mb(c, s.body_bytes)}"
             f" | {batches} | {_runs(c)} | {_status(c)} |"
         )
     out += ["", f"Target: >= {PIPELINE_TARGET:,} msgs/s on 2 cores.", ""]
     for c in pipes:
-        how = " (exclusive)" if "exclusive" in c.label else ""
-        head = f"{c.backend}{how}, max_per_batch {c.batch}"
+        head = f"{c.backend}{_read_how(c)}, max_per_batch {c.batch}"
         if c.rate is None:
             out.append(f"- MISS  {head}: no figure ({_status(c)})")
         else:
@@ -288,6 +287,11 @@ def _pipeline_section(cells: list[Cell], s: Settings) -> list[str]:
     out += ["", "### Where the pipeline's time goes (median run)", ""]
     out += _phase_table(pipes)
     return out
+
+
+def _read_how(c: Cell) -> str:
+    """How a pipeline cell read its source, beside its backend: nothing for claimed rounds."""
+    return " (exclusive)" if "exclusive" in c.label else ""
 
 
 def _phase_table(cells: list[Cell]) -> list[str]:
