@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -31,14 +32,50 @@ _INSERT = (
     " content_type, properties, correlation_id, reply_to, enqueued_at, available_at,"
     " expires_at) VALUES (?, 1, 0, 1, ?, ?, ?, NULL, NULL, NULL, NULL, ?, ?, NULL)"
 )
-_CLAIM = (
-    "UPDATE messages SET state = 2, c_session = 1, c_tx = ? WHERE id IN ("
+_MARK = "UPDATE messages SET state = 2, c_session = 1, c_tx = ? WHERE id IN ("
+_PICK = (
     "SELECT id FROM messages WHERE queue_id = ? AND state = 1 AND available_at <= ?"
     " AND (expires_at IS NULL OR expires_at > ?) ORDER BY priority DESC, id LIMIT ?)"
+)
+# The columns sluice builds a Message from.
+_RETURN_ALL = (
     " RETURNING id, state, priority, p_session, p_tx, p_num, body, content_type, properties,"
     " correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts, error,"
     " origin_queue, type, grp"
 )
+
+
+@dataclass(frozen=True)
+class Variant:
+    """sluice's schema and claim, or one with some of its parts taken away (bench.schema_cost).
+
+    ``drop`` names indexes dropped after sluice made the file; ``index`` replaces the delivery
+    index; ``expiry=False`` leaves the expiry test out of the claim; ``returning`` is the
+    claim's RETURNING clause.
+    """
+
+    drop: tuple[str, ...] = ()
+    index: str = ""
+    expiry: bool = True
+    returning: str = _RETURN_ALL
+
+    def claim(self) -> str:
+        pick = (
+            _PICK
+            if self.expiry
+            else _PICK.replace("(expires_at IS NULL OR expires_at > ?)", "? IS NOT NULL")
+        )
+        return _MARK + pick + self.returning
+
+    def shape(self, conn: sqlite3.Connection) -> None:
+        for name in self.drop:
+            conn.execute(f"DROP INDEX {name}")
+        if self.index:
+            conn.execute("DROP INDEX messages_queue")
+            conn.execute(f"CREATE INDEX messages_queue ON messages {self.index}")
+
+
+SLUICE = Variant()
 
 
 @cache
@@ -46,9 +83,10 @@ def _ack_sql(count: int) -> str:
     return f"DELETE FROM messages WHERE id IN ({','.join('?' * count)})"
 
 
-def run(path: Path, n: int, batch: int, synchronous: str) -> float:
+def run(path: Path, n: int, batch: int, synchronous: str, variant: Variant = SLUICE) -> float:
     """Enqueue n messages, then claim and acknowledge them all; return the seconds taken."""
     bodies = make_bodies(n)
+    claim = variant.claim()
     db_file = path / "schema.db"
     with sluice.connect(f"sqlite:///{db_file}") as db:
         db.create_queue("bench")
@@ -56,6 +94,7 @@ def run(path: Path, n: int, batch: int, synchronous: str) -> float:
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={synchronous}")
+        variant.shape(conn)
         (queue,) = conn.execute("SELECT id FROM queues WHERE name = 'bench'").fetchone()
         got, tx = 0, 0
         start = time.perf_counter()
@@ -71,7 +110,7 @@ def run(path: Path, n: int, batch: int, synchronous: str) -> float:
             tx += 1
             now = time.time()
             conn.execute("BEGIN IMMEDIATE")
-            rows = conn.execute(_CLAIM, (tx, queue, now, now, batch)).fetchall()
+            rows = conn.execute(claim, (tx, queue, now, now, batch)).fetchall()
             conn.execute("COMMIT")
             if not rows:
                 break
