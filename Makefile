@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak campaign clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,11 @@ bench-jobs: $(BIN)/sluice-bench-stamp
 # messages, against the bounds tests/reliability/test_memory.py holds (about 10 minutes).
 bench-memory: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.memory
+
+# The fault campaign (tests/reliability/campaign.py), 5 minutes a backend: SQLite on a tmpfs it
+# fills (root mounts it), PostgreSQL on a private cluster it crashes. Report in bench/results/.
+campaign: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m tests.reliability.campaign --seconds $${SECONDS_PER_BACKEND:-300} --seed $${SEED:-1}
 
 # Topics with 1, 10 and 100 subscriptions against a plain queue and RabbitMQ's fanout, on a
 # SQLite file and PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672 (about 5 minutes).

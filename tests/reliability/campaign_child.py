@@ -1,0 +1,110 @@
+"""One actor of the fault campaign: python campaign_child.py ROLE URL NAME SEED.
+
+Every actor works until it is killed, and reports on stdout, one JSON object a line,
+only what it knows to be committed (after ``commit()`` returned): the campaign's checker
+(tests/reliability/campaign.py) compares those reports with what the database holds.
+A report can be lost (killed between the commit and the print); a commit can never be
+reported without having happened. Roles:
+
+- producer: transactions of 1-8 messages to the queue ``in`` and the topic ``news`` at
+  once; about one in seven is written to abort (its bodies say so: ``x`` true) and aborted.
+- mover: takes from ``in`` (isolation ``ordered``: a writer's messages in order, one
+  holder at a time) and enqueues each to ``out`` in the same transaction; some abort.
+- subscriber SUB: the same from the subscription SUB of ``news`` to ``out_SUB``.
+- submitter: jobs of 1-5 ``echo`` tasks.
+- worker: runs ``echo`` tasks; each task enqueues its body to ``jobs_out``, which commits
+  with the task's outcome or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+
+import sluice
+from sluice.jobs import Task
+
+LEASE = 2.0  # a silent session is recovered after this; a dead local pid at once
+
+
+def say(**event: object) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def producer(db: sluice.Database, me: str, rng: random.Random) -> None:
+    seq = 0
+    for txn in range(1, 1 << 62):
+        k, abort = rng.randint(1, 8), rng.random() < 0.15
+        bodies = [{"w": me, "s": seq + i, "t": txn, "k": k, "x": abort} for i in range(k)]
+        seq += k
+        with db.transaction() as tx:
+            tx.enqueue_many("in", bodies)
+            tx.enqueue_many("news", bodies)
+            if abort:
+                tx.abort()
+            else:  # a transaction never announced here must never be seen
+                say(w=me, t=txn, committing=True)
+        if not abort:
+            say(w=me, t=txn, s=bodies[0]["s"], k=k)
+        time.sleep(rng.uniform(0.0, 0.02))  # pacing: a producer, not a flood
+
+
+def mover(db: sluice.Database, source: str, target: str, rng: random.Random) -> None:
+    while True:
+        with db.transaction() as tx:
+            taken = tx.dequeue(source, limit=rng.randint(1, 10), wait=0.5)
+            if not taken:
+                continue
+            tx.enqueue_many(target, [m.body for m in taken])
+            if rng.random() < 0.1:
+                tx.abort()
+                continue
+        say(moved=len(taken))
+
+
+def submitter(db: sluice.Database, me: str, rng: random.Random) -> None:
+    seq = 0
+    for n in range(1, 1 << 62):
+        k = rng.randint(1, 5)
+        bodies = [{"w": me, "s": seq + i} for i in range(k)]
+        seq += k
+        job = db.jobs.submit(f"{me}-{n}", [("echo", b) for b in bodies])
+        say(job=job, w=me, s=bodies[0]["s"], k=k)
+        time.sleep(rng.uniform(0.0, 0.05))
+
+
+def main() -> None:
+    role, url, name, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    rng = random.Random(seed)
+    db = sluice.connect(url, lease=LEASE)
+
+    @db.task("echo", max_attempts=1000)
+    def echo(task: Task) -> None:
+        task.enqueue("jobs_out", task.body)
+
+    me = f"{name}.{os.getpid()}"  # one writer per incarnation: a restart is a new session
+    say(ready=me)
+    if role == "producer":
+        producer(db, me, rng)
+    elif role == "mover":
+        mover(db, "in", "out", rng)
+    elif role == "subscriber":
+        mover(db, name, f"out_{name}", rng)
+    elif role == "submitter":
+        submitter(db, me, rng)
+    elif role == "worker":
+        db.worker(tasks=["echo"], poll=0.05).run()
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as exc:  # what it died of, for the campaign's tally, then the traceback
+        kind = type(exc)
+        say(died=f"{kind.__module__}.{kind.__qualname__}", message=repr(exc)[:300])
+        raise
