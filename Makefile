@@ -12,9 +12,11 @@ $(BIN)/sluice-run-stamp: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[mail]'
 	touch $@
 
-# The console's browser tests drive Debian's chromium (Playwright's own download cannot work here).
+# The console's browser tests drive Debian's chromium (Playwright's own download cannot work here);
+# the reliability tests step real processes' wall clocks with Debian's libfaketime.
 $(BIN)/sluice-test-stamp: pyproject.toml
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	command -v faketime >/dev/null || (apt-get update && apt-get install -y faketime)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[all,dev]'

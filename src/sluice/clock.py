@@ -15,7 +15,12 @@ from typing import Protocol
 
 from sluice.errors import ConfigurationError
 
-__all__ = ["Clock", "FastClock", "ManualClock", "OffsetClock", "SystemClock"]
+__all__ = ["STEP_BACK_HELD", "Clock", "FastClock", "ManualClock", "OffsetClock", "SystemClock"]
+
+# The largest step back a new connection makes up for (see SystemClock): a database's
+# newest stamps further ahead than this were made by a test's or demo's clock, not a
+# wall clock stepped back, and waiting for them would stop time for the wrong reason.
+STEP_BACK_HELD = 600.0
 
 
 class Clock(Protocol):
@@ -30,28 +35,54 @@ class Clock(Protocol):
         ...
 
 
-class SystemClock:
-    """The wall clock of this host."""
+class _Forward:
+    """Never earlier than it has said: a wall clock stepped back (an NTP step, an operator's
+    ``date``) holds still until it catches up, instead of going back in time.
+
+    Going back would stamp new messages earlier than older ones and judge every message
+    stamped before the step "not due yet": a message put with no delay would wait out the
+    whole step. Holding still instead lengthens delays in flight by at most the step.
+    A step forward is taken as it comes (delays and time-to-live end early by it).
+    """
+
+    def __init__(self) -> None:
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def _forward(self, wall: float) -> float:
+        with self._lock:
+            self._last = max(self._last, wall)
+            return self._last
+
+    def not_before(self, when: float) -> None:
+        """Hold still until ``when``: a time other processes stamped before a step back."""
+        self._forward(when)
+
+
+class SystemClock(_Forward):
+    """The wall clock of this host (held still, not set back, when it steps back)."""
 
     def now(self) -> float:
-        return time.time()
+        return self._forward(time.time())
 
     def real_seconds(self, seconds: float) -> float:
         return seconds
 
 
-class OffsetClock:
+class OffsetClock(_Forward):
     """The wall clock of this host moved by ``offset`` seconds: another machine's time.
 
     A PostgreSQL backend sets ``offset`` to the database server's time minus
-    this host's, so every host sharing the database times messages alike.
+    this host's, so every host sharing the database times messages alike
+    (held still, not set back, when this host's clock steps back, as SystemClock).
     """
 
     def __init__(self, offset: float = 0.0) -> None:
+        super().__init__()
         self.offset = offset
 
     def now(self) -> float:
-        return time.time() + self.offset
+        return self._forward(time.time() + self.offset)
 
     def real_seconds(self, seconds: float) -> float:
         return seconds

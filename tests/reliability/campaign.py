@@ -96,6 +96,7 @@ class Outcome:
     terminated_backends: int = 0
     server_crashes: int = 0  # PostgreSQL stopped with -m immediate and started again
     disk_full: int = 0  # moments the SQLite file's filesystem had no free byte
+    clock_steps: list[int] = field(default_factory=list)  # the actors' clock offsets, in turn
     reported_txs: int = 0
     reported_jobs: int = 0
     checked: dict[str, int] = field(default_factory=dict)  # queue -> messages checked
@@ -117,10 +118,23 @@ class Campaign:
         *,
         crash: Callable[[], None] | None = None,
         disk: Path | None = None,
+        clock: bool = False,
     ) -> None:
         self.url, self.seed, self.seconds = url, seed, seconds
         self.crash, self.disk = crash, disk
         self.logs = Path(tempfile.mkdtemp(prefix="sluice-campaign-"))
+        # The actors' wall clock, stepped by the campaign as NTP steps a host's: libfaketime
+        # reads the offset from this file at every call (FAKETIME_NO_CACHE).
+        self.clock = self.logs / "clock" if clock else None
+        self.env = dict(os.environ)
+        if self.clock is not None:
+            self.clock.write_text("+0\n")
+            self.env |= {
+                "LD_PRELOAD": faketime_library(),
+                "FAKETIME_TIMESTAMP_FILE": str(self.clock),
+                "FAKETIME_NO_CACHE": "1",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # sleeps and timeouts keep real time
+            }
         self.rng = random.Random(seed)
         self.outcome = Outcome(backend, seed, seconds)
         self.events: list[dict[str, Any]] = []
@@ -136,7 +150,9 @@ class Campaign:
         command.append(str(self.seed * 1000 + self._starts))
         # Its stderr (tracebacks, logged errors) is kept with SLUICE_CAMPAIGN_KEEP_LOGS=1.
         with (self.logs / f"{name}.{self._starts}.err").open("w") as err:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=err, text=True, env=self.env
+            )
         reader = threading.Thread(target=self._read, args=(process,), daemon=True)
         reader.start()
         self.actors[name] = Actor(name, role, process, reader)
@@ -195,6 +211,15 @@ class Campaign:
         time.sleep(self.rng.uniform(0.3, 1.0))  # the actors meet a full disk meanwhile
         filler.unlink()
 
+    def _step_clock(self) -> None:
+        """Step every actor's wall clock forward or back by up to a minute, or home again."""
+        assert self.clock is not None
+        offset = (
+            0 if self.rng.random() < 0.4 else self.rng.choice((-1, 1)) * self.rng.randint(5, 60)
+        )
+        self.clock.write_text(f"{offset:+d}\n")
+        self.outcome.clock_steps.append(offset)
+
     def _restart_exited(self) -> None:
         for actor in list(self.actors.values()):  # died of a fault it met: start again
             if actor.process.poll() is not None:
@@ -217,6 +242,9 @@ class Campaign:
             if postgres and self.crash is not None and fault < 0.32:
                 self.crash()
                 self.outcome.server_crashes += 1
+                continue
+            if self.clock is not None and fault > 0.9:
+                self._step_clock()
                 continue
             if self.disk is not None and fault < 0.15:
                 self._fill_disk()
@@ -348,6 +376,14 @@ def check_jobs(url: str, jobs: Iterable[dict[str, Any]], done: list[dict[str, An
 _APPLICATION = "sluice-campaign"
 
 
+def faketime_library() -> str:
+    """libfaketime (Debian's package faketime), which the actors' clock steps need."""
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    if not found:
+        raise RuntimeError("libfaketime is not installed (apt-get install faketime)")
+    return str(found[0])
+
+
 def _libpq_url(url: str) -> str:
     """The server part of a sluice PostgreSQL URL, for the campaign's own fault connection."""
     return url.split("?", 1)[0]
@@ -369,9 +405,11 @@ def run_campaign(
     *,
     crash: Callable[[], None] | None = None,
     disk: Path | None = None,
+    clock: bool = False,
 ) -> Outcome:
     prepare(url)
-    return Campaign(actor_url(url), backend, seed, seconds, crash=crash, disk=disk).run()
+    campaign = Campaign(actor_url(url), backend, seed, seconds, crash=crash, disk=disk, clock=clock)
+    return campaign.run()
 
 
 def report(outcomes: list[Outcome]) -> str:
@@ -383,13 +421,14 @@ def report(outcomes: list[Outcome]) -> str:
         + ". A fault every 0.2-1.0 s: SIGKILL of a random actor (restarted at once); on"
         " PostgreSQL (a private cluster) a quarter of them terminate a random actor's server"
         " backend and 7 % crash the server (`pg_ctl stop -m immediate`, then start); on"
-        " SQLite (the file on a 64 MB tmpfs) 15 % fill the disk for 0.3-1.0 s. Checks:"
+        " SQLite (the file on a 64 MB tmpfs) 15 % fill the disk for 0.3-1.0 s and 10 % step"
+        " every actor's wall clock (libfaketime) to an offset of -60..+60 s or back to 0. Checks:"
         " tests/reliability/campaign.py's docstring.",
         "",
         "| backend | seed | seconds | kills | died of a fault they met | backends terminated |"
-        " server crashes | disk full | committed transactions reported | messages checked |"
-        " jobs | violations |",
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---|---:|---:|",
+        " server crashes | disk full | clock steps (s) | committed transactions reported |"
+        " messages checked | jobs | violations |",
+        "|---|---:|---:|---|---|---:|---:|---:|---|---:|---|---:|---:|",
     ]
     for o in outcomes:
         kills = ", ".join(f"{r} {n}" for r, n in sorted(o.kills.items()))
@@ -398,6 +437,7 @@ def report(outcomes: list[Outcome]) -> str:
         out.append(
             f"| {o.backend} | {o.seed} | {o.seconds:.0f} | {kills} | {exits} |"
             f" {o.terminated_backends} | {o.server_crashes} | {o.disk_full} |"
+            f" {' '.join(f'{c:+d}' for c in o.clock_steps) or '-'} |"
             f" {o.reported_txs:,} | {checked} | {o.reported_jobs:,} |"
             f" {len(o.violations)} |"
         )
@@ -449,7 +489,8 @@ def campaign_on(backend: str, seed: int, seconds: float, tmp: Path) -> Outcome:
     if backend == "sqlite":
         with small_disk(tmp / "disk") as disk:
             where = disk or tmp
-            return run_campaign(f"sqlite:///{where}/campaign.db", backend, seed, seconds, disk=disk)
+            url = f"sqlite:///{where}/campaign.db"
+            return run_campaign(url, backend, seed, seconds, disk=disk, clock=True)
     with private_postgres() as server:
         return run_campaign(
             server.url, backend, seed, seconds, crash=lambda: server.restart("immediate")

@@ -22,12 +22,15 @@ import json
 import os
 import random
 import sys
-import time
+import threading
 
 import sluice
 from sluice.jobs import Task
 
 LEASE = 2.0  # a silent session is recovered after this; a dead local pid at once
+# Pacing waits on an Event, not time.sleep: under libfaketime (the campaign's clock steps)
+# time.sleep's absolute-deadline call fails with EINVAL, a flaw of the preload, not sluice's.
+_pause = threading.Event().wait
 
 
 def say(**event: object) -> None:
@@ -49,7 +52,7 @@ def producer(db: sluice.Database, me: str, rng: random.Random) -> None:
                 say(w=me, t=txn, committing=True)
         if not abort:
             say(w=me, t=txn, s=bodies[0]["s"], k=k)
-        time.sleep(rng.uniform(0.0, 0.02))  # pacing: a producer, not a flood
+        _pause(rng.uniform(0.0, 0.02))  # pacing: a producer, not a flood
 
 
 def mover(db: sluice.Database, source: str, target: str, rng: random.Random) -> None:
@@ -73,7 +76,7 @@ def submitter(db: sluice.Database, me: str, rng: random.Random) -> None:
         seq += k
         job = db.jobs.submit(f"{me}-{n}", [("echo", b) for b in bodies])
         say(job=job, w=me, s=bodies[0]["s"], k=k)
-        time.sleep(rng.uniform(0.0, 0.05))
+        _pause(rng.uniform(0.0, 0.05))
 
 
 def main() -> None:

@@ -60,7 +60,7 @@ from sluice.backends.sqlite_statements import (
 )
 from sluice.backends.sqlite_streams import SQLiteStreams
 from sluice.backends.topics import SqlTopics
-from sluice.clock import Clock, SystemClock
+from sluice.clock import STEP_BACK_HELD, Clock, SystemClock
 from sluice.errors import (
     Conflict,
     NotASluiceDatabase,
@@ -117,6 +117,8 @@ class SQLiteBackend(
         self._lock = threading.RLock()
         self._conn = self._open()
         self._closed = False
+        if isinstance(self.clock, SystemClock):
+            self._hold_for_stamps(self.clock)
         self._watcher: Watcher | None = None
 
     # --- opening ---------------------------------------------------------------------
@@ -144,12 +146,24 @@ class SQLiteBackend(
             register_functions(conn)
         except BaseException as exc:
             conn.close()
+            # A full disk, a lock held too long or an I/O error is the storage failing,
+            # not the file being foreign: say so, not "not a sluice database".
+            if isinstance(exc, sqlite3.OperationalError):
+                raise translate(exc, self.path, closed=False) from exc
             if isinstance(exc, sqlite3.DatabaseError):
                 raise NotASluiceDatabase(
                     f"{self.path} cannot be opened as a sluice database ({exc})"
                 ) from exc
             raise
         return conn
+
+    def _hold_for_stamps(self, clock: SystemClock) -> None:
+        """After the wall clock stepped back, a new process holds still at the newest stamp
+        the others made, as they do (sluice.clock): else what they put before the step
+        would wait it out here, though put with no delay."""
+        (newest,) = self._conn.execute(self._q["newest_stamp"]).fetchone()
+        if newest is not None and 0 < newest - time.time() <= STEP_BACK_HELD:
+            clock.not_before(newest)
 
     def close(self) -> None:
         if self._watcher is not None:  # first, and unlocked: it may be waiting for the lock

@@ -21,6 +21,10 @@ UPDATE sessions SET heartbeat_at = :now WHERE id = :session;
 -- name: list_sessions
 SELECT id, host, pid, heartbeat_at, lease FROM sessions;
 
+-- name: newest_stamp
+-- The latest enqueue time among the newest messages (by id, so a seek, not a scan).
+SELECT max(enqueued_at) FROM (SELECT enqueued_at FROM messages ORDER BY id DESC LIMIT 1000);
+
 -- name: update_queue
 UPDATE queues
 SET max_attempts = :max_attempts, error_queue = :error_queue,
