@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak campaign clean
+.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak soak-mixed campaign clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,11 @@ bench-gateways: $(BIN)/sluice-bench-stamp
 
 soak: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench.soak
+
+# Queues, topics, rules and HTTP at once for 30 minutes a backend at half the machine's maximum
+# for the mix (SQLite, then PostgreSQL at 127.0.0.1:5432); per-window figures and drift.
+soak-mixed: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench.soak_mixed
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
