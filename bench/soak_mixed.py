@@ -12,7 +12,7 @@ of its own (bench/soak_actor.py):
   them and acknowledges each by its token.
 
 First each stream runs alone with its producer unpaced for ``--calibrate`` seconds: what
-its consumer then takes per second (after the first window) is its maximum on this machine.
+its consumer then takes per second (after the first sixth) is its maximum on this machine.
 Then, for ``--minutes``, all four run at once, each producer paced to ``--load`` (0.5) x its
 stream's maximum / 4: together, about half of what the machine can do for this mix. Per
 window: each stream's messages/s and p99 latency (producer's clock before its commit to
@@ -289,7 +289,8 @@ def soak(backend: str, minutes: float, calibrate: float, load: float, width: flo
             for stream, (_, sources) in STREAMS.items():  # each alone, unpaced
                 print(f"{backend}: calibrating {stream} alone, {calibrate:.0f} s", flush=True)
                 cal = run_phase(url, server=server, runner=runner, secret=secret,
-                                rates={stream: 0.0}, seconds=calibrate, width=width)  # fmt: skip
+                                rates={stream: 0.0}, seconds=calibrate,
+                                width=calibrate / 6)  # fmt: skip
                 consumer = stream if len(sources) == 1 else f"{stream}.{sources[0]}"
                 steady = [cal.rate(consumer, "take", w) for w in cal.windows()[1:]]
                 maximum[stream] = statistics.mean(steady) if steady else 0.0
