@@ -99,15 +99,23 @@ def encode_json(value: Any) -> str:
 
 
 def decode_json(text: str | bytes) -> Any:
-    """json.loads, starting with the C scanner; anything unusual goes the long way."""
-    if isinstance(text, str):
-        try:
-            value, end = _SCAN(text, 0)
-        except StopIteration:
-            return json.loads(text)
-        if end == len(text):
-            return value
-    return json.loads(text)
+    """json.loads, starting with the C scanner; anything unusual goes the long way.
+
+    ValueError for what is not JSON, also for JSON nested too deeply to decode.
+    """
+    try:
+        if isinstance(text, str):
+            try:
+                value, end = _SCAN(text, 0)
+            except StopIteration:
+                return json.loads(text)
+            if end == len(text):
+                return value
+        return json.loads(text)
+    except RecursionError as exc:
+        # Text from outside ('[' * 100_000 in a file, a request, a reply) would otherwise
+        # escape every caller's `except ValueError` as a RecursionError.
+        raise ValueError("the JSON is nested too deeply to be decoded") from exc
 
 
 XML = "application/xml"
@@ -160,7 +168,22 @@ def encode_body(body: Body, content_type: str | None, max_size: int) -> tuple[st
             f"the body is {size} bytes, over this queue's limit of {max_size} bytes; "
             "send a reference to the data, or raise the queue's max_size"
         )
+    if isinstance(stored, bytes) and _is_json(content_type):
+        _check_json_bytes(stored)
     return stored, content_type
+
+
+def _check_json_bytes(data: bytes) -> None:
+    # Bytes said to be JSON are stored as given and decoded by every read and selection:
+    # ones that are not JSON (or hold what a JSON value given as such may not: NaN, an
+    # infinity, a lone surrogate) failed each get() after being stored, a poison message.
+    try:
+        encode_json(decode_json(data.decode("utf-8"))).encode("utf-8")
+    except ValueError as exc:  # UnicodeError and JSONDecodeError are ValueErrors
+        raise InvalidBody(
+            f"the bytes are not the UTF-8 JSON their content type says ({exc}); pass the "
+            "JSON value itself, or bytes of another content type"
+        ) from None
 
 
 def _utf8_size(text: str, max_size: int) -> int:

@@ -215,6 +215,26 @@ def test_a_killed_readers_writer_comes_back_in_order(
     r3.commit()
 
 
+@pytest.mark.parametrize("isolation", ["ordered", "ordered_blockwise"])
+def test_a_reader_taken_for_dead_takes_no_more_of_the_writer_it_lost(
+    dbs: tuple[sluice.Database, ...], isolation: str
+) -> None:
+    """A reader that stalled past its lease lost what it held to recovery, and its writer
+    to the next reader: going on, it took the writer's next messages behind the new
+    holder's back, who then skipped them (the fault campaign's movers)."""
+    db = load(dbs, isolation)
+    stalled = dbs[1].begin()  # a reader on the second writer's connection
+    assert take(stalled, "q") == ["a1"]
+    db.backend.close_session(stalled.session)  # as recovery does to a stalled session
+    r2 = db.begin()
+    assert take(r2, "q") == ["a1"]  # writer 1 is r2's now
+    assert "a2" not in take(stalled, "q", limit=5)
+    assert take(r2, "q", limit=5) == ["a2", "a3"]  # all of them, in order
+    r2.commit()
+    with pytest.raises(sluice.LeaseLost):
+        stalled.commit()
+
+
 # --- groups --------------------------------------------------------------------------
 def test_a_group_goes_to_one_reader_in_order_and_others_carry_on(
     dbs: tuple[sluice.Database, ...],

@@ -198,3 +198,19 @@ def test_with_block_leaves_an_explicitly_ended_transaction_alone(
         tx2.enqueue("orders", "kept")
         tx2.commit()
     assert bodies(q.browse()) == ["kept"]
+
+
+def test_a_message_lost_to_recovery_is_not_taken_twice(shared_url: str) -> None:
+    """A transaction whose session was taken for dead (its process stalled past the
+    lease) lost what it held; taking such a message again handed it out twice in one
+    transaction, and a mover moved it twice (the fault campaign's finding)."""
+    with sluice.connect(shared_url) as stalled, sluice.connect(shared_url) as other:
+        other.create_queue("jobs").put("j1")
+        tx = stalled.begin()
+        assert bodies(tx.dequeue("jobs")) == ["j1"]
+        other.backend.close_session(tx.session)  # as recovery does to a stalled session
+        with pytest.raises(sluice.LeaseLost):
+            tx.dequeue("jobs")
+        tx.abort()
+        with other.transaction() as again:
+            assert bodies(again.dequeue("jobs", limit=5)) == ["j1"]  # back, once

@@ -1,12 +1,16 @@
 """The fault campaign: actors at work on one database, killed and cut off at random.
 
 Producers, movers, topic subscribers, a job submitter and job workers
-(tests/reliability/campaign_child.py) run at once on a SQLite file or a PostgreSQL
-schema. For ``seconds``, at random moments drawn from ``seed``, an actor is killed with
-SIGKILL and started again, or (PostgreSQL) one of the actors' server backends is
-terminated, which an actor meets as a failed statement or commit. Then every actor is
-killed, one connection recovers them and drains what is left, and the checker compares
-what the database holds with what the actors reported as committed:
+(tests/reliability/campaign_child.py), an order producer with ``sluice run`` running
+the rules RULES over its orders, and ``sluice serve`` with two HTTP clients
+(tests/reliability/campaign_http.py) run at once on a SQLite file or a PostgreSQL
+schema for ``seconds``. From the moment sluice serve confirms a first put (or half-way
+through), at random moments drawn from ``seed``, an actor is killed with SIGKILL and
+started again, or (PostgreSQL) one of the actors' server backends is terminated, which an
+actor meets as a failed statement or commit. Then every actor is killed, one connection
+recovers them and drains what is left (the rules run in-process until idle, on a clock
+past every echo timer), and the checker compares what the database holds with what the
+actors reported as committed:
 
 - every reported transaction is in ``out`` and in each subscription's ``out_<sub>``, each
   message exactly once (nothing lost, nothing doubled);
@@ -15,7 +19,22 @@ what the database holds with what the actors reported as committed:
 - each writer's messages are in its order in ``out`` (isolation ``ordered`` over several
   movers) and in each subscription's output (one subscriber each);
 - every reported job ran each of its tasks' effects exactly once, and the job's counts
-  say all succeeded.
+  say all succeeded;
+- the rules: every order of a reported transaction has exactly one outcome, its
+  actions (in ``routed``) or an error message (in ``rule_errors``, and only for an
+  ``n`` that is no integer), and nothing else has one (the orders' transactions whole,
+  none aborted or unannounced); ``routed`` in each writer's order; the echo timer of
+  each routed order that asked for one brought it to ``echoed`` exactly once, the
+  ``count`` rule made ``counted`` exactly once for each with an ``n``, and nothing else
+  is in either;
+- HTTP: each put the server confirmed is in ``web_in`` exactly once (its retries sent
+  with the same Idempotency-Key), with the same checks as ``out``; each message of
+  ``served`` (the rules' other action) was left after the drain or acknowledged through
+  HTTP, not both, and an acknowledgement the server confirmed was the last time it was
+  delivered: nobody took it after, and no other lease held it when it was accepted;
+  nothing was lost (a message gone from ``served`` had an ack sent for it); no request
+  was answered with 500 or raised in sluice serve, and neither ``sluice`` actor died of
+  an error that is not sluice's.
 
     python -m tests.reliability.campaign --backend sqlite --seconds 600 --seed 1
 
@@ -32,6 +51,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,10 +64,15 @@ from pathlib import Path
 from typing import Any
 
 import sluice
+from sluice.clock import ManualClock, OffsetClock
 from sluice.jobs import Task
+from sluice.message import Message
+from sluice.server.grants import Grant, Keys
 from tests.postgres_server import PostgresServer, find_binaries
+from tests.reliability.campaign_child import LEASE
 
 CHILD = Path(__file__).with_name("campaign_child.py")
+HTTP_CHILD = Path(__file__).with_name("campaign_http.py")
 SUBSCRIPTIONS = ("a", "b")
 # Actor name -> role; subscribers are named after their subscription.
 ACTORS = {
@@ -60,11 +85,52 @@ ACTORS = {
     "j1": "submitter",
     "w1": "worker",
     "w2": "worker",
+    "o1": "orderer",
+    "r1": "rules",
+    "s1": "server",
+    "h1": "http",
+    "h2": "http",
 }
+COMMANDS = {"rules": "run", "server": "serve"}
+"""The roles that are the ``sluice`` command itself, and its subcommand."""
+
+# Every order is routed twice (``served`` is consumed through HTTP), may ask for an echo
+# timer and may be counted: a property of type integer that a fraction fails, which rolls
+# back the order's actions and makes an error message instead (docs/rules.md).
+RULES = """
+SET ERRORQUEUE rule_errors;
+CREATE QUEUE rule_errors;
+CREATE QUEUE orders;
+CREATE QUEUE routed;
+CREATE QUEUE served;
+CREATE QUEUE counted;
+CREATE QUEUE timers KIND echo;
+CREATE QUEUE echoed;
+CREATE PROPERTY echo_target AS text QUEUE timers;
+CREATE PROPERTY echo_after AS real QUEUE timers;
+CREATE PROPERTY n AS integer QUEUE counted;
+CREATE RULE route FOR orders
+  IF true THEN ENQUEUE body INTO routed, ENQUEUE body INTO served;
+CREATE RULE remind FOR orders
+  IF body.e THEN
+    ENQUEUE json_object('w', body.w, 's', body.s, 't', body.t, 'x', body.x) INTO timers
+      WITH echo_target = 'echoed', echo_after = body.after;
+CREATE RULE count FOR orders
+  IF body.n IS NOT NULL THEN
+    ENQUEUE json_object('w', body.w, 's', body.s) INTO counted WITH n = body.n;
+"""
+RULES_BATCHES = (1, 7, 64, 256)
+"""``sluice run --batch``: a message per transaction up to the default."""
+CLOCK_AHEAD = 300.0
+"""Seconds ahead of the wall clock the drain runs the rules: past every step of the
+actors' clocks (60 s at most) and every echo timer, so that every timer is due."""
+ECHO_LONGEST = 1.0
+"""The longest echo timer an order asks for (campaign_child.order)."""
 
 
-def prepare(url: str) -> None:
-    """The queues, topic and subscriptions the actors use, made once before they start."""
+def prepare(url: str) -> str:
+    """The queues, topic, subscriptions and rules the actors use, made once before they
+    start; returns the secret of the HTTP clients' API key."""
     with sluice.connect(url) as db:
         db.create_queue("in", isolation="ordered")
         db.create_topic("news")
@@ -74,6 +140,10 @@ def prepare(url: str) -> None:
         db.create_queue("out")
         db.create_queue("jobs_out")
         db.jobs.define("echo")
+        db.apply(RULES)
+        db.create_queue("web_in")
+        grants = [Grant.parse("web_in:produce"), Grant.parse("served:consume")]
+        return Keys(db).add("campaign", grants)
 
 
 @dataclass
@@ -82,6 +152,7 @@ class Actor:
     role: str
     process: subprocess.Popen[str]
     reader: threading.Thread
+    err: Path
 
 
 @dataclass
@@ -97,8 +168,12 @@ class Outcome:
     server_crashes: int = 0  # PostgreSQL stopped with -m immediate and started again
     disk_full: int = 0  # moments the SQLite file's filesystem had no free byte
     clock_steps: list[int] = field(default_factory=list)  # the actors' clock offsets, in turn
-    reported_txs: int = 0
+    reported_txs: Counter[str] = field(default_factory=Counter)  # by the queue written
     reported_jobs: int = 0
+    http: Counter[str] = field(default_factory=Counter)  # answers other than success
+    served_after: float | None = None  # seconds until sluice serve confirmed a first put
+    resent: int = 0  # puts an HTTP client sent again after a restart, with their key
+    routed_by_run: int = 0  # orders routed by sluice run (the rest by the drain)
     checked: dict[str, int] = field(default_factory=dict)  # queue -> messages checked
     errors: Counter[str] = field(default_factory=Counter)  # what actors died of, by type
     violations: list[str] = field(default_factory=list)
@@ -116,6 +191,7 @@ class Campaign:
         seed: int,
         seconds: float,
         *,
+        secret: str,
         crash: Callable[[], None] | None = None,
         disk: Path | None = None,
         clock: bool = False,
@@ -123,10 +199,14 @@ class Campaign:
         self.url, self.seed, self.seconds = url, seed, seconds
         self.crash, self.disk = crash, disk
         self.logs = Path(tempfile.mkdtemp(prefix="sluice-campaign-"))
+        # The sluice command's actors: dead sessions rolled back as soon as the others'.
+        self.cli_url = f"{url}{'&' if '?' in url else '?'}lease={LEASE:g}"
+        self.port = free_port()
         # The actors' wall clock, stepped by the campaign as NTP steps a host's: libfaketime
         # reads the offset from this file at every call (FAKETIME_NO_CACHE).
         self.clock = self.logs / "clock" if clock else None
         self.env = dict(os.environ)
+        self.env |= {"SLUICE_CAMPAIGN_KEY": secret, "SLUICE_CAMPAIGN_STATE": str(self.logs)}
         if self.clock is not None:
             self.clock.write_text("+0\n")
             self.env |= {
@@ -140,22 +220,38 @@ class Campaign:
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.actors: dict[str, Actor] = {}
+        self._served = threading.Event()  # an HTTP client's put was confirmed ...
+        self._served_at = 0.0  # ... at this monotonic time
         self._starts = 0
 
     # --- actors ----------------------------------------------------------------------
     def _start(self, name: str) -> None:
         role = ACTORS[name]
         self._starts += 1
-        command = [sys.executable, str(CHILD), role, self.url, name]
-        command.append(str(self.seed * 1000 + self._starts))
         # Its stderr (tracebacks, logged errors) is kept with SLUICE_CAMPAIGN_KEEP_LOGS=1.
-        with (self.logs / f"{name}.{self._starts}.err").open("w") as err:
+        path = self.logs / f"{name}.{self._starts}.err"
+        with path.open("w") as err:
             process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=err, text=True, env=self.env
-            )
+                self._command(name, role), stdout=subprocess.PIPE, stderr=err, text=True,
+                env=self.env,
+            )  # fmt: skip
         reader = threading.Thread(target=self._read, args=(process,), daemon=True)
         reader.start()
-        self.actors[name] = Actor(name, role, process, reader)
+        self.actors[name] = Actor(name, role, process, reader, path)
+
+    def _command(self, name: str, role: str) -> list[str]:
+        seed = self.seed * 1000 + self._starts
+        if role == "http":
+            return [sys.executable, str(HTTP_CHILD), f"http://127.0.0.1:{self.port}", name,
+                    str(seed)]  # fmt: skip
+        if role not in COMMANDS:
+            return [sys.executable, str(CHILD), role, self.url, name, str(seed)]
+        command = [sys.executable, "-m", "sluice.cli", COMMANDS[role], "--db", self.cli_url]
+        if role == "rules":  # one engine at a time, its batches and workers drawn anew
+            choice = random.Random(seed)
+            batch, workers = choice.choice(RULES_BATCHES), choice.randint(1, 2)
+            return [*command, "--batch", str(batch), "--workers", str(workers)]
+        return [*command, "--port", str(self.port), "--log-level", "warning"]
 
     def _read(self, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
@@ -166,17 +262,44 @@ class Campaign:
                 continue
             with self._lock:
                 self.events.append(event)
+            if event.get("into") == "web_in" and not self._served.is_set():
+                self._served_at = time.monotonic()
+                self._served.set()
 
     def _kill(self, actor: Actor) -> None:
         actor.process.send_signal(signal.SIGKILL)
         self._reap(actor)
 
-    @staticmethod
-    def _reap(actor: Actor) -> None:
+    def _reap(self, actor: Actor, *, exited: bool = False) -> None:
         actor.process.wait()
         actor.reader.join()
         assert actor.process.stdout is not None
         actor.process.stdout.close()
+        if actor.role in COMMANDS:
+            self._said(actor, exited=exited)
+
+    def _said(self, actor: Actor, *, exited: bool) -> None:
+        """What a ``sluice`` actor said on stderr. Its errors go to the tally; a traceback
+        is a violation where sluice serve answered a request with it (uvicorn's
+        "Exception in ASGI application"), or where the process died of an error not
+        sluice's. The tracebacks sluice logs where it goes on (a heartbeat on a full
+        disk) are not."""
+        command = f"sluice {COMMANDS[actor.role]}"
+        lines = actor.err.read_text(errors="replace").splitlines()
+        for line in lines:
+            if line.startswith("sluice: error:"):
+                self.outcome.errors[f"{command}: {line.removeprefix('sluice: error: ')[:60]}"] += 1
+        chains = tracebacks(lines)
+        for before, raised, _ in chains:
+            if "Exception in ASGI application" in before:
+                self.outcome.violations.append(
+                    f"{actor.name} ({command}): a request raised {raised}"
+                )
+        if exited and chains and chains[-1][2] == len(lines):
+            raised = chains[-1][1]
+            self.outcome.errors[f"{command}: {raised[:60]}"] += 1
+            if not raised.startswith("sluice."):
+                self.outcome.violations.append(f"{actor.name} ({command}) died of {raised}")
 
     # --- faults ----------------------------------------------------------------------
     def _terminate_backend(self) -> bool:
@@ -223,14 +346,18 @@ class Campaign:
     def _restart_exited(self) -> None:
         for actor in list(self.actors.values()):  # died of a fault it met: start again
             if actor.process.poll() is not None:
-                self._reap(actor)
+                self._reap(actor, exited=True)
                 self.outcome.exits[actor.role] += 1
                 self._start(actor.name)
 
     def run(self) -> Outcome:
         for name in ACTORS:
             self._start(name)
-        deadline = time.monotonic() + self.seconds
+        start = time.monotonic()
+        deadline = start + self.seconds
+        # The faults begin once sluice serve has confirmed an HTTP client's first put (its
+        # start takes seconds of imports), or half-way through the run.
+        self._served.wait(self.seconds / 2)
         postgres = self.outcome.backend == "postgresql"
         while time.monotonic() < deadline:
             time.sleep(self.rng.uniform(0.2, 1.0))  # the fault schedule itself
@@ -256,6 +383,8 @@ class Campaign:
             self._start(victim.name)
         for actor in self.actors.values():
             self._kill(actor)
+        if self._served.is_set():
+            self.outcome.served_after = self._served_at - start
         self._drain()
         self._check()
         self._errors()
@@ -288,37 +417,104 @@ class Campaign:
                     if not taken:
                         break
             db.worker(tasks=["echo"]).run_until_idle()
-            left = {
-                name: stats
-                for name in ("in", "tasks.echo", *SUBSCRIPTIONS)
-                if any((stats := db.queue(name).stats()).values())
-            }
-            if left:
-                self.outcome.violations.append(f"left after the drain: {left}")
+            self._left(db, ("in", "tasks.echo", *SUBSCRIPTIONS))
+        # The echo timers are due by the clocks of the runs that made them, stepped up to a
+        # minute ahead, and this process's clock would hold still until it caught up with
+        # them (sluice.clock): a clock ahead of every step makes them all due now, and
+        # moved on, those of the orders processed here.
+        clock = ManualClock(time.time() + CLOCK_AHEAD)
+        with sluice.connect(self.url, clock=clock) as db:
+            self.outcome.routed_by_run = db.queue("routed").stats()["ready"]
+            while db.rules.run_until_idle().processed:
+                clock.advance(ECHO_LONGEST)
+            self._left(db, ("orders", "timers"))
 
-    def _taken(self, queue: str) -> list[dict[str, Any]]:
-        with sluice.connect(self.url) as db:
-            bodies: list[dict[str, Any]] = []
+    def _left(self, db: sluice.Database, queues: Iterable[str]) -> None:
+        left = {name: stats for name in queues if any((stats := db.queue(name).stats()).values())}
+        if left:
+            self.outcome.violations.append(f"left after the drain: {left}")
+
+    def _taken(self, queue: str) -> list[Message]:
+        # On a clock ahead of every time stamped, the rules drain's too: everything is due.
+        with sluice.connect(self.url, clock=OffsetClock(2 * CLOCK_AHEAD)) as db:
+            messages: list[Message] = []
             while True:
                 with db.transaction() as tx:
                     taken = tx.dequeue(queue, limit=1000)
-                bodies.extend(m.body for m in taken)
+                messages.extend(taken)
                 if not taken:
-                    return bodies
+                    return messages
+
+    def _bodies(self, queue: str) -> list[dict[str, Any]]:
+        bodies = [m.body for m in self._taken(queue)]
+        self.outcome.checked[queue] = len(bodies)
+        return bodies
 
     def _check(self) -> None:
-        committed = {(e["w"], e["t"]): e for e in self.events if "k" in e and "t" in e}
+        committed: dict[str, dict[tuple[str, int], dict[str, Any]]] = defaultdict(dict)
+        for e in self.events:
+            if "k" in e and "t" in e:
+                committed[e["into"]][(e["w"], e["t"])] = e
         committing = {(e["w"], e["t"]) for e in self.events if e.get("committing")}
-        self.outcome.reported_txs = len(committed)
+        self.outcome.reported_txs.update({queue: len(txs) for queue, txs in committed.items()})
         for queue in ("out", *(f"out_{s}" for s in SUBSCRIPTIONS)):
-            bodies = self._taken(queue)
-            self.outcome.checked[queue] = len(bodies)
-            self.outcome.violations += check_stream(queue, bodies, committed, committing)
+            bodies = self._bodies(queue)
+            self.outcome.violations += check_stream(queue, bodies, committed["in"], committing)
         jobs = [e for e in self.events if "job" in e]
         self.outcome.reported_jobs = len(jobs)
-        done = self._taken("jobs_out")
-        self.outcome.checked["jobs_out"] = len(done)
-        self.outcome.violations += check_jobs(self.url, jobs, done)
+        self.outcome.violations += check_jobs(self.url, jobs, self._bodies("jobs_out"))
+        routed = self._check_rules(committed["orders"], committing)
+        self._check_http(committed["web_in"], committing, routed)
+
+    def _check_rules(
+        self, committed: dict[tuple[str, int], dict[str, Any]], committing: set[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, Any]]:
+        """The rules' outputs (see the module docstring); returns the orders routed."""
+        routed = self._taken("routed")
+        self.outcome.checked["routed"] = len(routed)
+        errors = self._bodies("rule_errors")
+        # An order's outcome is its actions or its error message: by the order's id, the
+        # orders' queue, whole transactions, in the writers' order.
+        outcomes = [(m.properties["trigger_id"], m.body) for m in routed]
+        outcomes += [(e["trigger"]["id"], e["trigger"]["body"]) for e in errors]
+        outcomes.sort(key=lambda outcome: int(outcome[0]))
+        bad = check_stream("orders", [body for _, body in outcomes], committed, committing)
+        bad += check_order("routed", [m.body for m in routed])
+        bad += check_rule_errors(errors)
+        made = {(m.body["w"], m.body["s"]): m.body for m in routed}
+        bad += check_made("echoed", self._bodies("echoed"), {k for k, b in made.items() if b["e"]})
+        counted = self._taken("counted")
+        self.outcome.checked["counted"] = len(counted)
+        bad += check_made(
+            "counted", [m.body for m in counted], {k for k, b in made.items() if "n" in b}
+        )
+        for m in counted:
+            order = made.get((m.body["w"], m.body["s"]))
+            if order is not None and m.properties.get("n") != order["n"]:
+                bad.append(f"counted: {m.body} has n {m.properties.get('n')}, not {order['n']}")
+        self.outcome.violations += bad
+        return made
+
+    def _check_http(
+        self,
+        committed: dict[tuple[str, int], dict[str, Any]],
+        committing: set[tuple[str, int]],
+        routed: dict[tuple[str, int], dict[str, Any]],
+    ) -> None:
+        """What the HTTP clients put and took through sluice serve."""
+        web = self._bodies("web_in")
+        self.outcome.violations += check_stream("web_in", web, committed, committing)
+        left = self._bodies("served")
+        self.outcome.violations += check_served(left, self.events, set(routed))
+        acked = {tuple(e["acked"]) for e in self.events if "acked" in e}
+        self.outcome.resent = sum("resent" in e for e in self.events)
+        self.outcome.checked["served acked"] = len(acked)
+        for e in self.events:
+            if "http" in e:
+                answer = f"{e.get('path', '')} {e['http']} {e.get('error', '')}".strip()
+                self.outcome.http[answer] += 1
+                if e["http"] == 500:
+                    self.outcome.violations.append(f"sluice serve answered 500: {e}")
 
 
 def check_stream(
@@ -346,12 +542,109 @@ def check_stream(
         missing = set(range(e["s"], e["s"] + e["k"])) - per_tx.get(key, set())
         if missing:
             bad.append(f"{queue}: committed transaction {key} lost {sorted(missing)}")
+    return bad + check_order(queue, bodies)
+
+
+def check_order(queue: str, bodies: list[dict[str, Any]]) -> list[str]:
+    """Each writer's messages in the order it wrote them."""
+    bad: list[str] = []
     last: dict[str, int] = {}
     for b in bodies:
         if b["s"] <= last.get(b["w"], -1):
             bad.append(f"{queue}: writer {b['w']} out of order: {b['s']} after {last[b['w']]}")
         last[b["w"]] = b["s"]
     return bad
+
+
+def check_made(
+    queue: str, bodies: list[dict[str, Any]], expected: set[tuple[str, int]]
+) -> list[str]:
+    """A rule's conditional output: exactly one message for each of ``expected``, the
+    orders (writer, seq) that asked for it, and none for any other."""
+    made = Counter((b["w"], b["s"]) for b in bodies)
+    bad = [f"{queue}: {key} made {n} times" for key, n in made.items() if n > 1]
+    bad += [f"{queue}: {key} made for an order that did not ask" for key in made.keys() - expected]
+    bad += [f"{queue}: {key} never made" for key in sorted(expected - made.keys())]
+    return bad
+
+
+def check_rule_errors(errors: list[dict[str, Any]]) -> list[str]:
+    """Error messages only where the count rule's integer property was given a fraction."""
+    bad = []
+    for e in errors:
+        n = e["trigger"]["body"].get("n")
+        if (e["error"], e["rule"]) != ("message", "count") or not isinstance(n, float):
+            bad.append(f"rule_errors: an error the rules should not have made: {e}")
+    return bad
+
+
+def check_served(
+    left: list[dict[str, Any]], events: list[dict[str, Any]], expected: set[tuple[str, int]]
+) -> list[str]:
+    """``served`` through HTTP leases: each message either left after the drain or
+    acknowledged, and a confirmed acknowledgement its delivery's last (see the module
+    docstring); ``expected``: what the rules routed."""
+    took: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    acking: set[tuple[str, int]] = set()
+    acked: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    sent: dict[str, float] = {}
+    for e in events:
+        if "took" in e:
+            took[(e["took"][0], e["took"][1])].append(e)
+        elif "acking" in e:
+            acking.add((e["acking"][0], e["acking"][1]))
+            sent[e["token"]] = e["sent"]
+        elif "acked" in e:
+            acked[(e["acked"][0], e["acked"][1])].append(e)
+    remaining = Counter((b["w"], b["s"]) for b in left)
+    bad = [f"served: {key} left {n} times" for key, n in remaining.items() if n > 1]
+    for key in (remaining.keys() | took.keys()) - expected:
+        bad.append(f"served: {key} delivered but never routed")
+    for key in sorted(expected - remaining.keys() - acked.keys() - acking):
+        bad.append(f"served: {key} lost (neither left nor acknowledged)")
+    for key, acks in acked.items():
+        if len(acks) > 1 or key in remaining:
+            bad.append(f"served: {key} acknowledged and delivered again")
+        for ack in acks:
+            mine = next(t for t in took[key] if t["token"] == ack["token"])
+            for other in took[key]:
+                if other["asked"] > ack["at"]:
+                    bad.append(f"served: {key} taken again after its acknowledgement")
+                elif (
+                    other is not mine
+                    and mine["got"] < other["asked"]
+                    and (other["got"] < sent[ack["token"]])
+                ):
+                    bad.append(f"served: {key} acknowledged while another lease held it")
+    return bad
+
+
+def tracebacks(lines: list[str]) -> list[tuple[str, str, int]]:
+    """Python's tracebacks in ``lines``: for each chain (exceptions raised from others),
+    the line before it, its last exception and the index of the line after that."""
+    chains: list[tuple[str, str, int]] = []
+    n = 0
+    while n < len(lines):
+        if not lines[n].startswith(_TRACEBACK):
+            n += 1
+            continue
+        before = lines[n - 1] if n else ""
+        while True:
+            n += 1  # past "Traceback ...", then its frames (indented) to the exception
+            while n < len(lines) and (not lines[n] or lines[n][0].isspace()):
+                n += 1
+            raised = lines[n] if n < len(lines) else "?"
+            n = min(n + 1, len(lines))
+            after = [m for m in range(n, min(n + 4, len(lines))) if lines[m]]
+            if len(after) < 2 or not lines[after[0]].startswith(_CHAINED):
+                break
+            n = after[1]  # the chain's next "Traceback ..."
+        chains.append((before, raised, n))
+    return chains
+
+
+_TRACEBACK = "Traceback (most recent call last)"
+_CHAINED = ("The above exception was the direct cause", "During handling of the above")
 
 
 def check_jobs(url: str, jobs: Iterable[dict[str, Any]], done: list[dict[str, Any]]) -> list[str]:
@@ -407,9 +700,18 @@ def run_campaign(
     disk: Path | None = None,
     clock: bool = False,
 ) -> Outcome:
-    prepare(url)
-    campaign = Campaign(actor_url(url), backend, seed, seconds, crash=crash, disk=disk, clock=clock)
+    secret = prepare(url)
+    campaign = Campaign(actor_url(url), backend, seed, seconds, secret=secret, crash=crash,
+                        disk=disk, clock=clock)  # fmt: skip
     return campaign.run()
+
+
+def free_port() -> int:
+    """A port nobody listens on now, for ``sluice serve`` (the same at every restart)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def report(outcomes: list[Outcome]) -> str:
@@ -418,7 +720,10 @@ def report(outcomes: list[Outcome]) -> str:
         "",
         f"Machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}. Actors at once: "
         + ", ".join(f"{n} ({r})" for n, r in ACTORS.items())
-        + ". A fault every 0.2-1.0 s: SIGKILL of a random actor (restarted at once); on"
+        + "; rules is `sluice run` (`--batch` 1, 7, 64 or 256 and `--workers` 1 or 2, drawn at"
+        " each start), server is `sluice serve` and http its clients (campaign_http.py)."
+        " Once sluice serve confirmed a first put (or half-way through), a fault"
+        " every 0.2-1.0 s: SIGKILL of a random actor (restarted at once); on"
         " PostgreSQL (a private cluster) a quarter of them terminate a random actor's server"
         " backend and 7 % crash the server (`pg_ctl stop -m immediate`, then start); on"
         " SQLite (the file on a 64 MB tmpfs) 15 % fill the disk for 0.3-1.0 s and 10 % step"
@@ -428,7 +733,7 @@ def report(outcomes: list[Outcome]) -> str:
         "| backend | seed | seconds | kills | died of a fault they met | backends terminated |"
         " server crashes | disk full | clock steps (s) | committed transactions reported |"
         " messages checked | jobs | violations |",
-        "|---|---:|---:|---|---|---:|---:|---:|---|---:|---|---:|---:|",
+        "|---|---:|---:|---|---|---:|---:|---:|---|---|---|---:|---:|",
     ]
     for o in outcomes:
         kills = ", ".join(f"{r} {n}" for r, n in sorted(o.kills.items()))
@@ -438,13 +743,24 @@ def report(outcomes: list[Outcome]) -> str:
             f"| {o.backend} | {o.seed} | {o.seconds:.0f} | {kills} | {exits} |"
             f" {o.terminated_backends} | {o.server_crashes} | {o.disk_full} |"
             f" {' '.join(f'{c:+d}' for c in o.clock_steps) or '-'} |"
-            f" {o.reported_txs:,} | {checked} | {o.reported_jobs:,} |"
+            f" {', '.join(f'{q} {n:,}' for q, n in sorted(o.reported_txs.items()))} | {checked} |"
+            f" {o.reported_jobs:,} |"
             f" {len(o.violations)} |"
         )
     out.append("")
     for o in outcomes:
         died = ", ".join(f"`{k}` {n}" for k, n in o.errors.most_common()) or "nothing"
         out.append(f"- {o.backend}: the actors that died of a fault died of {died}.")
+        http = ", ".join(f"`{k}` {n}" for k, n in o.http.most_common()) or "none"
+        out.append(
+            f"- {o.backend}: sluice run routed {o.routed_by_run:,} of the"
+            f" {o.checked.get('routed', 0):,} orders routed (the drain the rest)."
+        )
+        up = "never" if o.served_after is None else f"after {o.served_after:.1f} s"
+        out.append(
+            f"- {o.backend}: sluice serve confirmed a first put {up}; puts sent again after"
+            f" an HTTP client's restart: {o.resent}; the HTTP clients' failed requests: {http}."
+        )
     for o in outcomes:
         for v in o.violations[:50]:
             out.append(f"- {o.backend} seed {o.seed}: {v}")

@@ -8,6 +8,10 @@ reported without having happened. Roles:
 
 - producer: transactions of 1-8 messages to the queue ``in`` and the topic ``news`` at
   once; about one in seven is written to abort (its bodies say so: ``x`` true) and aborted.
+- orderer: the same to the queue ``orders``, whose rules ``sluice run`` runs (the
+  campaign's RULES); each body also says whether the rules echo it back after ``after``
+  seconds (``e``) and carries an ``n`` for a property of type integer: none, a whole
+  number, or now and then a fraction, which the rules must turn into an error message.
 - mover: takes from ``in`` (isolation ``ordered``: a writer's messages in order, one
   holder at a time) and enqueues each to ``out`` in the same transaction; some abort.
 - subscriber SUB: the same from the subscription SUB of ``news`` to ``out_SUB``.
@@ -23,6 +27,7 @@ import os
 import random
 import sys
 import threading
+from collections.abc import Callable
 
 import sluice
 from sluice.jobs import Task
@@ -37,22 +42,39 @@ def say(**event: object) -> None:
     print(json.dumps(event), flush=True)
 
 
-def producer(db: sluice.Database, me: str, rng: random.Random) -> None:
+def producer(
+    db: sluice.Database,
+    me: str,
+    rng: random.Random,
+    into: tuple[str, ...],
+    extra: Callable[[random.Random], dict[str, object]] | None = None,
+) -> None:
     seq = 0
     for txn in range(1, 1 << 62):
         k, abort = rng.randint(1, 8), rng.random() < 0.15
-        bodies = [{"w": me, "s": seq + i, "t": txn, "k": k, "x": abort} for i in range(k)]
+        bodies = [
+            {"w": me, "s": seq + i, "t": txn, "k": k, "x": abort} | (extra(rng) if extra else {})
+            for i in range(k)
+        ]
         seq += k
         with db.transaction() as tx:
-            tx.enqueue_many("in", bodies)
-            tx.enqueue_many("news", bodies)
+            for queue in into:
+                tx.enqueue_many(queue, bodies)
             if abort:
                 tx.abort()
             else:  # a transaction never announced here must never be seen
                 say(w=me, t=txn, committing=True)
         if not abort:
-            say(w=me, t=txn, s=bodies[0]["s"], k=k)
+            say(w=me, t=txn, s=bodies[0]["s"], k=k, into=into[0])
         _pause(rng.uniform(0.0, 0.02))  # pacing: a producer, not a flood
+
+
+def order(rng: random.Random) -> dict[str, object]:
+    """What the rules look at in an order besides who wrote it (see the campaign's RULES)."""
+    fields: dict[str, object] = {"e": rng.random() < 0.3, "after": round(rng.uniform(0.1, 1), 3)}
+    if rng.random() < 0.5:
+        fields["n"] = rng.randint(0, 99) + (0.5 if rng.random() < 0.1 else 0)
+    return fields
 
 
 def mover(db: sluice.Database, source: str, target: str, rng: random.Random) -> None:
@@ -91,7 +113,9 @@ def main() -> None:
     me = f"{name}.{os.getpid()}"  # one writer per incarnation: a restart is a new session
     say(ready=me)
     if role == "producer":
-        producer(db, me, rng)
+        producer(db, me, rng, ("in", "news"))
+    elif role == "orderer":
+        producer(db, me, rng, ("orders",), order)
     elif role == "mover":
         mover(db, "in", "out", rng)
     elif role == "subscriber":

@@ -3,12 +3,22 @@ runs a long one), and the checker shown to catch each kind of violation."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .campaign import campaign_on, check_stream
+import sluice
+
+from .campaign import (
+    campaign_on,
+    check_made,
+    check_rule_errors,
+    check_served,
+    check_stream,
+    tracebacks,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +50,104 @@ def test_the_checker_names_every_kind_of_violation() -> None:
     assert swapped == ["out: writer p.1 out of order: 0 after 4"]
 
 
+def test_the_rules_checkers_name_every_kind_of_violation() -> None:
+    made = [{"w": "o.1", "s": 0}, {"w": "o.1", "s": 2}]
+    expected = {("o.1", 0), ("o.1", 2)}
+    assert check_made("echoed", made, expected) == []
+    assert check_made("echoed", made + made[:1], expected) == ["echoed: ('o.1', 0) made 2 times"]
+    assert check_made("echoed", made[1:], expected) == ["echoed: ('o.1', 0) never made"]
+    assert check_made("echoed", made, {("o.1", 2)}) == [
+        "echoed: ('o.1', 0) made for an order that did not ask"
+    ]
+
+    def error(n: float, rule: str = "count") -> dict[str, Any]:
+        return {"error": "message", "rule": rule, "trigger": {"body": {"w": "o.1", "n": n}}}
+
+    assert check_rule_errors([error(2.5)]) == []
+    assert len(check_rule_errors([error(2)])) == 1  # an integer fits the property
+    assert len(check_rule_errors([error(2.5, rule="route")])) == 1
+
+
+def test_the_http_checker_names_every_kind_of_violation() -> None:
+    def took(s: int, token: str, asked: float, got: float) -> dict[str, Any]:
+        return {"took": ["h.1", s], "token": token, "asked": asked, "got": got}
+
+    def ack(s: int, token: str, sent: float, at: float) -> list[dict[str, Any]]:
+        return [
+            {"acking": ["h.1", s], "token": token, "sent": sent},
+            {"acked": ["h.1", s], "token": token, "at": at},
+        ]
+
+    routed = {("h.1", 0), ("h.1", 1), ("h.1", 2)}
+    # 0 taken and acknowledged, 1 taken with its ack unanswered, 2 left for the drain
+    events = [took(0, "a", 1, 2), took(1, "b", 1, 2), *ack(0, "a", 3, 4)]
+    events.append({"acking": ["h.1", 1], "token": "b", "sent": 3})
+    left = [{"w": "h.1", "s": 2}]
+    assert check_served(left, events, routed) == []
+    assert check_served([], events, routed) == [
+        "served: ('h.1', 2) lost (neither left nor acknowledged)"
+    ]
+    assert check_served(left + left, events, routed) == ["served: ('h.1', 2) left 2 times"]
+    assert check_served([*left, {"w": "h.1", "s": 0}], events, routed) == [
+        "served: ('h.1', 0) acknowledged and delivered again"
+    ]
+    assert check_served(left, events, routed - {("h.1", 2)}) == [
+        "served: ('h.1', 2) delivered but never routed"
+    ]
+    again = check_served(left, [*events, took(0, "c", 5, 6)], routed)
+    assert again == ["served: ('h.1', 0) taken again after its acknowledgement"]
+    # c got 0 while a held it, and a's later ack was accepted all the same
+    held = check_served(left, [took(0, "a", 1, 2), took(0, "c", 2.5, 2.7), *ack(0, "a", 3, 4)],
+                        routed - {("h.1", 1)})  # fmt: skip
+    assert held == ["served: ('h.1', 0) acknowledged while another lease held it"]
+
+
+def test_tracebacks_are_found_with_their_last_exception() -> None:
+    lines = [
+        "sluice heartbeat failed; retrying",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in f',
+        "sqlite3.OperationalError: database or disk is full",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "y.py", line 2, in g',
+        "sluice.errors.StorageError: full",
+        "ERROR:    Exception in ASGI application",
+        "Traceback (most recent call last):",
+        '  File "z.py", line 3, in h',
+        "KeyError: 'x'",
+    ]
+    assert tracebacks(lines) == [
+        ("sluice heartbeat failed; retrying", "sluice.errors.StorageError: full", 10),
+        ("ERROR:    Exception in ASGI application", "KeyError: 'x'", 14),
+    ]
+
+
+def test_a_writer_whose_lease_was_lost_keeps_its_order(tmp_path: Path) -> None:
+    """The campaign's finding: a producer stalled past its lease (a loaded machine) went on
+    under a new session, and an ordered queue took that for a new writer, whose messages a
+    second reader could take before the first writer's were done."""
+    url = f"sqlite:///{tmp_path / 'ordered.db'}"
+    with sluice.connect(url) as reader, sluice.connect(url) as writer:
+        reader.create_queue("steps", isolation="ordered")
+        writer.queue("steps").put("first")
+        stalled = writer.context.session
+        with sqlite3.connect(tmp_path / "ordered.db") as conn:  # its heartbeat long past
+            conn.execute("UPDATE sessions SET heartbeat_at = 0 WHERE id = ?", (stalled,))
+        assert stalled in reader.recover()
+        writer.context._tick()  # its lease keeper's next beat: a new session
+        assert writer.context.session != stalled
+        writer.queue("steps").put("second")
+        first, second = reader.begin(), reader.begin()
+        assert [m.body for m in first.dequeue("steps")] == ["first"]
+        assert second.dequeue("steps") == []  # the writer is the first reader's until it ends
+        first.commit()
+        assert [m.body for m in second.dequeue("steps")] == ["second"]
+        second.commit()
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_short_campaign_loses_nothing_and_shows_nothing_uncommitted(
     backend: str, tmp_path: Path
@@ -47,5 +155,9 @@ def test_a_short_campaign_loses_nothing_and_shows_nothing_uncommitted(
     outcome = campaign_on(backend, seed=11, seconds=SECONDS, tmp=tmp_path)
     assert outcome.violations == []
     assert sum(outcome.kills.values()) >= 5  # the faults happened ...
-    assert outcome.reported_txs > 100 and outcome.reported_jobs > 5  # ... under load
-    assert outcome.checked["out"] >= outcome.reported_txs
+    assert outcome.reported_txs["in"] > 100  # ... under load
+    assert outcome.reported_jobs > 5
+    assert outcome.checked["out"] >= outcome.reported_txs["in"]
+    assert outcome.reported_txs["orders"] > 10  # the rules' input ...
+    assert outcome.routed_by_run > 0  # ... routed by sluice run
+    assert outcome.reported_txs["web_in"] > 0  # sluice serve answered

@@ -9,6 +9,7 @@ driver errors, once, by SQLSTATE.
 from __future__ import annotations
 
 import base64
+import re
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
@@ -31,8 +32,8 @@ from sluice.backends.records import (
     message_row,
 )
 from sluice.clock import Clock
-from sluice.errors import Conflict, InvalidBody, SluiceError, StorageError
-from sluice.message import encode_json
+from sluice.errors import Conflict, InvalidBody, MessageError, SluiceError, StorageError
+from sluice.message import encode_json, is_json
 
 __all__ = [
     "EXPECT_FAILED",
@@ -76,10 +77,10 @@ def enqueue_statement(
             "queue": e.queue,
             "num": e.num,
             "priority": e.priority,
-            "body": None if isinstance(e.body, bytes) else _text(e.body),
+            "body": None if isinstance(e.body, bytes) else _text(e.body, e.content_type),
             "body_b64": base64.b64encode(e.body).decode() if isinstance(e.body, bytes) else None,
             "content_type": e.content_type,
-            "properties": e.properties,
+            "properties": _properties(e.properties),
             "correlation_id": e.correlation_id,
             "reply_to": e.reply_to,
             "enqueued_at": e.enqueued_at,
@@ -296,12 +297,37 @@ def commit_failure(plan: CommitPlan, exc: Expected) -> SluiceError:
     return lease_lost(plan)
 
 
-def _text(body: str) -> str:
+def _text(body: str, content_type: str) -> str:
     if "\x00" in body:
         raise InvalidBody(
             "PostgreSQL text cannot hold NUL characters; send the body as bytes instead"
         )
+    if is_json(content_type) and _has_nul(body):
+        raise InvalidBody(
+            "PostgreSQL's JSON cannot hold NUL characters (\\u0000 in a string); leave them "
+            "out, or send the body as bytes"
+        )
     return body
+
+
+def _properties(text: str | None) -> str | None:
+    if text is not None and _has_nul(text):
+        raise MessageError(
+            "PostgreSQL's JSON cannot hold NUL characters (\\u0000 in a string): leave them "
+            "out of the properties"
+        )
+    return text
+
+
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+"""A JSON escape of NUL (after an even run of backslashes, which are themselves)."""
+
+
+def _has_nul(json_text: str) -> bool:
+    # Stored as text, such a value was taken; then every selection over its queue (a
+    # where, an order_by, a subscription's selector, a declared property) failed on
+    # its cast to jsonb, a StorageError for every reader of the queue, for ever.
+    return "\\u0000" in json_text and _NUL.search(json_text) is not None
 
 
 def message_rows(rows: list[Row]) -> list[MessageRow]:

@@ -45,6 +45,8 @@ class Backlog:
     unpulled: int
     """Messages of its topic past its pointer that its selector holds for."""
     unpulled_since: float | None
+    unpulled_delayed: int
+    """Those of them not due yet (``delay``)."""
 
 
 class SqlTopics:
@@ -150,13 +152,13 @@ class SqlTopics:
         sub_id, topic_id, pointer, *_ = rows[0]
         query, extra = self._with_selector("topic_backlog", selector)
         with self._transaction(durable=False) as conn:
-            unpulled, unpulled_since = conn.execute(
-                query, {"pointer": pointer, "topic": topic_id} | extra
+            unpulled, unpulled_since, unpulled_delayed = conn.execute(
+                query, {"pointer": pointer, "topic": topic_id, "now": self.clock.now()} | extra
             ).fetchone()
             held, held_since = conn.execute(
                 self._q["subscription_held"], {"subscription": sub_id}
             ).fetchone()
-        return Backlog(held, held_since, unpulled, unpulled_since)
+        return Backlog(held, held_since, unpulled, unpulled_since, unpulled_delayed)
 
     def pass_unselected(self, subscription: str, selector: Selection | None) -> None:
         """Move a selective subscription's pointer past topic messages it will never receive.

@@ -108,8 +108,13 @@ def move(box: Box, source: Path, state: str, name: str, *, keep: bool = True) ->
 
 def write_reason(box: Box, name: str, reason: str) -> None:
     """Why the file ``name`` went to error/: ``error/<name>.reason`` beside it."""
-    reason_name = name[: MAX_NAME - len(".reason")] + ".reason"
-    box.file("error", reason_name).write_text(reason + "\n", "utf-8")
+    # Cut by the bytes of the name on disk, not its characters: a name of 255 bytes in
+    # multibyte characters made a reason file's name over the limit, and the file
+    # stayed in processing/ (each recover failed on it again).
+    stem = name
+    while len(os.fsencode(stem)) > MAX_NAME - len(".reason"):
+        stem = stem[:-1]
+    box.file("error", stem + ".reason").write_text(reason + "\n", "utf-8")
 
 
 def fitting_name(meta: MessageName) -> str:

@@ -84,7 +84,9 @@ class Inbound:
 
     def _claim(self, box: Box, name: str) -> _File | None:
         processing = self._prefix + name
-        if len(processing.encode()) > MAX_NAME:
+        # A name that is not UTF-8 is listed with its bytes as surrogates (PEP 383):
+        # measured as the bytes it has on disk, as layout.check_file_name measures it.
+        if len(processing.encode("utf-8", "surrogateescape")) > MAX_NAME:
             # As DropboxMQ: the bare name, which two consumers on NFS might both win.
             processing = name
         try:
@@ -140,6 +142,15 @@ class Inbound:
             return None
         if stat.S_ISLNK(found.st_mode):
             raise MessageError("the file is a symbolic link; drop the file itself")
+        if not file.processing.isascii():
+            try:
+                file.processing.encode("utf-8")
+            except UnicodeEncodeError:
+                # Bytes that are not UTF-8 are listed as surrogates, which no database
+                # takes (its idempotency record, the metadata): to error/, not a crash.
+                raise MessageError(
+                    "the file name is not UTF-8; rename it in UTF-8 and drop it again"
+                ) from None
         meta = parse_name(file.original)
         if meta.expiration is not None and meta.expiration <= now * 1000:
             move(box, path, "expired", file.original)

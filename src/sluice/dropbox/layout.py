@@ -31,13 +31,22 @@ def _check_segment(segment: str, what: str) -> str:
         or "/" in segment
         or "\\" in segment
         or "\0" in segment
-        or len(segment.encode("utf-8", "surrogateescape")) > MAX_NAME
+        or _size(segment) > MAX_NAME
     ):
         raise DropboxError(
             f"{what} {segment!r} cannot be a directory name in a dropbox root: use a name "
-            f"without '/', '\\', NUL, of 1 to {MAX_NAME} bytes and not '.' or '..'"
+            f"without '/', '\\', NUL or lone surrogates, of 1 to {MAX_NAME} bytes and not "
+            "'.' or '..'"
         )
     return segment
+
+
+def _size(segment: str) -> int:
+    """Bytes of ``segment`` as a file name; past MAX_NAME for one no file system holds."""
+    try:
+        return len(segment.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:  # a lone surrogate that no bytes on disk decode to
+        return MAX_NAME + 1
 
 
 def check_file_name(name: str) -> str:
@@ -81,7 +90,14 @@ class Layout:
 
     def subscription(self, topic: str, subscription: str) -> Box:
         """Where ``subscription``'s copies of ``topic``'s messages go, made if missing."""
-        name = _check_segment(encode_value(subscription), "the subscription name")
+        try:
+            encoded = encode_value(subscription)
+        except UnicodeEncodeError:  # a lone surrogate: no queue's name, and no file's
+            raise DropboxError(
+                f"the subscription name {subscription!r} is not valid Unicode; "
+                "no subscription has that name"
+            ) from None
+        name = _check_segment(encoded, "the subscription name")
         return self._made(self._topic_dir(topic) / ".subscriptions" / name)
 
     def _topic_dir(self, topic: str) -> Path:
@@ -94,18 +110,22 @@ class Layout:
         return self.root.joinpath(TOPIC_ROOT, *parts)
 
     def _made(self, path: Path) -> Box:
+        # Checked before anything is made as well as after: made first, the directories
+        # were made through a link, outside the root, before the check refused it.
         for state in STATES:
+            self._inside(path / state)
             (path / state).mkdir(parents=True, exist_ok=True)
+        real = self._inside(path)
+        for state in STATES:
+            self._inside(real / state)
+        return Box(real)
+
+    def _inside(self, path: Path) -> Path:
+        """``path`` resolved (as far as it exists), if that is inside the root."""
         real = path.resolve()
         if not real.is_relative_to(self.root):
             raise DropboxError(
                 f"the dropbox {str(path)!r} leads outside the root {str(self.root)!r} "
                 "(a symbolic link); remove the link"
             )
-        for state in STATES:
-            if not (real / state).resolve().is_relative_to(self.root):
-                raise DropboxError(
-                    f"{str(path / state)!r} leads outside the root {str(self.root)!r} "
-                    "(a symbolic link); remove the link"
-                )
-        return Box(real)
+        return real

@@ -77,6 +77,11 @@ class EngineContext:
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
+        self.writer = self._session
+        """The writer an ordered queue's lane names (docs/isolation.md): this connection's
+        first session, kept when a lease loss gives it another. A lane of the session
+        would split the writer in two there, and a reader could take what it put after
+        the loss before what it put before, out of its order (the campaign found it)."""
         _open_contexts.add(self)
         self.recover()
         self._keeper = leases.LeaseKeeper(self._tick, lease)

@@ -53,6 +53,7 @@ def typed_envelope(
     """
     spec = content.spec
     type_name = base.type
+    given = type(body)
     if hasattr(body, "model_dump") and not isinstance(body, type):
         type_name = type_name or types.name_of(type(body))
         body = body.model_dump(mode="json")
@@ -88,6 +89,7 @@ def typed_envelope(
                 f"{content_type}; nothing was stored"
             )
         message_type.check(decoded, stored)
+        _check_model(types.model(type_name), given, decoded, type_name)
     row = {
         "body": decoded,
         "raw": stored,
@@ -142,6 +144,21 @@ def typed_envelope(
         base.group,
         base.lane,
     )
+
+
+def _check_model(model: type | None, given: type, value: Any, type_name: str | None) -> None:
+    """TypeViolation unless the model bound to the type here takes ``value``: what it
+    cannot take (an integer of 1e300, which the JSON Schema allows) was stored, and
+    then every get() in this process raised its ValidationError."""
+    if model is None or given is model:
+        return
+    try:
+        model.model_validate(value)  # type: ignore[attr-defined]
+    except ValueError as exc:  # pydantic's ValidationError
+        raise TypeViolation(
+            f"the message does not conform to type {type_name!r}'s bound model "
+            f"{model.__name__}: {exc}; nothing was stored"
+        ) from None
 
 
 def stored_values(
@@ -248,9 +265,13 @@ def encode_properties(properties: dict[str, Any] | None) -> str | None:
     if not isinstance(properties, dict) or not all(isinstance(k, str) for k in properties):
         raise MessageError("properties must be a dict with str keys")
     try:
-        return encode_json(properties)
+        text = encode_json(properties)
     except (TypeError, ValueError) as exc:
         raise MessageError(f"properties must hold JSON values only ({exc})") from exc
+    # A lone surrogate passes json's encoder and then fails in the driver as a
+    # UnicodeEncodeError, no SluiceError: refused here, as a body's is.
+    _check_unicode("properties", text)
+    return text
 
 
 _MAX_GROUP = 1000
@@ -263,7 +284,9 @@ def check_group(group: str | None) -> str | None:
         raise MessageError(
             f"group must be a non-empty str of at most {_MAX_GROUP} characters, not {group!r}"
         )
-    return group
+    # NUL and lone surrogates as in check_text: a group with NUL was stored by SQLite
+    # and then never delivered (its lane never matched), and refused by PostgreSQL.
+    return check_text("group", group)
 
 
 def check_text(name: str, value: str | None) -> str | None:
@@ -272,7 +295,18 @@ def check_text(name: str, value: str | None) -> str | None:
     if value is not None and "\x00" in value:
         # PostgreSQL text cannot hold NUL: refused everywhere, so every backend agrees.
         raise MessageError(f"{name} must not contain NUL characters")
+    if value is not None:
+        _check_unicode(name, value)
     return value
+
+
+def _check_unicode(name: str, value: str) -> None:
+    """MessageError for a lone surrogate, which no database's driver can encode."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise MessageError(f"{name} is not valid Unicode ({exc.reason})") from None
 
 
 def check_seconds(name: str, value: float, *, allow_zero: bool) -> float:

@@ -259,10 +259,13 @@ class Queue:
         """Counts: ready, delayed, pending (uncommitted), claimed, expired, failed, done."""
         spec = self._context.spec(self.name)
         counts = self._context.backend.stats(self.name)
-        if spec.kind == "subscription":  # its topic's messages it has yet to take are ready
-            counts["ready"] += self._context.backend.backlog(
-                self.name, topics.selector(self._context, spec)
-            ).unpulled
+        if spec.kind == "subscription":  # its topic's messages it has yet to take count too
+            backlog = self._context.backend.backlog(self.name, topics.selector(self._context, spec))
+            # As delayed when not due, as they will be once taken: counting them ready made a
+            # message due in an hour "ready" until a consumer's pull made it delayed
+            # (docs/topics.md: a subscription's messages are counted as a queue's).
+            counts["ready"] += backlog.unpulled - backlog.unpulled_delayed
+            counts["delayed"] += backlog.unpulled_delayed
         return counts
 
     def __len__(self) -> int:

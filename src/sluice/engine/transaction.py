@@ -109,6 +109,7 @@ class Transaction:
         "_pending_queues",
         "_rejects",
         "_touched",
+        "_writer",
         "implicit",
         "number",
         "session",
@@ -127,6 +128,7 @@ class Transaction:
         self._backend: TxStore = backend or context.backend
         # owner: another session's (session, number), for work staged on its behalf (stage()).
         self.session, self.number = owner or context.next_transaction()
+        self._writer = owner[0] if owner else context.writer
         self.implicit = implicit  # the one-message transaction behind Queue.get/put
         self.state = TxState.ACTIVE
         self._count = 0
@@ -204,7 +206,7 @@ class Transaction:
         spec = content.spec
         if spec.kind == "subscription":
             topics.check_target(spec)
-        lane = lane_of(spec.isolation, check_group(group), self.session, self.number)
+        lane = lane_of(spec.isolation, check_group(group), self._writer, self.number)
         now = self._context.clock.now()
         given = check_priority(priority)
         options = (
@@ -361,6 +363,15 @@ class Transaction:
         models = self._context.types.models
         for row in rows:
             m = to_message(queue, row, self, models)
+            if m.ref in self._held:
+                # Recovery gave back what this transaction held (its session was taken
+                # for dead) and it claimed the message anew: handed out twice, it would
+                # be processed twice (the fault campaign's movers did so).
+                raise LeaseLost(
+                    f"transaction {self.id} lost message {m.id} to recovery (its session's "
+                    "lease expired: the process stalled) and took it again; abort it and "
+                    "begin anew"
+                )
             messages.append(m)
             self._held[m.ref] = m
             if row.p_session == self.session and row.p_tx == self.number:  # its own enqueue
@@ -431,6 +442,12 @@ class Transaction:
         )
         if taken and limit > 1:
             rows += yield claim(limit - 1, lanes=taken, fill=not blockwise)
+        elif rows and limit > 1:
+            # It took its own enqueue, which is in no lane: the rest as a dequeue of its
+            # own would take them. Stopping here returned one message of limit=n while
+            # others were ready (docs/isolation.md: other writers fill the rest).
+            rows += yield from self._claim(queue, isolation, limit - 1, own=own, select=select,
+                                           lanes=lanes, capped=capped)  # fmt: skip
         return rows
 
     def release(self, message: Message) -> None:
@@ -471,6 +488,9 @@ class Transaction:
         self._check_held(message)
         if not isinstance(reason, str) or not reason:
             raise MessageError("reject needs a reason: a non-empty str")
+        # NUL and lone surrogates failed in the driver at commit (StorageError on
+        # PostgreSQL, UnicodeEncodeError everywhere): refused now, on every backend.
+        check_text("reason", reason)
         self._rejects[message.ref] = reason
 
     def browse(

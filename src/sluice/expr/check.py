@@ -66,6 +66,8 @@ MAX_LENGTH: Final = 10_000
 """The longest expression text accepted."""
 
 _MAX_DEPTH: Final = 64
+_MAX_STEPS: Final = 256
+_MAX_ARGUMENTS: Final = 100
 
 MAX_NODES: Final = 20_000
 """The most parts a checked expression may have, counting each use of a shared one."""
@@ -183,6 +185,20 @@ def _syntax(text: str) -> exp.Expression:
         raise ExpressionError(f"the expression is {len(text)} characters; at most {MAX_LENGTH}")
     if not text.strip():
         raise ExpressionError("the expression is empty")
+    if "\x00" in text:
+        # PostgreSQL's text cannot hold NUL: a literal of it failed there as a StorageError
+        # (after a rules definition had created its queues); refused on every backend.
+        raise ExpressionError(f"the expression {text!r} has a NUL character; leave it out")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate parses, then no database can bind the text or a literal
+            # of it: a UnicodeEncodeError at the first dequeue, not an ExpressionError.
+            raise ExpressionError(
+                f"the expression {text!r} has a lone surrogate, which is not a Unicode "
+                "character; write it in valid Unicode"
+            ) from None
     try:
         trees = sqlglot.parse(text, read=_Dialect)
     # sqlglot reports malformed input with several exception types (and deep
@@ -287,6 +303,10 @@ class _Checker(RulesChecker):
     def reference(self, e: exp.Expression) -> Node:
         parts = syntax.parts(e)
         head, steps = parts[0], tuple(parts[1:])
+        if len(steps) > _MAX_STEPS:
+            # PostgreSQL reads each step as one more operator: a few thousand went past its
+            # stack (a StorageError at the dequeue, not an ExpressionError here).
+            raise ExpressionError(f"the path has {len(steps)} steps; at most {_MAX_STEPS}")
         if not isinstance(head, str):
             raise ExpressionError(f"{quoted(e)!r}: a path starts with a name")
         if head in self.vars:
@@ -352,10 +372,12 @@ class _Checker(RulesChecker):
         items = [self.node(i, depth) for i in e.expressions]
         if not items:
             raise ExpressionError(f"{quoted(e)!r}: IN needs at least one value")
-        operand = _common([arg, *items], quoted(e))
+        # Quoted once: rendered again for each of a long list's items, 3,000 took minutes.
+        text = quoted(e)
+        operand = _common([arg, *items], text)
         return In(
-            _as(arg, operand, quoted(e)),
-            tuple(_as(i, operand, quoted(e)) for i in items),
+            _as(arg, operand, text),
+            tuple(_as(i, operand, text) for i in items),
             negated != syntax.negated(e),
             operand,
         )
@@ -387,10 +409,11 @@ class _Checker(RulesChecker):
             conditions.append(self.typed(cond, "boolean", depth))
             results.append(self.node(branch.args["true"], depth))
         default = self.node(e.args["default"], depth) if e.args.get("default") else None
-        kind = _common([*results, *([default] if default else [])], quoted(e))
+        text = quoted(e)  # once, as in in_list
+        kind = _common([*results, *([default] if default else [])], text)
         return Case(
-            tuple(zip(conditions, (_as(r, kind, quoted(e)) for r in results), strict=True)),
-            _as(default, kind, quoted(e)) if default else None,
+            tuple(zip(conditions, (_as(r, kind, text) for r in results), strict=True)),
+            _as(default, kind, text) if default else None,
             kind,
         )
 
@@ -458,9 +481,15 @@ class _Checker(RulesChecker):
     def coalesce(self, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
         if not args:
             raise ExpressionError(f"{quoted(e)!r}: coalesce needs at least one argument")
+        if len(args) > _MAX_ARGUMENTS:
+            # SQLite takes 127 (SQLITE_MAX_FUNCTION_ARG): more failed there as a StorageError.
+            raise ExpressionError(
+                f"coalesce takes at most {_MAX_ARGUMENTS} arguments, not {len(args)}"
+            )
         nodes = [self.node(a, depth) for a in args]
-        kind = _common(nodes, quoted(e))
-        return Func("coalesce", tuple(_as(n, kind, quoted(e)) for n in nodes), kind)
+        text = quoted(e)  # once, as in in_list
+        kind = _common(nodes, text)
+        return Func("coalesce", tuple(_as(n, kind, text) for n in nodes), kind)
 
     def aggregate(self, op: str, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
         if not args or len(args) > 2:

@@ -265,9 +265,9 @@ class SqlCompiler(ABC):
     def order_key(self, node: Node, descending: bool) -> list[str]:
         """ORDER BY terms for one key; values that are NULL go last either way."""
         direction = " DESC" if descending else ""
-        if node.type == "any":
-            # A JSON value of unknown type: numbers (by value) before text.
-            assert isinstance(node, Path)
+        if node.type == "any" and isinstance(node, Path):
+            # A JSON value of unknown type: numbers (by value) before text. (NULL, the
+            # other value of no type, is an ordinary key: an AssertionError was here.)
             keys = [self.json_typed(node, "number"), self.text_order(self.json_typed(node, "text"))]
         elif node.type == "text":
             keys = [self.text_order(self.compile(node))]

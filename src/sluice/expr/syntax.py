@@ -79,31 +79,36 @@ def parts(e: exp.Expression) -> list[Step]:
     return parts
 
 
-def parts_or_none(e: exp.Expression) -> list[Step] | None:  # noqa: PLR0911  (one per form)
+def parts_or_none(e: exp.Expression) -> list[Step] | None:
+    # Along the chain of steps, not recursively: a path of thousands of steps
+    # (body.a.a.a...) hit Python's recursion limit, a RecursionError from parse.
+    steps: list[Step] = []
+    while isinstance(e, exp.Dot) or (isinstance(e, exp.Bracket) and len(e.expressions) == 1):
+        if isinstance(e, exp.Dot):
+            if not isinstance(e.expression, exp.Identifier):
+                return None
+            steps.append(e.expression.this)
+        else:
+            index = e.expressions[0]
+            if not isinstance(index, exp.Literal):
+                return None
+            if index.is_string:
+                steps.append(index.this)
+            elif re.fullmatch(r"\d{1,9}", index.this):
+                steps.append(int(index.this))
+            else:
+                return None
+        e = e.this
     if isinstance(e, exp.Identifier):
-        return [e.this]
-    if isinstance(e, exp.Column):
+        head = [e.this]
+    elif isinstance(e, exp.Column):
         names = [e.args.get(k) for k in ("catalog", "db", "table", "this")]
         if not all(isinstance(n, exp.Identifier) or n is None for n in names):
             return None
-        return [n.this for n in names if n is not None]
-    if isinstance(e, exp.Dot):
-        head = parts_or_none(e.this)
-        tail = e.expression
-        if head is None or not isinstance(tail, exp.Identifier):
-            return None
-        return [*head, tail.this]
-    if isinstance(e, exp.Bracket) and len(e.expressions) == 1:
-        head = parts_or_none(e.this)
-        index = e.expressions[0]
-        if head is None or not isinstance(index, exp.Literal):
-            return None
-        if index.is_string:
-            return [*head, index.this]
-        if not re.fullmatch(r"\d{1,9}", index.this):
-            return None
-        return [*head, int(index.this)]
-    return None
+        head = [n.this for n in names if n is not None]
+    else:
+        return None
+    return [*head, *reversed(steps)]
 
 
 def quoted(e: exp.Expression) -> str:

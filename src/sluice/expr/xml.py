@@ -123,7 +123,8 @@ def check_xpath(path: str) -> Any:
     etree = _lxml()
     try:
         return etree.XPath(path)
-    except etree.XPathSyntaxError as exc:
+    except (etree.XPathSyntaxError, ValueError) as exc:
+        # ValueError: lxml takes no NUL or control characters in an XPath's text.
         raise ExpressionError(f"{path!r} is not a valid XPath: {exc}") from None
 
 

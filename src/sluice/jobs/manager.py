@@ -5,12 +5,14 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Effect
+from sluice.catalog import check_name
 from sluice.clock import Clock
 from sluice.engine.transaction import Transaction
 from sluice.errors import ConfigurationError, Conflict, InvalidBody, JobNotFound
@@ -40,6 +42,8 @@ __all__ = ["Jobs"]
 
 log = logging.getLogger("sluice.jobs")
 
+_JOB_ID = re.compile(r"\d{1,19}/\d{1,19}/\d{1,19}")
+"""A job's id: its first task message's, session/transaction/number."""
 _STALE_WINDOWS = 2 * 86400.0  # rate windows older than this are deleted by upkeep
 _CATCH_UP = 100  # due times of one schedule fired per upkeep pass at most
 
@@ -91,6 +95,9 @@ class Jobs:
         None: kept until deleted). Jobs keep their tasks' records themselves.
         A profile set earlier is kept.
         """
+        # Named as queues are: with a queue of its own given, a task type's name was
+        # checked by nothing (SQL, NUL, a lone surrogate or '' went on to the database).
+        check_name(name, "task type")
         task_type = TaskType(
             name,
             queue or f"tasks.{name}",
@@ -207,6 +214,10 @@ class Jobs:
     # --- looking ----------------------------------------------------------------------
     def get(self, job_id: str, *, tasks: bool = False) -> JobStatus:
         """A job and the roll-up of its tasks; with ``tasks`` the finished tasks' records."""
+        if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+            # No job has such an id; asked of the database, a NUL in it failed there (a
+            # StorageError on PostgreSQL) and a lone surrogate in the driver.
+            raise JobNotFound(f"job {job_id!r} does not exist: a job's id is like '1/2/1'")
         backend = jobs_backend(self._db)
         rows = backend.jobs_read("job_columns", {"id": job_id})
         if not rows:

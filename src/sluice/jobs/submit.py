@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Effect
+from sluice.engine.enqueue import check_text
 from sluice.errors import ConfigurationError
 from sluice.jobs.model import FAR, TaskType
 from sluice.message import Body
@@ -142,6 +143,9 @@ def submit_job(
         raise ConfigurationError("a job needs at least one task")
     if not isinstance(name, str) or not name:
         raise ConfigurationError("a job needs a name: a non-empty str")
+    # NUL and lone surrogates failed in the driver (StorageError on PostgreSQL only,
+    # UnicodeEncodeError everywhere): refused here, on every backend alike.
+    check_text("the job's name", name)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigurationError(f"priority must be an int, not {priority!r}")
     try:

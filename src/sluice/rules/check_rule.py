@@ -84,6 +84,14 @@ def _triggers(app: Application, rule: RuleDef, where: str) -> tuple[SlicingDef |
     processes."""
     slicing = app.slicings.get(rule.target)
     if slicing is not None:
+        if slicing.property not in app.properties:
+            # The slicing's own check reports it too; every definition is checked, and
+            # without the property slice() and slicekey() here cannot be (an assert failed).
+            raise RuleDefinitionError(
+                f"{where} is FOR slicing {slicing.name!r}, which is ON {slicing.property!r}, "
+                "not a property",
+                line=rule.line,
+            )
         return slicing, queues_of_slicing(app, slicing.name)
     queue = app.queues.get(rule.target)
     if queue is None:
@@ -187,7 +195,15 @@ def _check_reset(
             f"{where}: RESET {action.slicing}: there is no slicing {action.slicing!r}",
             line=action.line,
         )
-    prop = app.properties[slicing.property]
+    prop = app.properties.get(slicing.property)
+    if prop is None:
+        # The slicing's own check reports this too; every definition is checked, so a
+        # rule that resets it must not fail with a KeyError first.
+        raise RuleDefinitionError(
+            f"{where}: RESET {slicing.name}: the slicing is ON {slicing.property!r}, which is "
+            "not a property",
+            line=action.line,
+        )
     if action.key is not None:
         checked_expression(action.key, PROPERTY_TYPES[prop.type], scope, f"{where} RESET KEY")
         return

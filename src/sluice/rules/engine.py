@@ -35,7 +35,7 @@ from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
 from sluice.rules.runner import BatchResult, StalePlan, process_batch
-from sluice.rules.turns import Turns
+from sluice.rules.turns import Retake, Turns
 
 __all__ = ["Rules", "RunStats"]
 
@@ -342,6 +342,8 @@ class Rules:
                 self.reload()
                 idle.clear()
                 return True  # from the top, with the new rules
+            except Retake:
+                return True  # an earlier batch was rolled back: its messages go first
             with self._counting:
                 stats.add(result)
             if on_batch is not None and (result.processed or result.deferred):

@@ -35,7 +35,7 @@ from sluice.rules.plan import (
     PlannedRule,
     QueuePlan,
 )
-from sluice.rules.turns import Turns
+from sluice.rules.turns import Retake, Turns
 
 __all__ = [
     "BatchResult",
@@ -820,12 +820,18 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
             batches.append(batch)
             return batch.run(limit)
 
+        rolled_back = True
         try:
-            return backend.rules_unit(work, durable=durable)
-        finally:  # committed or rolled back: the next batch may write
+            result = backend.rules_unit(work, durable=durable)
+            rolled_back = False
+            return result
+        except Retake:
+            rolled_back = False  # for an earlier batch's rollback: it voids nothing more
+            raise
+        finally:  # committed or rolled back: the next batch may write (see turns.py)
             for batch in batches:
                 if batch.ticket is not None:
-                    turns.done(batch.ticket)
+                    turns.done(batch.ticket, rolled_back=rolled_back)
 
     try:
         result = attempt(fast)

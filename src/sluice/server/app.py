@@ -7,8 +7,8 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
+import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,12 +37,15 @@ from sluice.server.idempotency import Idempotency
 from sluice.server.leases import Leases
 from sluice.server.models import with_read_bodies
 from sluice.server.offload import THREADS, Offload
-from sluice.server.problems import PROBLEM, RESPONSES, Problem, install
+from sluice.server.problems import PROBLEM, RESPONSES, install, problem_body
 
-__all__ = ["MAX_REQUEST", "create_app", "from_environment"]
+__all__ = ["BODY_TIMEOUT", "MAX_REQUEST", "create_app", "from_environment"]
 
 MAX_REQUEST = 16 * 1024 * 1024
 """The largest request body by default, bytes (a batch of large messages fits)."""
+
+BODY_TIMEOUT = 60.0
+"""Seconds a request's body may take to arrive, from the request's start, by default."""
 
 
 def create_app(
@@ -55,6 +58,7 @@ def create_app(
     threads: int = THREADS,
     telemetry: bool = False,
     idempotency_stale: float = idempotency.STALE,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> FastAPI:
     """The HTTP API and the web console over ``db``. ``auth``: requests need an API key
     (``sluice keys``); False lets every request do everything (``sluice serve
@@ -65,6 +69,7 @@ def create_app(
     ``threads``: the threads that run the hot routes' transactions (server/offload.py).
     ``idempotency_stale``: seconds after which a request with an Idempotency-Key that
     never answered (its server died) is run again by a retry (server/idempotency.py).
+    ``body_timeout``: seconds a request's body may take to arrive (408 beyond).
     ``telemetry``: FastAPI's own OpenTelemetry traces, metrics and logs, for an app whose
     process has an OpenTelemetry SDK set up (off: its check costs every request several
     environment lookups, and the server's metrics are Prometheus', at /metrics).
@@ -72,6 +77,8 @@ def create_app(
     open."""
     if max_request < 1:
         raise ConfigurationError(f"max_request must be a positive size, not {max_request!r}")
+    if not body_timeout > 0:
+        raise ConfigurationError(f"body_timeout must be positive seconds, not {body_timeout!r}")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -117,7 +124,7 @@ def create_app(
     sampler = console.install(app, db, sample_every=sample_every, sample_duty=sample_duty)
     # Inside the size limit and the metrics:
     hot.install(app, (messages.router, messages.HOT), (gateways.router, gateways.HOT))
-    app.add_middleware(_Limit, limit=max_request)
+    app.add_middleware(_Limit, limit=max_request, timeout=body_timeout)
     metrics.install(app)  # outermost: refused bodies (413) are timed too
     return app
 
@@ -132,43 +139,82 @@ def from_environment() -> FastAPI:
 
 
 class _Limit:
-    """413 for a request body over ``limit`` bytes, declared or streamed."""
+    """The request's body, read whole before the app sees the request: 413 for one over
+    ``limit`` bytes (declared or streamed), 408 for one that has not all arrived
+    ``timeout`` seconds after the request began; both answered here, closing the
+    connection.
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    uvicorn waits for a body as long as its client keeps the connection: a client that
+    sent its headers and then trickled its body, or stopped, held its request and its
+    connection for ever. And read by the routes, a streamed body over the limit was
+    answered 400 by FastAPI's routes, which take any error while reading for bad JSON.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers", [])).get(b"content-length")
+        headers = dict(scope.get("headers", []))
+        declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _refuse(send, self.limit)
+            await _refuse(send, 413, _too_large(self.limit), "PayloadTooLarge")
             return
-        seen = 0
+        if declared in (None, b"0") and b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)  # no body (RFC 9112, 6.3): nothing to wait for
+            return
+        chunks: list[bytes] = []
+        size, outcome = 0, "late"
+        with anyio.move_on_after(self.timeout):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went before its body came: nobody to answer
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                if size > self.limit:
+                    outcome = "large"
+                    break
+                if not message.get("more_body", False):
+                    outcome = "whole"
+                    break
+        if outcome == "large":
+            await _refuse(send, 413, _too_large(self.limit), "PayloadTooLarge")
+        elif outcome == "late":
+            late = f"the request body did not all arrive within {self.timeout:g} seconds"
+            await _refuse(send, 408, late, "RequestTimeout")
+        else:
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            await self.app(scope, _replay(body, receive), send)
 
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise Problem(413, _too_large(self.limit), error="PayloadTooLarge")
-            return message
 
-        await self.app(scope, counted, send)
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that first gives the body, read already, in one message."""
+    first: Message | None = {"type": "http.request", "body": body, "more_body": False}
+
+    async def replayed() -> Message:
+        nonlocal first
+        if first is None:
+            return await receive()  # the client's going (an event stream waits for it)
+        message, first = first, None
+        return message
+
+    return replayed
 
 
 def _too_large(limit: int) -> str:
     return f"the request body is over this server's limit of {limit} bytes"
 
 
-async def _refuse(send: Send, limit: int) -> None:
-    body: dict[str, Any] = {"type": "about:blank", "title": "Content too large", "status": 413,
-                            "detail": _too_large(limit), "error": "PayloadTooLarge"}  # fmt: skip
-    data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": 413,
+async def _refuse(send: Send, status: int, detail: str, error: str) -> None:
+    data = json.dumps(problem_body(status, detail, error=error)).encode()
+    # Closed: what is left of the body must not be read as the next request.
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", PROBLEM.encode()),
-                            (b"content-length", str(len(data)).encode())]})  # fmt: skip
+                            (b"content-length", str(len(data)).encode()),
+                            (b"connection", b"close")]})  # fmt: skip
     await send({"type": "http.response.body", "body": data})

@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import sluice
 from sluice.errors import SluiceError
@@ -39,7 +39,7 @@ from sluice.server.auth import caller, need
 from sluice.server.grants import Principal
 from sluice.server.hot import HotRoute
 from sluice.server.idempotency import Answered, Idempotency, Replay
-from sluice.server.models import body_of, read_body
+from sluice.server.models import body_of, read_body, shallow
 from sluice.server.offload import Offload
 from sluice.server.problems import Problem, problem_body, status_of
 
@@ -133,7 +133,7 @@ class BatchEntry(BaseModel):
     key: str
     body: str = Field(description="the bytes posted, base64")
     content_type: str = _OCTETS
-    properties: dict[str, Any] | None = None
+    properties: Annotated[dict[str, Any] | None, AfterValidator(shallow)] = None
     priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     correlation_id: str | None = None
     reply_to: str | None = None
@@ -255,12 +255,13 @@ def _body(raw: bytes, kind: str) -> Any:
             # JSON between systems is UTF-8 (RFC 8259): decoded here, the scanner reads
             # it at once; other encodings (a BOM, UTF-16) take json's own detection.
             try:
-                return decode_json(raw.decode("utf-8"))
+                value = decode_json(raw.decode("utf-8"))
             except UnicodeDecodeError:
-                return decode_json(raw)
+                value = decode_json(raw)
         except ValueError:
             raise Problem(422, "the body is not the JSON its content type says",
                           error="InvalidBody") from None  # fmt: skip
+        return _shallow(value, "the body", "InvalidBody")
     if kind.startswith("text/") or is_xml(kind):
         try:
             return raw.decode("utf-8")
@@ -269,17 +270,27 @@ def _body(raw: bytes, kind: str) -> Any:
     return raw
 
 
+def _shallow(value: Any, what: str, error: str) -> Any:
+    # Held to the depth the messages API allows (models.MAX_DEPTH): a deeper body or
+    # properties was stored, and every lease of its message was then a 500.
+    try:
+        return shallow(value)
+    except ValueError as exc:
+        raise Problem(422, f"{what}: {exc}", error=error) from None
+
+
 def _options(request: Request) -> dict[str, Any]:
     headers = request.headers
     options: dict[str, Any] = {}
     props = headers.get("sluice-properties")
     if props is not None:
         try:
-            options["properties"] = json.loads(props)
+            options["properties"] = decode_json(props)  # json.loads let a RecursionError out
         except ValueError:
             options["properties"] = None
         if not isinstance(options["properties"], dict):
             raise Problem(422, "Sluice-Properties is a JSON object", error="InvalidRequest")
+        _shallow(options["properties"], "Sluice-Properties", "InvalidRequest")
     priority = headers.get("sluice-priority")
     if priority is not None:
         if not priority.lstrip("-").isdigit() or len(priority) > 10:

@@ -202,7 +202,10 @@ class Keys:
 
         KeyNotFound if there is no such key; revoking a revoked key changes nothing.
         """
-        if not self._db.backend.keys_revoke(name, self._db.clock.now()):
+        # A name no key can have is not asked of the store: a NUL in it failed there (a
+        # StorageError on PostgreSQL) and a lone surrogate in the driver.
+        named = isinstance(name, str) and _KEY_NAME.fullmatch(name)
+        if not named or not self._db.backend.keys_revoke(name, self._db.clock.now()):
             raise KeyNotFound(f"no API key named {name!r}; see `sluice keys list`")
         self._recent.clear()
 

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from sluice.catalog import Durability, Isolation, QueueSpec
 from sluice.engine.transaction import Transaction
-from sluice.message import Message, is_json
+from sluice.message import Message, decode_json, is_json
 from sluice.server.problems import Problem
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -33,6 +33,7 @@ __all__ = [
     "Strict",
     "enqueue_into",
     "runs",
+    "shallow",
 ]
 
 MAX_BATCH = 1000
@@ -53,7 +54,7 @@ _NAME = Field(min_length=1, max_length=200)
 _FLAT = frozenset({str, int, float, bool, type(None)})
 
 
-def _shallow(value: Any) -> Any:
+def shallow(value: Any) -> Any:
     """``value`` if it nests at most MAX_DEPTH levels deep. A deeper one would be taken
     and then fail to be shown in every answer that carries it (a 500 on each lease)."""
     # Most bodies are a scalar or an object of scalars: checked without building levels.
@@ -74,7 +75,7 @@ def _shallow(value: Any) -> Any:
     return value
 
 
-JsonValue = Annotated[Any, AfterValidator(_shallow)]
+JsonValue = Annotated[Any, AfterValidator(shallow)]
 """Any JSON value that nests no deeper than MAX_DEPTH."""
 
 
@@ -159,7 +160,7 @@ class NewMessage(Strict):
     body_base64: str | None = None
     content_type: str | None = Field(None, max_length=200)
     priority: int | None = None
-    properties: Annotated[dict[str, Any] | None, AfterValidator(_shallow)] = None
+    properties: Annotated[dict[str, Any] | None, AfterValidator(shallow)] = None
     delay: float = Field(0.0, ge=0)
     ttl: float | None = Field(None, gt=0)
     group: str | None = Field(None, min_length=1, max_length=200)
@@ -194,9 +195,20 @@ class NewMessage(Strict):
         if self.body is not None:
             raise ValueError("a message has a body or a body_base64, not both")
         try:
-            return base64.b64decode(self.body_base64, validate=True)
+            data = base64.b64decode(self.body_base64, validate=True)
         except ValueError:
             raise ValueError("body_base64 is not base64") from None
+        if self.content_type is not None and is_json(self.content_type):
+            # Bytes said to be JSON are leased as a JSON body: held to body's depth, or a
+            # deeper one was taken and every lease of it was then a 500.
+            try:
+                value = decode_json(data.decode("utf-8"))
+            except ValueError as exc:  # UnicodeDecodeError too
+                raise ValueError(
+                    f"body_base64 is not the UTF-8 JSON its type says ({exc})"
+                ) from None
+            shallow(value)
+        return data
 
 
 class Enqueue(Strict):

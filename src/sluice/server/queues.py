@@ -63,6 +63,10 @@ def get_queue(request: Request, who: Who, name: str) -> QueueOut:
 @router.patch("/{name}", summary="Change a queue's settings (manage)")
 def alter_queue(request: Request, who: Who, name: str, change: QueueChange) -> QueueOut:
     need(who, name, "manage")
+    if change.error_queue is not None:
+        # As at create: the error queue may be made too, and rejects go into it, so a
+        # key managing one queue must not point it at (or create) a queue it may not.
+        need(who, change.error_queue, "manage")
     db = database(request)
     spec = db.alter_queue(name, **change.model_dump(exclude_unset=True))
     return QueueOut.of(spec, db.queue(name).stats())

@@ -99,6 +99,8 @@ def subscriptions(request: Request, who: Who, topic: str) -> list[SubscriptionOu
 def subscribe(request: Request, who: Who, topic: str, new: SubscriptionIn) -> SubscriptionOut:
     need(who, topic, "consume")
     need(who, new.name, "manage")
+    if new.error_queue is not None:
+        need(who, new.error_queue, "manage")  # it may be made too, as a queue's at create
     db = _db(request)
     db.subscribe(topic, new.name, **new.model_dump(exclude={"name"}, exclude_none=True))
     (made,) = [s for s in db.subscriptions(topic) if s.name == new.name]

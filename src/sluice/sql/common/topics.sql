@@ -97,8 +97,10 @@ SELECT count(*), min(enqueued_at) FROM {schema}.messages
 WHERE queue_id = :subscription AND state IN (1, 2, 5);
 
 -- name: topic_backlog
--- A subscription's messages still in its topic past its pointer: how many and the oldest.
-SELECT count(*), min(m.enqueued_at) FROM {schema}.messages AS m
+-- A subscription's messages still in its topic past its pointer: how many, the oldest,
+-- and how many of them are not due yet (stats counts those as delayed, not ready).
+SELECT count(*), min(m.enqueued_at), count(CASE WHEN m.available_at > :now THEN 1 END)
+FROM {schema}.messages AS m
 WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state IN (1, 5){selector};
 
 -- name: laggards

@@ -264,7 +264,10 @@ ORDER BY 3 DESC, 1;
 -- As claim, and first the next messages of each lane in lanes (those the transaction
 -- holds messages of), which only it may take: up to run of them in lane order, stopping
 -- at the first not yet available; other heads too unless fill is false (finish what it
--- holds first).
+-- holds first). A lane counts only while the transaction still holds a message of it,
+-- locked against recovery meanwhile: one whose session was taken for dead (it stalled)
+-- lost them, and another reader may hold the lane now, whose next messages it would take
+-- out of its order.
 WITH free AS (
     SELECT 1 AS lane_rank, s.* FROM {schema}.messages AS s
     WHERE %(fill)s AND queue_id = (SELECT id FROM {schema}.queues
@@ -286,6 +289,12 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
+                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
+                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
+                                                  WHERE name = %(queue)s)
+                                AND h.lane = l.lane AND h.state = 2
+                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
+                              FOR SHARE)
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (
@@ -323,6 +332,12 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
+                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
+                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
+                                                  WHERE name = %(queue)s)
+                                AND h.lane = l.lane AND h.state = 2
+                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
+                              FOR SHARE)
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (
@@ -360,6 +375,12 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
+                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
+                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
+                                                  WHERE name = %(queue)s)
+                                AND h.lane = l.lane AND h.state = 2
+                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
+                              FOR SHARE)
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (
@@ -397,6 +418,12 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
+                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
+                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
+                                                  WHERE name = %(queue)s)
+                                AND h.lane = l.lane AND h.state = 2
+                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
+                              FOR SHARE)
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (

@@ -179,6 +179,9 @@ LIMIT :limit;
 -- the lanes the transaction holds messages of), which only it may take: up to :run of
 -- them in lane order, stopping at the first not yet available; other heads too unless
 -- :fill is 0 (finish what it holds first). Each part seeks its own index; neither scans.
+-- A lane counts only while the transaction still holds a message of it: one whose
+-- session was taken for dead (it stalled) lost them to recovery, and another reader may
+-- hold the lane now, whose next messages it would take out of its order.
 SELECT {claimed_columns} FROM (
     SELECT 1 AS lane_rank, * FROM (
         SELECT m.* FROM messages AS m
@@ -197,7 +200,11 @@ SELECT {claimed_columns} FROM (
                 SELECT w.id FROM messages AS w
                 WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
                   AND w.lane = l.value AND w.state = 5
-                ORDER BY w.id LIMIT :run))
+                ORDER BY w.id LIMIT :run)
+            WHERE EXISTS (SELECT 1 FROM messages AS h
+                          WHERE h.queue_id = (SELECT id FROM queues WHERE name = :queue)
+                            AND h.lane = l.value AND h.state = 2
+                            AND h.c_session = :session AND h.c_tx = :tx))
         WHERE blocked = 0){select}
 ) AS m
 ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id
@@ -223,7 +230,11 @@ SELECT {claimed_columns} FROM (
                 SELECT w.id FROM messages AS w
                 WHERE w.queue_id = (SELECT id FROM queues WHERE name = :queue AND NOT paused)
                   AND w.lane = l.value AND w.state = 5
-                ORDER BY w.id LIMIT :run))
+                ORDER BY w.id LIMIT :run)
+            WHERE EXISTS (SELECT 1 FROM messages AS h
+                          WHERE h.queue_id = (SELECT id FROM queues WHERE name = :queue)
+                            AND h.lane = l.value AND h.state = 2
+                            AND h.c_session = :session AND h.c_tx = :tx))
         WHERE blocked = 0){select}
 ) AS m
 ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id
