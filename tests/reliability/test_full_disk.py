@@ -5,6 +5,7 @@ opened meanwhile is not told the file is foreign."""
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ def _open_error(url: str) -> sluice.StorageError | None:
 
 def test_a_full_disk_refuses_writes_and_loses_nothing(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", size="16m") as disk:
-        if disk is None:
+        if disk is None:  # CI runs as root on this project's machines: there it must run
+            if os.environ.get("CI") == "true":
+                pytest.fail("mounting a tmpfs needs root, and CI must test a full disk")
             pytest.skip("mounting a tmpfs needs root")
         url = f"sqlite:///{disk / 'q.db'}"
         with sluice.connect(url) as db:

@@ -20,6 +20,16 @@ extract(epoch FROM clock_timestamp())
 -- for the transaction).
 AND set_config('synchronous_commit', 'off', true) IS NOT NULL
 
+-- fragment: lane_held
+-- A lane's next messages only while the transaction still holds a message of the lane
+-- (l.lane): a reader whose lane recovery gave to another must not follow it (FOR SHARE
+-- against that recovery running meanwhile).
+EXISTS (SELECT 1 FROM {schema}.messages AS h
+        WHERE h.queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s)
+          AND h.lane = l.lane AND h.state = 2
+          AND h.c_session = %(session)s AND h.c_tx = %(tx)s
+        FOR SHARE)
+
 -- name: open_session
 INSERT INTO {schema}.sessions (host, pid, started_at, heartbeat_at, lease)
 VALUES (%(host)s, %(pid)s, {db_now}, {db_now}, %(lease)s)
@@ -289,12 +299,7 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
-                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
-                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
-                                                  WHERE name = %(queue)s)
-                                AND h.lane = l.lane AND h.state = 2
-                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
-                              FOR SHARE)
+                  AND {lane_held}
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (
@@ -332,12 +337,7 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
-                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
-                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
-                                                  WHERE name = %(queue)s)
-                                AND h.lane = l.lane AND h.state = 2
-                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
-                              FOR SHARE)
+                  AND {lane_held}
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (
@@ -375,12 +375,7 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
-                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
-                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
-                                                  WHERE name = %(queue)s)
-                                AND h.lane = l.lane AND h.state = 2
-                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
-                              FOR SHARE)
+                  AND {lane_held}
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (
@@ -418,12 +413,7 @@ WITH free AS (
                 WHERE w.queue_id = (SELECT id FROM {schema}.queues
                                     WHERE name = %(queue)s AND NOT paused)
                   AND w.lane = l.lane AND w.state = 5
-                  AND EXISTS (SELECT 1 FROM {schema}.messages AS h
-                              WHERE h.queue_id = (SELECT id FROM {schema}.queues
-                                                  WHERE name = %(queue)s)
-                                AND h.lane = l.lane AND h.state = 2
-                                AND h.c_session = %(session)s AND h.c_tx = %(tx)s
-                              FOR SHARE)
+                  AND {lane_held}
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
         WHERE blocked = 0){select}
 ), pick AS (
