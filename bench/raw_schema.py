@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import sluice
 from bench.harness import chunks, encode, make_bodies, observe
+from bench.raw_sqlite import drain
 
 DRIVE = (
     "sluice's own `messages` table and indexes (made by `sluice.connect`), driven with raw"
@@ -79,10 +81,6 @@ SLUICE = Variant()
 
 
 @cache
-def _ack_sql(count: int) -> str:
-    return f"DELETE FROM messages WHERE id IN ({','.join('?' * count)})"
-
-
 def run(path: Path, n: int, batch: int, synchronous: str, variant: Variant = SLUICE) -> float:
     """Enqueue n messages, then claim and acknowledge them all; return the seconds taken."""
     bodies = make_bodies(n)
@@ -96,7 +94,7 @@ def run(path: Path, n: int, batch: int, synchronous: str, variant: Variant = SLU
         conn.execute(f"PRAGMA synchronous={synchronous}")
         variant.shape(conn)
         (queue,) = conn.execute("SELECT id FROM queues WHERE name = 'bench'").fetchone()
-        got, tx = 0, 0
+        tx = 0
         start = time.perf_counter()
         for group in chunks(bodies, batch):
             tx += 1
@@ -106,19 +104,14 @@ def run(path: Path, n: int, batch: int, synchronous: str, variant: Variant = SLU
                 _INSERT, [(queue, tx, i, encode(b), now, now) for i, b in enumerate(group)]
             )
             conn.execute("COMMIT")
-        while True:
+
+        def take() -> list[Any]:
+            nonlocal tx
             tx += 1
             now = time.time()
-            conn.execute("BEGIN IMMEDIATE")
-            rows = conn.execute(claim, (tx, queue, now, now, batch)).fetchall()
-            conn.execute("COMMIT")
-            if not rows:
-                break
-            ids = [row[0] for row in rows]
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_ack_sql(len(ids)), ids)
-            conn.execute("COMMIT")
-            got += len(ids)
+            return conn.execute(claim, (tx, queue, now, now, batch)).fetchall()
+
+        got = drain(conn, "messages", take)
         elapsed = time.perf_counter() - start
         left = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
         if got != n or left:

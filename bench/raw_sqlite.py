@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from bench.harness import chunks, encode, make_bodies, observe
 
@@ -34,8 +36,22 @@ _CLAIM = (
 
 
 @cache
-def _ack_sql(count: int) -> str:
-    return f"DELETE FROM q WHERE id IN ({','.join('?' * count)})"
+def drain(conn: sqlite3.Connection, table: str, claim: Callable[[], list[Any]]) -> int:
+    """Claim in a transaction of its own, then acknowledge (delete from ``table``) in
+    another, as a consumer does, until ``claim`` finds nothing; how many were taken.
+    ``claim`` runs the claiming statement and returns its rows, each an id first."""
+    got = 0
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        rows = claim()
+        conn.execute("COMMIT")
+        if not rows:
+            return got
+        ids = [row[0] for row in rows]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(f"DELETE FROM {table} WHERE id IN ({','.join('?' * len(ids))})", ids)
+        conn.execute("COMMIT")
+        got += len(ids)
 
 
 def run(path: Path, n: int, batch: int, synchronous: str) -> float:
@@ -48,24 +64,12 @@ def run(path: Path, n: int, batch: int, synchronous: str) -> float:
         conn.execute(f"PRAGMA synchronous={synchronous}")
         for ddl in _SCHEMA:
             conn.execute(ddl)
-        got = 0
-
         start = time.perf_counter()
         for group in chunks(bodies, batch):
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(_INSERT, [(encode(b).encode(),) for b in group])
             conn.execute("COMMIT")
-        while True:
-            conn.execute("BEGIN IMMEDIATE")
-            rows = conn.execute(_CLAIM, (batch,)).fetchall()
-            conn.execute("COMMIT")
-            if not rows:
-                break
-            ids = [row[0] for row in rows]
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_ack_sql(len(ids)), ids)
-            conn.execute("COMMIT")
-            got += len(ids)
+        got = drain(conn, "q", lambda: conn.execute(_CLAIM, (batch,)).fetchall())
         elapsed = time.perf_counter() - start
 
         left = conn.execute("SELECT count(*) FROM q").fetchone()[0]

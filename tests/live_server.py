@@ -13,15 +13,17 @@ __all__ = ["serve"]
 
 
 @contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """``app`` served on a free loopback port until the block ends; its base URL."""
+def serve(app: Any, **config: Any) -> Iterator[str]:
+    """``app`` served on a free loopback port until the block ends; its base URL.
+    ``config``: more of uvicorn.Config's options (``http=`` a protocol class)."""
     import uvicorn
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))  # fmt: skip
+                                           log_level="warning", lifespan="on",
+                                           **config))  # fmt: skip
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:  # uvicorn sets it once it listens

@@ -17,6 +17,7 @@ from sluice.engine.transaction import EnqueueOptions, Transaction
 from sluice.errors import (
     ConfigurationError,
     Conflict,
+    ConnectionLost,
     DeliveryFailed,
     DropboxError,
     ExpressionError,
@@ -54,6 +55,7 @@ __all__ = [
     "Clock",
     "ConfigurationError",
     "Conflict",
+    "ConnectionLost",
     "Database",
     "DeliveryFailed",
     "DropboxError",

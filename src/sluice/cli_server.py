@@ -23,11 +23,19 @@ def loopback(host: str) -> bool:
         return False
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
     try:
         import uvicorn  # noqa: PLC0415  (sluice[server], an extra)
 
         from sluice.server.app import create_app  # noqa: PLC0415  (needs the extra)
+        from sluice.server.headers import with_header_timeout  # noqa: PLC0415
     except ImportError as exc:
         raise ConfigurationError(
             f"the server needs its extra: pip install 'sluice[server]' ({exc})"
@@ -43,8 +51,10 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
             file=sys.stderr,
             flush=True,
         )
+    # Given only when asked for: the server's own default (BODY_TIMEOUT) otherwise.
+    timeouts = {} if args.body_timeout is None else {"body_timeout": args.body_timeout}
     app = create_app(db, auth=not args.no_auth, max_request=args.max_request,
-                     idempotency_stale=args.idempotency_stale)  # fmt: skip
+                     idempotency_stale=args.idempotency_stale, **timeouts)  # fmt: skip
     # TLS, workers behind a proxy and the rest: uvicorn's own options (docs/server.md).
     uvicorn.run(
         app,
@@ -53,6 +63,8 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
         log_level=args.log_level,
         ssl_certfile=args.ssl_certfile,
         ssl_keyfile=args.ssl_keyfile,
+        limit_concurrency=args.limit_concurrency,
+        http=with_header_timeout(args.header_timeout),  # uvicorn has none of its own
     )
     return 0
 
@@ -67,6 +79,18 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p.add_argument(
         "--max-request", type=int, default=16 * 1024 * 1024, help="largest request body, bytes"
     )
+    p.add_argument(
+        "--body-timeout", type=float, default=None,
+        help="seconds a request's body may take to arrive, 408 beyond (60)",
+    )  # fmt: skip
+    p.add_argument(
+        "--header-timeout", type=float, default=None,
+        help="seconds a request's headers may take to arrive, 408 beyond (30)",
+    )  # fmt: skip
+    p.add_argument(
+        "--limit-concurrency", type=_positive_int, default=None,
+        help="connections served at once; more are answered 503 (uvicorn's; no limit)",
+    )  # fmt: skip
     p.add_argument(
         "--idempotency-stale", type=float, default=60.0,
         help="seconds before a retry may run again a request with an Idempotency-Key that "

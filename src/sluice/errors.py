@@ -12,6 +12,7 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     │   ├── RuleDefinitionError     a rules definition (sluice.rules) with a mistake, at a line
     │   └── TypeDefinitionError     a message type that cannot be defined as given
     ├── StorageError                the database failed or cannot be used
+    │   ├── ConnectionLost          the connection failed mid-statement: outcome unknown
     │   ├── NotASluiceDatabase      the file exists but is not a sluice database
     │   └── SchemaTooNew            the database was written by a newer sluice
     ├── QueueError
@@ -43,6 +44,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigurationError",
     "Conflict",
+    "ConnectionLost",
     "DeliveryFailed",
     "DropboxError",
     "ExpressionError",
@@ -108,6 +110,14 @@ class TypeDefinitionError(ConfigurationError):
 
 class StorageError(SluiceError):
     """The database could not carry out the operation; nothing was changed."""
+
+
+class ConnectionLost(StorageError):
+    """The connection to the database failed: the outcome of the statement is unknown.
+
+    Raised where a server connection (PostgreSQL) broke mid-statement or mid-commit: a
+    commit may or may not have happened, so a producer that must not write twice
+    resends with the same key (an Idempotency-Key, a dropbox file's name) or checks."""
 
 
 class NotASluiceDatabase(StorageError):

@@ -141,6 +141,51 @@ def test_a_consumer_without_the_model_gets_plain_dicts(
         again.ack()
 
 
+class Payment(pydantic.BaseModel):
+    number: int
+    amount: float
+
+    @pydantic.field_validator("amount")
+    @classmethod
+    def positive(cls, amount: float) -> float:
+        if amount <= 0:
+            raise ValueError("amount must be positive")
+        return amount
+
+
+def test_a_body_its_bound_model_refuses_is_rejected_with_why_and_the_next_taken(
+    db: sluice.Database,
+) -> None:
+    """Stored where the model was not bound (only the type's JSON Schema checked, which
+    knows nothing of the validator): a reader that binds it cannot hand the body out as
+    the model, so it rejects it into the error queue, in its transaction, and takes the
+    next message in its place."""
+    db.create_type("Payment", schema=Payment.model_json_schema())
+    db.create_queue("refused")
+    q = db.create_queue("payments", types=["Payment"], error_queue="refused")
+    q.put_many([{"number": 1, "amount": -5}, {"number": 2, "amount": 5}])
+    db.bind_model(Payment)
+    with db.transaction() as tx:
+        (taken,) = tx.dequeue("payments")
+        assert taken.body == Payment(number=2, amount=5)
+        tx.abort()  # the rejection too: both are back
+    assert q.stats()["ready"] == 2
+    assert db.queue("refused").stats()["ready"] == 0
+    # Browsing shows what is stored: the refused body as stored.
+    shown = [m.body for m in q.browse()]
+    assert shown == [{"number": 1, "amount": -5}, Payment(number=2, amount=5)]
+    got = q.get()
+    assert got is not None
+    assert got.body == Payment(number=2, amount=5)
+    got.ack()
+    (refused,) = db.queue("refused").browse()
+    assert refused.body == {"number": 1, "amount": -5}
+    assert refused.error is not None
+    assert "bound model Payment" in refused.error
+    assert "amount must be positive" in refused.error
+    assert q.get() is None
+
+
 XSD = """<?xml version="1.0"?>
 <xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema">
   <xs:element name="invoice">

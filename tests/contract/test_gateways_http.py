@@ -56,7 +56,7 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     app = Starlette(routes=[Route("/in", r.endpoint, methods=["POST"])])
     with serve(app) as base:
         yield r, f"{base}/in"
-    r.hold.set()
+        r.hold.set()  # before the server's shutdown, which waits for a held request
 
 
 def _gateway(db: sluice.Database, url: str, **settings: Any) -> None:

@@ -129,7 +129,7 @@ def test_a_paused_queue_s_gauge(
     assert at(scrape(client, admin)["sluice_queue_paused"], queue="orders") == 0
 
 
-def test_a_subscription_counts_its_topic_backlog_as_ready(
+def test_a_subscription_counts_its_topic_backlog_as_ready_or_delayed(
     db: sluice.Database, client: TestClient, clock: ManualClock, admin: dict[str, str]
 ) -> None:
     db.create_topic("events")
@@ -137,13 +137,16 @@ def test_a_subscription_counts_its_topic_backlog_as_ready(
     with db.transaction() as tx:
         tx.enqueue("events", {"n": 1})
         tx.enqueue("events", {"n": 2})
+        tx.enqueue("events", {"n": 3}, delay=3600)  # not due: delayed, as stats() says
     clock.advance(20)
 
     got = scrape(client, admin)
 
     assert at(got["sluice_queue_messages"], queue="audit", state="ready") == 2
+    assert at(got["sluice_queue_messages"], queue="audit", state="delayed") == 1
+    assert db.queue("audit").stats()["delayed"] == 1
     assert at(got["sluice_queue_info"], queue="audit", kind="subscription", error_queue="") == 1
-    assert at(got["sluice_subscription_lag_messages"], subscription="audit", topic="events") == 2
+    assert at(got["sluice_subscription_lag_messages"], subscription="audit", topic="events") == 3
     assert at(got["sluice_subscription_lag_seconds"], subscription="audit", topic="events") == 20
 
 

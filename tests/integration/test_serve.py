@@ -108,3 +108,39 @@ def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
     _, err = process.communicate(timeout=60)
     assert process.returncode != 0
     assert "--no-auth serves only on loopback" in err
+
+
+def test_slow_clients_are_cut_off_at_the_timeouts_given(database: tuple[str, str]) -> None:
+    url, secret = database
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    process = serve(url, "--port", str(port), "--header-timeout", "0.5", "--body-timeout", "0.5")
+    try:
+        ready(base, process)
+        headers, body = (socket.create_connection(("127.0.0.1", port)) for _ in range(2))
+        headers.sendall(b"GET /api/queues HTTP/1.1\r\nHost: x\r\n")  # never finished
+        body.sendall(
+            b"POST /api/queues/orders/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n"
+            b"Content-Type: application/json\r\nAuthorization: Bearer " + secret.encode()
+            + b"\r\n\r\n{"
+        )  # fmt: skip
+        for sock in (headers, body):
+            sock.settimeout(30)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            sock.close()
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+@pytest.mark.parametrize("flag", ["--header-timeout", "--body-timeout"])
+def test_a_timeout_that_is_not_positive_is_refused(tmp_path: Path, flag: str) -> None:
+    process = serve(f"sqlite:///{tmp_path / 'x.db'}", flag, "0")
+    _, err = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert "must be positive seconds" in err

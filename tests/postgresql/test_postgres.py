@@ -560,3 +560,16 @@ def test_a_body_jsonb_cannot_hold_is_refused_at_enqueue_and_the_rest_routed(pg_u
         assert (stats.processed, stats.errors) == (2, 0)
         assert [m.body for m in db.queue("billing").browse()] == [{"order": "a"}, {"order": "d"}]
         assert db.queue("bad").browse() == []
+
+
+def test_an_expression_that_overflows_on_a_message_says_so(pg_url: str) -> None:
+    """PostgreSQL's double precision raises where SQLite's gives infinity: a clear error,
+    and the message is still there for a selection that does not overflow."""
+    with sluice.connect(pg_url) as db:
+        db.create_queue("q")
+        db.queue("q").put({"n": 1e300})
+        with db.transaction() as tx, pytest.raises(sluice.StorageError, match="overflowed"):
+            tx.dequeue("q", where="body.n * 1e300 > 0")
+        assert [m.body for m in db.queue("q").browse()] == [{"n": 1e300}]
+        with db.transaction() as tx:
+            assert len(tx.dequeue("q", where="body.n < 1e301 AND body.n > 0")) == 1

@@ -2,14 +2,17 @@
 
 Producers, movers, topic subscribers, a job submitter and job workers
 (tests/reliability/campaign_child.py), an order producer with ``sluice run`` running
-the rules RULES over its orders, and ``sluice serve`` with two HTTP clients
-(tests/reliability/campaign_http.py) run at once on a SQLite file or a PostgreSQL
-schema. From the moment sluice serve confirms a first put, for ``seconds``, at random
-moments drawn from ``seed``, an actor is killed with SIGKILL and
-started again, or (PostgreSQL) one of the actors' server backends is terminated, which an
-actor meets as a failed statement or commit. Then every actor is killed, one connection
-recovers them and drains what is left (the rules run in-process until idle, on a clock
-past every echo timer), and the checker compares what the database holds with what the
+the rules RULES over its orders and forwarding them through its outgoing http gateway
+(RELAY) to ``sluice serve``, which two HTTP clients (tests/reliability/campaign_http.py)
+use too, and a program dropping files into a dropbox that two ``sluice dropbox``
+consumers store, run at once on a SQLite file or a PostgreSQL schema. From the moment
+sluice serve confirms a first put, for ``seconds``, at random moments drawn from
+``seed``, an actor is killed with SIGKILL and started again, or (PostgreSQL) one of the
+actors' server backends is terminated, which an actor meets as a failed statement or
+commit, or the server crashes; or (SQLite) the disk fills, or the actors' clocks step.
+Then every actor is killed, one connection recovers them and drains what is left (the
+rules run in-process until idle, on a clock past every echo timer), and the checker
+(tests/reliability/campaign_checks.py) compares what the database holds with what the
 actors reported as committed:
 
 - every reported transaction is in ``out`` and in each subscription's ``out_<sub>``, each
@@ -17,7 +20,9 @@ actors reported as committed:
 - every transaction seen there is whole, was about to be committed when its producer said
   so, and was not one written to abort (nothing uncommitted visible);
 - each writer's messages are in its order in ``out`` (isolation ``ordered`` over several
-  movers) and in each subscription's output (one subscriber each);
+  movers) and in each subscription's output (one subscriber each); the same
+  transactions are in ``out_grouped`` exactly once, each group's in order (the
+  producers write each transaction into one of three groups of ``grouped``);
 - every reported job ran each of its tasks' effects exactly once, and the job's counts
   say all succeeded;
 - the rules: every order of a reported transaction has exactly one outcome, its
@@ -33,8 +38,14 @@ actors reported as committed:
   HTTP, not both, and an acknowledgement the server confirmed was the last time it was
   delivered: nobody took it after, and no other lease held it when it was accepted;
   nothing was lost (a message gone from ``served`` had an ack sent for it); no request
-  was answered with 500 or raised in sluice serve, and neither ``sluice`` actor died of
-  an error that is not sluice's.
+  was answered with 500 or raised in sluice serve, and no ``sluice`` actor died of
+  an error that is not sluice's;
+- the gateway: every routed order reached sluice serve's ``relayed`` exactly once, in
+  its writer's order, through kills of either side (the drain starts sluice serve once
+  more and sends what is left); nothing in ``relay_errors``;
+- the dropbox: each file the filer renamed into ``target/`` is in ``dropped`` exactly
+  once and in ``processed/`` once; nothing is left in ``target/``, ``processing/``,
+  ``error/`` or ``expired/`` after the drain recovered both consumers' claims.
 
     python -m tests.reliability.campaign --backend sqlite --seconds 600 --seed 1
 
@@ -65,14 +76,26 @@ from typing import Any
 
 import sluice
 from sluice.clock import ManualClock, OffsetClock
+from sluice.dropbox import Dropbox
 from sluice.jobs import Task
 from sluice.message import Message
 from sluice.server.grants import Grant, Keys
 from tests.postgres_server import PostgresServer, find_binaries
+from tests.reliability.campaign_checks import (
+    check_jobs,
+    check_made,
+    check_order,
+    check_rule_errors,
+    check_served,
+    check_stream,
+    tracebacks,
+)
 from tests.reliability.campaign_child import LEASE
 
-CHILD = Path(__file__).with_name("campaign_child.py")
-HTTP_CHILD = Path(__file__).with_name("campaign_http.py")
+ROOT = Path(__file__).resolve().parents[2]
+"""The actors run from here, as modules of the tests package."""
+CHILD = [sys.executable, "-m", "tests.reliability.campaign_child"]
+HTTP_CHILD = [sys.executable, "-m", "tests.reliability.campaign_http"]
 SUBSCRIPTIONS = ("a", "b")
 # Actor name -> role; subscribers are named after their subscription.
 ACTORS = {
@@ -90,10 +113,16 @@ ACTORS = {
     "s1": "server",
     "h1": "http",
     "h2": "http",
+    "f1": "filer",
+    "d1": "dropbox",
+    "d2": "dropbox",
 }
-COMMANDS = {"rules": "run", "server": "serve"}
-SERVE_START = 120.0  # seconds sluice serve may take to confirm a first put, unfaulted
+COMMANDS = {"rules": "run", "server": "serve", "dropbox": "dropbox"}
 """The roles that are the ``sluice`` command itself, and its subcommand."""
+SERVE_START = 120.0  # seconds sluice serve may take to confirm a first put, unfaulted
+IDEMPOTENCY_STALE = 5.0
+"""sluice serve's ``--idempotency-stale``: a post whose server was killed before it answered
+is run again after this (60 s by default would hold the relay's queue that long)."""
 
 # Every order is routed twice (``served`` is consumed through HTTP), may ask for an echo
 # timer and may be counted: a property of type integer that a fraction fails, which rolls
@@ -111,7 +140,7 @@ CREATE PROPERTY echo_target AS text QUEUE timers;
 CREATE PROPERTY echo_after AS real QUEUE timers;
 CREATE PROPERTY n AS integer QUEUE counted;
 CREATE RULE route FOR orders
-  IF true THEN ENQUEUE body INTO routed, ENQUEUE body INTO served;
+  IF true THEN ENQUEUE body INTO routed, ENQUEUE body INTO served, ENQUEUE body INTO relay;
 CREATE RULE remind FOR orders
   IF body.e THEN
     ENQUEUE json_object('w', body.w, 's', body.s, 't', body.t, 'x', body.x) INTO timers
@@ -119,6 +148,17 @@ CREATE RULE remind FOR orders
 CREATE RULE count FOR orders
   IF body.n IS NOT NULL THEN
     ENQUEUE json_object('w', body.w, 's', body.s) INTO counted WITH n = body.n;
+"""
+# Node to node (docs/gateways.md): sluice run's outgoing http gateway forwards every routed
+# order to sluice serve's incoming one, each post with the message's id as its key.
+RELAY = """
+CREATE QUEUE relay_errors;
+CREATE QUEUE relayed KIND gateway IN TRANSPORT http;
+CREATE QUEUE relay KIND gateway OUT TRANSPORT http
+  WITH (url = 'http://127.0.0.1:{port}/api/gateways/relayed',
+        header_authorization = 'Bearer {secret}',
+        attempts = 1000000, backoff = 0.05, max_backoff = 1, timeout = 5)
+  ERRORQUEUE relay_errors;
 """
 RULES_BATCHES = (1, 7, 64, 256)
 """``sluice run --batch``: a message per transaction up to the default."""
@@ -129,22 +169,29 @@ ECHO_LONGEST = 1.0
 """The longest echo timer an order asks for (campaign_child.order)."""
 
 
-def prepare(url: str) -> str:
-    """The queues, topic, subscriptions and rules the actors use, made once before they
-    start; returns the secret of the HTTP clients' API key."""
+def prepare(url: str, port: int, dropbox: Path) -> str:
+    """The queues, topic, subscriptions, rules and gateways the actors use, and the
+    dropbox's directories, made once before they start; returns the secret of the HTTP
+    clients' (and the relay's) API key."""
     with sluice.connect(url) as db:
         db.create_queue("in", isolation="ordered")
+        db.create_queue("grouped")
         db.create_topic("news")
         for sub in SUBSCRIPTIONS:
             db.subscribe("news", sub)
             db.create_queue(f"out_{sub}")
         db.create_queue("out")
+        db.create_queue("out_grouped")
         db.create_queue("jobs_out")
         db.jobs.define("echo")
-        db.apply(RULES)
         db.create_queue("web_in")
-        grants = [Grant.parse("web_in:produce"), Grant.parse("served:consume")]
-        return Keys(db).add("campaign", grants)
+        db.create_queue("dropped")
+        dropbox.mkdir()
+        Dropbox(db, dropbox, consumer_id="prepare").ingest("dropped")  # makes its directories
+        grants = ["web_in:produce", "served:consume", "relayed:produce"]
+        secret = Keys(db).add("campaign", [Grant.parse(g) for g in grants])
+        db.apply(RELAY.format(port=port, secret=secret) + RULES)
+        return secret
 
 
 @dataclass
@@ -175,6 +222,8 @@ class Outcome:
     served_after: float | None = None  # seconds until sluice serve confirmed a first put
     resent: int = 0  # puts an HTTP client sent again after a restart, with their key
     routed_by_run: int = 0  # orders routed by sluice run (the rest by the drain)
+    relayed_by_run: int = 0  # orders forwarded to sluice serve by sluice run's gateway
+    stored_by_dropbox: int = 0  # files stored by sluice dropbox (the rest by the drain)
     checked: dict[str, int] = field(default_factory=dict)  # queue -> messages checked
     errors: Counter[str] = field(default_factory=Counter)  # what actors died of, by type
     violations: list[str] = field(default_factory=list)
@@ -193,16 +242,19 @@ class Campaign:
         seconds: float,
         *,
         secret: str,
+        port: int,
+        logs: Path,
         crash: Callable[[], None] | None = None,
         disk: Path | None = None,
         clock: bool = False,
     ) -> None:
         self.url, self.seed, self.seconds = url, seed, seconds
         self.crash, self.disk = crash, disk
-        self.logs = Path(tempfile.mkdtemp(prefix="sluice-campaign-"))
+        self.logs = logs
+        self.dropbox = logs / "dropbox"
         # The sluice command's actors: dead sessions rolled back as soon as the others'.
         self.cli_url = f"{url}{'&' if '?' in url else '?'}lease={LEASE:g}"
-        self.port = free_port()
+        self.port = port
         # The actors' wall clock, stepped by the campaign as NTP steps a host's: libfaketime
         # reads the offset from this file at every call (FAKETIME_NO_CACHE).
         self.clock = self.logs / "clock" if clock else None
@@ -234,7 +286,7 @@ class Campaign:
         with path.open("w") as err:
             process = subprocess.Popen(
                 self._command(name, role), stdout=subprocess.PIPE, stderr=err, text=True,
-                env=self.env,
+                env=self.env, cwd=ROOT,
             )  # fmt: skip
         reader = threading.Thread(target=self._read, args=(process,), daemon=True)
         reader.start()
@@ -243,16 +295,22 @@ class Campaign:
     def _command(self, name: str, role: str) -> list[str]:
         seed = self.seed * 1000 + self._starts
         if role == "http":
-            return [sys.executable, str(HTTP_CHILD), f"http://127.0.0.1:{self.port}", name,
+            return [*HTTP_CHILD, f"http://127.0.0.1:{self.port}", name,
                     str(seed)]  # fmt: skip
+        if role == "filer":  # no database: the dropbox's root
+            return [*CHILD, role, str(self.dropbox), name, str(seed)]
         if role not in COMMANDS:
-            return [sys.executable, str(CHILD), role, self.url, name, str(seed)]
+            return [*CHILD, role, self.url, name, str(seed)]
         command = [sys.executable, "-m", "sluice.cli", COMMANDS[role], "--db", self.cli_url]
         if role == "rules":  # one engine at a time, its batches and workers drawn anew
             choice = random.Random(seed)
             batch, workers = choice.choice(RULES_BATCHES), choice.randint(1, 2)
             return [*command, "--batch", str(batch), "--workers", str(workers)]
-        return [*command, "--port", str(self.port), "--log-level", "warning"]
+        if role == "dropbox":  # two consumers of one dropbox, each claiming under its name
+            return [*command, "--root", str(self.dropbox), "--in", "dropped",
+                    "--consumer-id", name, "--poll", "0.2"]  # fmt: skip
+        return [*command, "--port", str(self.port), "--log-level", "warning",
+                "--idempotency-stale", f"{IDEMPOTENCY_STALE:g}"]  # fmt: skip
 
     def _read(self, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
@@ -415,7 +473,8 @@ class Campaign:
             def echo(task: Task) -> None:
                 task.enqueue("jobs_out", task.body)
 
-            for source, target in [("in", "out")] + [(s, f"out_{s}") for s in SUBSCRIPTIONS]:
+            moves = [("in", "out"), ("grouped", "out_grouped")]
+            for source, target in moves + [(s, f"out_{s}") for s in SUBSCRIPTIONS]:
                 while True:
                     with db.transaction() as tx:
                         taken = tx.dequeue(source, limit=500)
@@ -423,7 +482,14 @@ class Campaign:
                     if not taken:
                         break
             db.worker(tasks=["echo"]).run_until_idle()
-            self._left(db, ("in", "tasks.echo", *SUBSCRIPTIONS))
+            self._left(db, ("in", "grouped", "tasks.echo", *SUBSCRIPTIONS))
+            # The files the dropbox consumers had claimed when killed, then those not taken.
+            self.outcome.stored_by_dropbox = db.queue("dropped").stats()["ready"]
+            for consumer in [name for name, role in ACTORS.items() if role == "dropbox"]:
+                box = Dropbox(db, self.dropbox, consumer_id=consumer)
+                box.recover("dropped")
+            while box.ingest("dropped"):
+                pass
         # The echo timers are due by the clocks of the runs that made them, stepped up to a
         # minute ahead, and this process's clock would hold still until it caught up with
         # them (sluice.clock): a clock ahead of every step makes them all due now, and
@@ -434,6 +500,27 @@ class Campaign:
             while db.rules.run_until_idle().processed:
                 clock.advance(ECHO_LONGEST)
             self._left(db, ("orders", "timers"))
+        self._relay()
+
+    def _relay(self) -> None:
+        """What sluice run's relay has not forwarded goes to a sluice serve started once
+        more, with no faults now."""
+        self._start("s1")
+        up = time.monotonic() + SERVE_START
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > up:
+                    raise RuntimeError("sluice serve did not start for the drain") from None
+                time.sleep(0.1)
+        # On the drain's clock: the orders it routed were stamped ahead of the wall's.
+        with sluice.connect(self.url, clock=OffsetClock(2 * CLOCK_AHEAD)) as db:
+            self.outcome.relayed_by_run = db.queue("relayed").stats()["ready"]
+            db.gateways.run_until_idle()
+            self._left(db, ("relay", "relay_errors"))
+        self._kill(self.actors["s1"])
 
     def _left(self, db: sluice.Database, queues: Iterable[str]) -> None:
         left = {name: stats for name in queues if any((stats := db.queue(name).stats()).values())}
@@ -466,11 +553,42 @@ class Campaign:
         for queue in ("out", *(f"out_{s}" for s in SUBSCRIPTIONS)):
             bodies = self._bodies(queue)
             self.outcome.violations += check_stream(queue, bodies, committed["in"], committing)
+        self.outcome.violations += check_stream(
+            "out_grouped", self._bodies("out_grouped"), committed["in"], committing,
+            order=lambda b: f"{b['w']} in {b['g']}",  # each group in order, whoever wrote it
+        )  # fmt: skip
+        self._check_dropbox(committed["dropped"], committing)
         jobs = [e for e in self.events if "job" in e]
         self.outcome.reported_jobs = len(jobs)
         self.outcome.violations += check_jobs(self.url, jobs, self._bodies("jobs_out"))
         routed = self._check_rules(committed["orders"], committing)
         self._check_http(committed["web_in"], committing, routed)
+        relayed = self._bodies("relayed")
+        self.outcome.violations += check_made("relayed", relayed, set(routed))
+        self.outcome.violations += check_order("relayed", relayed)
+
+    def _check_dropbox(
+        self, committed: dict[tuple[str, int], dict[str, Any]], committing: set[tuple[str, int]]
+    ) -> None:
+        """Each file the filer renamed into target/ stored once and moved on to
+        processed/; nothing left anywhere else. Two consumers take files side by side, each
+        storing its own in a transaction of its own: their order across them is not
+        promised (a single consumer's would be its taking order, DropboxMQ's)."""
+        bodies = self._bodies("dropped")
+        self.outcome.violations += check_stream(
+            "dropped", bodies, committed, committing, order=None
+        )
+        incoming = self.dropbox / "dropped" / "incoming"
+        for place in ("target", "processing", "error", "expired"):
+            if left := sorted(os.listdir(incoming / place)):
+                self.outcome.violations.append(f"dropped: files left in {place}/: {left[:5]}")
+        processed = Counter(name.split("~", 1)[-1] for name in os.listdir(incoming / "processed"))
+        if twice := [name for name, n in processed.items() if n > 1]:
+            self.outcome.violations.append(f"dropped: files processed twice: {twice[:5]}")
+        if len(processed) != len(bodies):
+            self.outcome.violations.append(
+                f"dropped: {len(processed)} files processed, {len(bodies)} messages stored"
+            )
 
     def _check_rules(
         self, committed: dict[tuple[str, int], dict[str, Any]], committing: set[tuple[str, int]]
@@ -523,155 +641,6 @@ class Campaign:
                     self.outcome.violations.append(f"sluice serve answered 500: {e}")
 
 
-def check_stream(
-    queue: str,
-    bodies: list[dict[str, Any]],
-    committed: dict[tuple[str, int], dict[str, Any]],
-    committing: set[tuple[str, int]],
-) -> list[str]:
-    """Exactly once, whole transactions, nothing aborted or unannounced, writer order."""
-    bad: list[str] = []
-    seen = Counter((b["w"], b["s"]) for b in bodies)
-    bad += [f"{queue}: {key} delivered {n} times" for key, n in seen.items() if n > 1]
-    per_tx: dict[tuple[str, int], set[int]] = defaultdict(set)
-    for b in bodies:
-        per_tx[(b["w"], b["t"])].add(b["s"])
-        if b["x"]:
-            bad.append(f"{queue}: {(b['w'], b['s'])} of an aborted transaction is visible")
-    for key, seqs in per_tx.items():
-        k = next(b["k"] for b in bodies if (b["w"], b["t"]) == key)
-        if len(seqs) != k:
-            bad.append(f"{queue}: transaction {key} seen in part: {len(seqs)} of {k}")
-        if key not in committing:
-            bad.append(f"{queue}: transaction {key} is visible but never reached its commit")
-    for key, e in committed.items():
-        missing = set(range(e["s"], e["s"] + e["k"])) - per_tx.get(key, set())
-        if missing:
-            bad.append(f"{queue}: committed transaction {key} lost {sorted(missing)}")
-    return bad + check_order(queue, bodies)
-
-
-def check_order(queue: str, bodies: list[dict[str, Any]]) -> list[str]:
-    """Each writer's messages in the order it wrote them."""
-    bad: list[str] = []
-    last: dict[str, int] = {}
-    for b in bodies:
-        if b["s"] <= last.get(b["w"], -1):
-            bad.append(f"{queue}: writer {b['w']} out of order: {b['s']} after {last[b['w']]}")
-        last[b["w"]] = b["s"]
-    return bad
-
-
-def check_made(
-    queue: str, bodies: list[dict[str, Any]], expected: set[tuple[str, int]]
-) -> list[str]:
-    """A rule's conditional output: exactly one message for each of ``expected``, the
-    orders (writer, seq) that asked for it, and none for any other."""
-    made = Counter((b["w"], b["s"]) for b in bodies)
-    bad = [f"{queue}: {key} made {n} times" for key, n in made.items() if n > 1]
-    bad += [f"{queue}: {key} made for an order that did not ask" for key in made.keys() - expected]
-    bad += [f"{queue}: {key} never made" for key in sorted(expected - made.keys())]
-    return bad
-
-
-def check_rule_errors(errors: list[dict[str, Any]]) -> list[str]:
-    """Error messages only where the count rule's integer property was given a fraction."""
-    bad = []
-    for e in errors:
-        n = e["trigger"]["body"].get("n")
-        if (e["error"], e["rule"]) != ("message", "count") or not isinstance(n, float):
-            bad.append(f"rule_errors: an error the rules should not have made: {e}")
-    return bad
-
-
-def check_served(
-    left: list[dict[str, Any]], events: list[dict[str, Any]], expected: set[tuple[str, int]]
-) -> list[str]:
-    """``served`` through HTTP leases: each message either left after the drain or
-    acknowledged, and a confirmed acknowledgement its delivery's last (see the module
-    docstring); ``expected``: what the rules routed."""
-    took: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    acking: set[tuple[str, int]] = set()
-    acked: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    sent: dict[str, float] = {}
-    for e in events:
-        if "took" in e:
-            took[(e["took"][0], e["took"][1])].append(e)
-        elif "acking" in e:
-            acking.add((e["acking"][0], e["acking"][1]))
-            sent[e["token"]] = e["sent"]
-        elif "acked" in e:
-            acked[(e["acked"][0], e["acked"][1])].append(e)
-    remaining = Counter((b["w"], b["s"]) for b in left)
-    bad = [f"served: {key} left {n} times" for key, n in remaining.items() if n > 1]
-    for key in (remaining.keys() | took.keys()) - expected:
-        bad.append(f"served: {key} delivered but never routed")
-    for key in sorted(expected - remaining.keys() - acked.keys() - acking):
-        bad.append(f"served: {key} lost (neither left nor acknowledged)")
-    for key, acks in acked.items():
-        if len(acks) > 1 or key in remaining:
-            bad.append(f"served: {key} acknowledged and delivered again")
-        for ack in acks:
-            mine = next(t for t in took[key] if t["token"] == ack["token"])
-            for other in took[key]:
-                if other["asked"] > ack["at"]:
-                    bad.append(f"served: {key} taken again after its acknowledgement")
-                elif (
-                    other is not mine
-                    and mine["got"] < other["asked"]
-                    and (other["got"] < sent[ack["token"]])
-                ):
-                    bad.append(f"served: {key} acknowledged while another lease held it")
-    return bad
-
-
-def tracebacks(lines: list[str]) -> list[tuple[str, str, int]]:
-    """Python's tracebacks in ``lines``: for each chain (exceptions raised from others),
-    the line before it, its last exception and the index of the line after that."""
-    chains: list[tuple[str, str, int]] = []
-    n = 0
-    while n < len(lines):
-        if not lines[n].startswith(_TRACEBACK):
-            n += 1
-            continue
-        before = lines[n - 1] if n else ""
-        while True:
-            n += 1  # past "Traceback ...", then its frames (indented) to the exception
-            while n < len(lines) and (not lines[n] or lines[n][0].isspace()):
-                n += 1
-            raised = lines[n] if n < len(lines) else "?"
-            n = min(n + 1, len(lines))
-            after = [m for m in range(n, min(n + 4, len(lines))) if lines[m]]
-            if len(after) < 2 or not lines[after[0]].startswith(_CHAINED):
-                break
-            n = after[1]  # the chain's next "Traceback ..."
-        chains.append((before, raised, n))
-    return chains
-
-
-_TRACEBACK = "Traceback (most recent call last)"
-_CHAINED = ("The above exception was the direct cause", "During handling of the above")
-
-
-def check_jobs(url: str, jobs: Iterable[dict[str, Any]], done: list[dict[str, Any]]) -> list[str]:
-    """Each reported job's tasks' effects exactly once, and its counts all succeeded."""
-    bad: list[str] = []
-    seen = Counter((b["w"], b["s"]) for b in done)
-    bad += [f"jobs_out: task {key} took effect {n} times" for key, n in seen.items() if n > 1]
-    with sluice.connect(url) as db:
-        for e in jobs:
-            missing = [s for s in range(e["s"], e["s"] + e["k"]) if (e["w"], s) not in seen]
-            if missing:
-                bad.append(f"job {e['job']}: tasks {missing} never took effect")
-            status = db.jobs.get(e["job"])
-            if (status.total, status.succeeded) != (e["k"], e["k"]):
-                bad.append(
-                    f"job {e['job']}: {status.succeeded} of {status.total} succeeded,"
-                    f" {e['k']} submitted"
-                )
-    return bad
-
-
 _APPLICATION = "sluice-campaign"
 
 
@@ -706,9 +675,10 @@ def run_campaign(
     disk: Path | None = None,
     clock: bool = False,
 ) -> Outcome:
-    secret = prepare(url)
-    campaign = Campaign(actor_url(url), backend, seed, seconds, secret=secret, crash=crash,
-                        disk=disk, clock=clock)  # fmt: skip
+    port, logs = free_port(), Path(tempfile.mkdtemp(prefix="sluice-campaign-"))
+    secret = prepare(url, port, logs / "dropbox")
+    campaign = Campaign(actor_url(url), backend, seed, seconds, secret=secret, port=port,
+                        logs=logs, crash=crash, disk=disk, clock=clock)  # fmt: skip
     return campaign.run()
 
 
@@ -727,7 +697,9 @@ def report(outcomes: list[Outcome]) -> str:
         f"Machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}. Actors at once: "
         + ", ".join(f"{n} ({r})" for n, r in ACTORS.items())
         + "; rules is `sluice run` (`--batch` 1, 7, 64 or 256 and `--workers` 1 or 2, drawn at"
-        " each start), server is `sluice serve` and http its clients (campaign_http.py)."
+        " each start) and forwards every routed order through its http gateway, server is"
+        " `sluice serve` and http its clients (campaign_http.py), filer drops files into a"
+        " dropbox and dropbox is `sluice dropbox` storing them."
         " Once sluice serve confirmed a first put, for the seconds given, a fault"
         " every 0.2-1.0 s: SIGKILL of a random actor (restarted at once); on"
         " PostgreSQL (a private cluster) a quarter of them terminate a random actor's server"
@@ -761,6 +733,12 @@ def report(outcomes: list[Outcome]) -> str:
         out.append(
             f"- {o.backend}: sluice run routed {o.routed_by_run:,} of the"
             f" {o.checked.get('routed', 0):,} orders routed (the drain the rest)."
+        )
+        out.append(
+            f"- {o.backend}: sluice run's gateway forwarded {o.relayed_by_run:,} of the"
+            f" {o.checked.get('relayed', 0):,} orders relayed; sluice dropbox stored"
+            f" {o.stored_by_dropbox:,} of the {o.checked.get('dropped', 0):,} files"
+            " (the drain the rest)."
         )
         up = "never" if o.served_after is None else f"after {o.served_after:.1f} s"
         out.append(

@@ -1,4 +1,4 @@
-"""One actor of the fault campaign: python campaign_child.py ROLE URL NAME SEED.
+"""A campaign actor: python -m tests.reliability.campaign_child ROLE URL NAME SEED.
 
 Every actor works until it is killed, and reports on stdout, one JSON object a line,
 only what it knows to be committed (after ``commit()`` returned): the campaign's checker
@@ -6,18 +6,24 @@ only what it knows to be committed (after ``commit()`` returned): the campaign's
 A report can be lost (killed between the commit and the print); a commit can never be
 reported without having happened. Roles:
 
-- producer: transactions of 1-8 messages to the queue ``in`` and the topic ``news`` at
-  once; about one in seven is written to abort (its bodies say so: ``x`` true) and aborted.
+- producer: transactions of 1-8 messages to the queue ``in``, the topic ``news`` and the
+  queue ``grouped`` at once, in ``grouped`` under one of GROUPS (each body's ``g``); about
+  one in seven is written to abort (its bodies say so: ``x`` true) and aborted.
 - orderer: the same to the queue ``orders``, whose rules ``sluice run`` runs (the
   campaign's RULES); each body also says whether the rules echo it back after ``after``
   seconds (``e``) and carries an ``n`` for a property of type integer: none, a whole
   number, or now and then a fraction, which the rules must turn into an error message.
 - mover: takes from ``in`` (isolation ``ordered``: a writer's messages in order, one
-  holder at a time) and enqueues each to ``out`` in the same transaction; some abort.
+  holder at a time) and enqueues each to ``out`` in the same transaction, or from
+  ``grouped`` (a group's messages in order, one holder at a time) to ``out_grouped``;
+  some abort.
 - subscriber SUB: the same from the subscription SUB of ``news`` to ``out_SUB``.
 - submitter: jobs of 1-5 ``echo`` tasks.
 - worker: runs ``echo`` tasks; each task enqueues its body to ``jobs_out``, which commits
   with the task's outcome or not at all.
+- filer: a program that knows nothing of sluice, dropping one-message files into the
+  dropbox of the queue ``dropped`` (URL is then the dropbox root): each written in
+  ``working/`` and renamed into ``target/``, its commit.
 """
 
 from __future__ import annotations
@@ -28,18 +34,17 @@ import random
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import sluice
 from sluice.jobs import Task
+from tests.reliability.campaign_actor import run, say
 
+GROUPS = ("g0", "g1", "g2")
 LEASE = 2.0  # a silent session is recovered after this; a dead local pid at once
 # Pacing waits on an Event, not time.sleep: under libfaketime (the campaign's clock steps)
 # time.sleep's absolute-deadline call fails with EINVAL, a flaw of the preload, not sluice's.
 _pause = threading.Event().wait
-
-
-def say(**event: object) -> None:
-    print(json.dumps(event), flush=True)
 
 
 def producer(
@@ -51,15 +56,16 @@ def producer(
 ) -> None:
     seq = 0
     for txn in range(1, 1 << 62):
-        k, abort = rng.randint(1, 8), rng.random() < 0.15
+        k, abort, group = rng.randint(1, 8), rng.random() < 0.15, rng.choice(GROUPS)
         bodies = [
-            {"w": me, "s": seq + i, "t": txn, "k": k, "x": abort} | (extra(rng) if extra else {})
+            {"w": me, "s": seq + i, "t": txn, "k": k, "x": abort, "g": group}
+            | (extra(rng) if extra else {})
             for i in range(k)
         ]
         seq += k
         with db.transaction() as tx:
             for queue in into:
-                tx.enqueue_many(queue, bodies)
+                tx.enqueue_many(queue, bodies, group=group if queue == "grouped" else None)
             if abort:
                 tx.abort()
             else:  # a transaction never announced here must never be seen
@@ -77,8 +83,9 @@ def order(rng: random.Random) -> dict[str, object]:
     return fields
 
 
-def mover(db: sluice.Database, source: str, target: str, rng: random.Random) -> None:
+def mover(db: sluice.Database, pairs: list[tuple[str, str]], rng: random.Random) -> None:
     while True:
+        source, target = rng.choice(pairs)
         with db.transaction() as tx:
             taken = tx.dequeue(source, limit=rng.randint(1, 10), wait=0.5)
             if not taken:
@@ -101,9 +108,28 @@ def submitter(db: sluice.Database, me: str, rng: random.Random) -> None:
         _pause(rng.uniform(0.0, 0.05))
 
 
+def filer(root: Path, me: str, rng: random.Random) -> None:
+    incoming = root / "dropped" / "incoming"
+    for s in range(1 << 62):
+        # DropboxMQ's name: priority 4, an id whose "timestamp" is the writer's sequence (the
+        # order files are taken in) and whose number is the writer's pid, class M (JSON).
+        name = f"4.{s:016d}-{os.getpid()}.M"
+        body = {"w": me, "s": s, "t": s, "k": 1, "x": False}
+        (incoming / "working" / name).write_text(json.dumps(body))
+        say(w=me, t=s, committing=True)
+        os.rename(incoming / "working" / name, incoming / "target" / name)
+        say(w=me, t=s, s=s, k=1, into="dropped")
+        _pause(rng.uniform(0.0, 0.02))
+
+
 def main() -> None:
     role, url, name, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     rng = random.Random(seed)
+    if role == "filer":
+        me = f"{name}.{os.getpid()}"
+        say(ready=me)
+        filer(Path(url), me, rng)
+        return
     db = sluice.connect(url, lease=LEASE)
 
     @db.task("echo", max_attempts=1000)
@@ -113,13 +139,13 @@ def main() -> None:
     me = f"{name}.{os.getpid()}"  # one writer per incarnation: a restart is a new session
     say(ready=me)
     if role == "producer":
-        producer(db, me, rng, ("in", "news"))
+        producer(db, me, rng, ("in", "news", "grouped"))
     elif role == "orderer":
         producer(db, me, rng, ("orders",), order)
     elif role == "mover":
-        mover(db, "in", "out", rng)
+        mover(db, [("in", "out"), ("grouped", "out_grouped")], rng)
     elif role == "subscriber":
-        mover(db, name, f"out_{name}", rng)
+        mover(db, [(name, f"out_{name}")], rng)
     elif role == "submitter":
         submitter(db, me, rng)
     elif role == "worker":
@@ -129,9 +155,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as exc:  # what it died of, for the campaign's tally, then the traceback
-        kind = type(exc)
-        say(died=f"{kind.__module__}.{kind.__qualname__}", message=repr(exc)[:300])
-        raise
+    run(main)

@@ -1,4 +1,4 @@
-"""The HTTP client actor of the fault campaign: python campaign_http.py BASE NAME SEED.
+"""The campaign's HTTP client actor: python -m tests.reliability.campaign_http BASE NAME SEED.
 
 It talks to ``sluice serve`` at BASE (an actor the campaign kills too) with the key in
 ``SLUICE_CAMPAIGN_KEY``, in turns: it puts a transaction of 1-8 messages into ``web_in``
@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from tests.reliability.campaign_actor import run, say
+
 _pause = threading.Event().wait  # pacing, as campaign_child's (libfaketime and time.sleep)
 
 RETRY = 0.05  # seconds between tries while the server is busy ...
@@ -46,10 +48,6 @@ LEASE = 5.0  # short, so that a message a killed client held comes back within t
 PUT_AGAIN = {409, 500, 503}
 TAKE_AGAIN = {500, 503}
 NOT_ACKED = {404, 409, 410, 500, 503}
-
-
-def say(**event: object) -> None:
-    print(json.dumps(event), flush=True)
 
 
 class Client:
@@ -151,9 +149,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as exc:  # what it died of, for the campaign's tally, then the traceback
-        kind = type(exc)
-        say(died=f"{kind.__module__}.{kind.__qualname__}", message=repr(exc)[:300])
-        raise
+    run(main)

@@ -11,8 +11,8 @@ import pytest
 
 import sluice
 
-from .campaign import (
-    campaign_on,
+from .campaign import campaign_on
+from .campaign_checks import (
     check_made,
     check_rule_errors,
     check_served,
@@ -48,6 +48,18 @@ def test_the_checker_names_every_kind_of_violation() -> None:
     assert unannounced == ["out: transaction ('p.1', 3) is visible but never reached its commit"]
     swapped = check_stream("out", two + one, committed, committing)
     assert swapped == ["out: writer p.1 out of order: 0 after 4"]
+    # On a grouped queue the order promised is each group's: transactions of one writer
+    # in two groups may pass each other, two of one group may not.
+    in_groups = [b | {"g": "g1"} for b in two] + [b | {"g": "g0"} for b in one]
+
+    def by_group(b: dict[str, Any]) -> str:
+        return f"{b['w']} in {b['g']}"
+
+    assert check_stream("out", in_groups, committed, committing, order=by_group) == []
+    one_group = [b | {"g": "g0"} for b in two + one]
+    assert check_stream("out", one_group, committed, committing, order=by_group) == [
+        "out: writer p.1 in g0 out of order: 0 after 4"
+    ]
 
 
 def test_the_rules_checkers_name_every_kind_of_violation() -> None:
@@ -161,3 +173,7 @@ def test_a_short_campaign_loses_nothing_and_shows_nothing_uncommitted(
     assert outcome.reported_txs["orders"] > 10  # the rules' input ...
     assert outcome.routed_by_run > 0  # ... routed by sluice run
     assert outcome.reported_txs["web_in"] > 0  # sluice serve answered
+    assert outcome.reported_txs["dropped"] > 10  # files dropped ...
+    assert outcome.checked["dropped"] >= outcome.reported_txs["dropped"]
+    assert outcome.checked["out_grouped"] >= outcome.reported_txs["in"]
+    assert outcome.checked["relayed"] == outcome.checked["routed"]

@@ -37,6 +37,7 @@ from fastapi.testclient import TestClient
 
 from sluice.server.app import create_app
 from sluice.server.console.access import COOKIE
+from sluice.server.headers import with_header_timeout
 from tests.live_server import serve
 
 from .security_routes import (
@@ -654,7 +655,7 @@ def _served(timeout: float) -> Iterator[Live]:
         db.create_queue(QUEUE)
         secret = Keys(db).add("root", [], admin=True)
         app = create_app(db, max_request=LIMIT, body_timeout=timeout, sample_every=3600.0)
-        with serve(app) as url:
+        with serve(app, http=with_header_timeout(timeout)) as url:  # as sluice serve does
             yield Live(db, int(url.rsplit(":", 1)[1]), secret)
 
 
@@ -723,11 +724,20 @@ def test_a_body_that_trickles_is_cut_off_at_the_timeout(live: Live) -> None:
     sock = live.open()
     started = time.monotonic()
     sock.sendall(live.head("POST", f"/api/queues/{QUEUE}/messages", Content_Length="1000"))
+    answer, sent = _trickle(sock, b" ")
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert TIMEOUT <= time.monotonic() - started < TIMEOUT + 3
+    assert sent > 3  # it did trickle: each byte came well within any per-read timeout
+
+
+def _trickle(sock: socket.socket, piece: bytes) -> tuple[bytes, int]:
+    """Send ``piece`` whenever the server has not answered for a while, until it does:
+    its whole answer (read until it closes), and how many pieces were sent."""
     sent, first = 0, b""
     sock.settimeout(0.05)
-    while not first:  # a byte whenever the server has not answered for a while
+    while not first:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # answered just now
-            sock.sendall(b" ")
+            sock.sendall(piece)
             sent += 1
         with contextlib.suppress(TimeoutError):
             first = sock.recv(65536)
@@ -736,9 +746,7 @@ def test_a_body_that_trickles_is_cut_off_at_the_timeout(live: Live) -> None:
     while chunk := sock.recv(65536):
         rest += chunk
     sock.close()
-    assert (first + rest).startswith(b"HTTP/1.1 408 "), first + rest
-    assert TIMEOUT <= time.monotonic() - started < TIMEOUT + 3
-    assert sent > 3  # it did trickle: each byte came well within any per-read timeout
+    return first + rest, sent
 
 
 def test_slow_clients_do_not_hold_up_the_others() -> None:
@@ -771,10 +779,62 @@ def _slow_and_others(live: Live, http: Any) -> None:
         with pytest.raises(BlockingIOError):
             sock.recv(1)
         sock.settimeout(5)
-    for sock in slow[::2]:  # then cut off
+    for sock in slow:  # then cut off, the headers' and the bodies' alike
         assert _answer(sock)[0] == 408
-    for sock in slow[1::2]:
-        sock.close()
+
+
+def test_headers_that_stop_trickle_or_never_start_are_cut_off_at_the_timeout(
+    live: Live,
+) -> None:
+    started = time.monotonic()
+    stopped, silent, trickling = live.open(), live.open(), live.open()
+    stopped.sendall(live.head("GET", "/api/queues")[:30])  # part of the request line
+    trickling.sendall(b"GET /api/queues HTTP/1.1\r\n")
+    answer, sent = _trickle(trickling, b"X-Slow: 1\r\n")  # a header line at a time
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert sent > 3
+    for sock in (stopped, silent):
+        status, data = _answer(sock)
+        assert status == 408, data
+        assert b"RequestTimeout" in data
+    assert TIMEOUT <= time.monotonic() - started < TIMEOUT + 3
+
+
+def test_a_kept_alive_connection_gets_the_timeout_for_each_request(live: Live) -> None:
+    sock = live.open()
+    for _ in range(3):  # whole requests, each within the timeout, on one connection
+        sock.sendall(live.head("GET", f"/api/queues/{QUEUE}"))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    started = time.monotonic()
+    sock.sendall(live.head("GET", f"/api/queues/{QUEUE}")[:20])  # then one that stops
+    status, _ = _answer(sock)
+    assert status == 408
+    assert time.monotonic() - started < TIMEOUT + 3
+
+
+def test_a_request_longer_than_the_header_timeout_is_answered(live: Live) -> None:
+    """Only headers have the deadline: a lease that waits past it is answered in full."""
+    sock = live.open()
+    body = b'{"limit": 1, "wait": %g}' % (TIMEOUT * 3)
+    sock.sendall(live.head("POST", f"/api/queues/{QUEUE}/leases",
+                           Content_Length=str(len(body))) + body)  # fmt: skip
+    started = time.monotonic()
+    status, data = _answer_one(sock)
+    assert status == 200, data
+    assert time.monotonic() - started >= TIMEOUT * 2
+
+
+def _answer_one(sock: socket.socket) -> tuple[int, bytes]:
+    """One whole answer of a kept-alive connection (its Content-Length read)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += sock.recv(65536)
+    sock.close()
+    return int(head.split()[1]), body
 
 
 def test_the_timeout_does_not_end_a_stream_whose_request_was_whole(live: Live) -> None:

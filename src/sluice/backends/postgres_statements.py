@@ -63,6 +63,7 @@ __all__ = [
 EXPECT_FAILED = "SL001"
 """The SQLSTATE of sluice's own ``expect()`` function (schema.sql) when a check fails."""
 UNIQUE_VIOLATION = "23505"
+OUT_OF_RANGE = "22003"  # numeric_value_out_of_range: double precision overflows
 
 
 def enqueue_statement(
@@ -375,6 +376,15 @@ def translate(exc: psycopg.Error) -> StorageError:
         return Expected(exc.diag.message_primary)
     if exc.sqlstate == UNIQUE_VIOLATION:
         return Duplicate(f"PostgreSQL refused a duplicate ({exc.diag.constraint_name}): {exc}")
+    if exc.sqlstate == OUT_OF_RANGE:
+        # Computed in the database from a message's values: an expression (a where=, an
+        # order_by, a priority function, a property or a rule) that overflows on one.
+        return StorageError(
+            f"PostgreSQL could not compute a value ({exc.diag.message_primary}): an "
+            "expression's arithmetic overflowed on a message's values (PostgreSQL's double "
+            "precision stops at about 1.8e308, where SQLite gives infinity); nothing was "
+            "changed: bound the expression's operands or select such messages out"
+        )
     if isinstance(exc, psycopg.OperationalError):
         return ConnectionLost(
             f"the PostgreSQL connection failed ({exc}); the outcome of the last operation is "

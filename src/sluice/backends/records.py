@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
-from sluice.errors import ConfigurationError, LeaseLost, QueueInUse, StorageError
+from sluice.errors import ConfigurationError, ConnectionLost, LeaseLost, QueueInUse, StorageError
 from sluice.expr.nodes import Node
 
 _R = TypeVar("_R", bound=tuple[Any, ...])
@@ -466,10 +466,6 @@ def run_steps(execute: Callable[[str, Mapping[str, Any]], int], steps: Sequence[
 class Duplicate(StorageError):
     """A unique constraint refused a row (translated from the driver's error code once, at
     the backend's boundary; the caller says what was duplicated)."""
-
-
-class ConnectionLost(StorageError):
-    """The connection to the database failed: the outcome of the statement is unknown."""
 
 
 def lease_lost(plan: CommitPlan) -> LeaseLost:

@@ -326,7 +326,7 @@ class Engine:
             found.append(
                 Subscription(
                     name, of, where, bool(durable), expire_after, position, backlog.held,
-                    backlog.unpulled, oldest, used_at,
+                    backlog.unpulled, oldest, used_at, backlog.unpulled_delayed,
                 )
             )  # fmt: skip
         return found

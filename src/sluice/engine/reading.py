@@ -28,22 +28,34 @@ _BROWSE_STATES: tuple[str, ...] = get_args(BrowseState)
 
 
 def to_message(
-    queue: str, row: MessageRow, holder: Holder | None, models: Mapping[str, Any]
+    queue: str,
+    row: MessageRow,
+    holder: Holder | None,
+    models: Mapping[str, Any],
+    refused: list[tuple[Message, str]] | None = None,
 ) -> Message:
     """A Message from a backend row (columns in MESSAGE_COLUMNS order).
 
-    A typed body comes back as its bound Pydantic model where one is bound.
+    A typed body comes back as its bound Pydantic model where one is bound. A body the
+    model refuses (stored by a process that had not bound it: its validators beyond the
+    type's JSON Schema never ran) stays as stored, and the message and why go into
+    ``refused`` where one is given: a reader rejects it (Transaction._hold), a browse
+    shows it as stored.
     """
     (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
      correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
      error, origin_queue, type_name, group, _) = row  # fmt: skip
     value = decode_json(body) if content_type == JSON else decode_body(body, content_type)
+    problem = None
     if type_name is not None and models:
         model = models.get(type_name)
         if model is not None:
-            value = model.model_validate(value)
+            try:
+                value = model.model_validate(value)
+            except ValueError as exc:  # pydantic's ValidationError
+                problem = _refusal(type_name, model, exc)
     # Positional, in Message's field order: this runs for every message dequeued.
-    return Message(
+    message = Message(
         f"{p_session}/{p_tx}/{p_num}",
         queue,
         value,
@@ -64,6 +76,19 @@ def to_message(
         ref,
         holder,
     )
+    if problem is not None and refused is not None:
+        refused.append((message, problem))
+    return message
+
+
+def _refusal(type_name: str, model: type, exc: ValueError) -> str:
+    """Why a bound model refused a stored body, as text any database stores (the
+    model's message quotes the body: NUL and lone surrogates escaped)."""
+    reason = (
+        f"the body does not conform to type {type_name!r}'s bound model {model.__name__}: {exc}"
+    )
+    reason = reason.encode("utf-8", "backslashreplace").decode("utf-8")
+    return reason.replace("\x00", "\\x00")
 
 
 # A message waiting behind its lane's head is ready, to its reader.

@@ -54,6 +54,8 @@ class Subscription:
     oldest: float | None
     """When the oldest message it has yet to settle was enqueued (None: it has none)."""
     last_used: float | None
+    backlog_delayed: int = 0
+    """Of ``backlog``, the messages not due yet: counted delayed, as Queue.stats does."""
 
     @property
     def lag(self) -> int:

@@ -9,6 +9,7 @@ to, because its own enqueues are visible to it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from enum import Enum
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
 
 __all__ = ["BrowseState", "EnqueueOptions", "Transaction", "TxState"]
+
+log = logging.getLogger("sluice")
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -349,7 +352,17 @@ class Transaction:
                 clock = self._context.clock  # due by its time; a ManualClock's is polled for
                 remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
             yield Wait(token, remaining, news, limit)
-        return self._hold(spec, rows)
+        messages = self._hold(spec, rows)
+        if len(messages) < len(rows):
+            # Some were refused by their bound model and rejected (_hold): the ones behind
+            # take their places, as if they had never been there; each round rejects one
+            # or more, so this ends.
+            left = 0.0 if messages else max(deadline - time.monotonic(), 0.0)
+            messages += yield from self.dequeue_steps(
+                queue, limit=len(rows) - len(messages), wait=left, where=where,
+                order_by=order_by,
+            )  # fmt: skip
+        return messages
 
     def _hold(self, spec: QueueSpec, rows: list[MessageRow]) -> list[Message]:
         """The claimed rows as messages this transaction holds."""
@@ -361,8 +374,9 @@ class Transaction:
                 self._capped = (self._capped or set()) | {queue}
         messages = []
         models = self._context.types.models
+        refused: list[tuple[Message, str]] = []
         for row in rows:
-            m = to_message(queue, row, self, models)
+            m = to_message(queue, row, self, models, refused)
             if m.ref in self._held:
                 # Recovery gave back what this transaction held (its session was taken
                 # for dead) and it claimed the message anew: handed out twice, it would
@@ -378,6 +392,15 @@ class Transaction:
                 self._pending -= 1  # (and it holds no lane: it never entered one)
             elif row.lane is not None:
                 self._held_lanes[m.ref] = (queue, row.lane)
+        if refused:
+            # A body its bound model refuses cannot be handed out as that model: it is
+            # rejected in this transaction (to the queue's error queue with why, when this
+            # commits; back in its place if it aborts) and not handed out.
+            for m, reason in refused:
+                self._rejects[m.ref] = reason
+                log.warning("sluice: message %s of %s rejected: %s", m.id, queue, reason)
+            out = {m.ref for m, _ in refused}
+            messages = [m for m in messages if m.ref not in out]
         if spec.retention is not None:
             # Judged when taken, by the settings this process sees (at most a second old).
             if self._kept is None:

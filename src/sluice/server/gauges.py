@@ -60,8 +60,10 @@ class Gauges:
         if any(s.kind == "subscription" for s in specs):
             for sub in db.subscriptions():
                 if sub.name in counts:
-                    # As Queue.stats counts it: what waits in the topic is ready too.
-                    counts[sub.name]["ready"] += sub.backlog
+                    # As Queue.stats counts it: what waits in the topic is ready too,
+                    # or delayed while it is not due.
+                    counts[sub.name]["ready"] += sub.backlog - sub.backlog_delayed
+                    counts[sub.name]["delayed"] += sub.backlog_delayed
                     lag.add_metric((sub.name, sub.topic), sub.lag)
                     lag_seconds.add_metric((sub.name, sub.topic), sub.lag_seconds(now))
         messages = GaugeMetricFamily(

@@ -152,10 +152,11 @@ def _load(dialect: str, schema: str | None, given: Mapping[str, str]) -> dict[st
 
         return _BRACE.sub(one, text)
 
-    # A fragment's own comments say what it is; only its text goes into statements.
-    fragments = dict(given) | {
-        name: expand(name, _uncommented(body), given) for name, body in defined.items()
-    }
+    # A fragment's own comments say what it is; only its text goes into statements. A
+    # fragment may use those defined before it (in file order).
+    fragments = dict(given)
+    for name, body in defined.items():
+        fragments[name] = expand(name, _uncommented(body), fragments)
     loaded = {}
     for name, body in named.items():
         text = expand(name, body, fragments)

@@ -270,6 +270,38 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
 ORDER BY 3 DESC, 1;
 
+-- fragment: lane_claim
+-- What the four lane claims (claim_lanes and the rest) do after their own `free` CTE,
+-- the heads any reader may take: `next`, each held lane's next messages (only this
+-- transaction may take them, in lane order, stopping at the first not yet available),
+-- then the pick of both in order and the claim.
+next AS (
+    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
+    WHERE s.id IN (
+        SELECT id FROM (
+            SELECT r.id, count(*) FILTER (
+                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
+                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
+            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
+                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
+                WHERE w.queue_id = (SELECT id FROM {schema}.queues
+                                    WHERE name = %(queue)s AND NOT paused)
+                  AND w.lane = l.lane AND w.state = 5
+                  AND {lane_held}
+                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
+        WHERE blocked = 0){select}
+), pick AS (
+    SELECT s.id, row_number() OVER (
+               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
+    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
+    ORDER BY pos
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
+    RETURNING {message_columns})
+SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos
+
 -- name: claim_lanes
 -- As claim, and first the next messages of each lane in lanes (those the transaction
 -- holds messages of), which only it may take: up to run of them in lane order, stopping
@@ -287,32 +319,7 @@ WITH free AS (
     ORDER BY {order}priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), next AS (
-    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE s.id IN (
-        SELECT id FROM (
-            SELECT r.id, count(*) FILTER (
-                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
-                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
-            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
-                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues
-                                    WHERE name = %(queue)s AND NOT paused)
-                  AND w.lane = l.lane AND w.state = 5
-                  AND {lane_held}
-                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
-        WHERE blocked = 0){select}
-), pick AS (
-    SELECT s.id, row_number() OVER (
-               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
-    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
-    ORDER BY pos
-    LIMIT %(limit)s
-), claimed AS (
-    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
-    RETURNING {message_columns})
-SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+), {lane_claim};
 
 -- name: claim_with_own_lanes
 -- As claim_lanes; a transaction sees its own uncommitted enqueues.
@@ -325,32 +332,7 @@ WITH free AS (
     ORDER BY {order}priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), next AS (
-    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE s.id IN (
-        SELECT id FROM (
-            SELECT r.id, count(*) FILTER (
-                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
-                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
-            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
-                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues
-                                    WHERE name = %(queue)s AND NOT paused)
-                  AND w.lane = l.lane AND w.state = 5
-                  AND {lane_held}
-                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
-        WHERE blocked = 0){select}
-), pick AS (
-    SELECT s.id, row_number() OVER (
-               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
-    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
-    ORDER BY pos
-    LIMIT %(limit)s
-), claimed AS (
-    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
-    RETURNING {message_columns})
-SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+), {lane_claim};
 
 -- name: claim_lanes_in_caller_tx
 -- As claim_lanes, inside a caller's transaction (see claim_in_caller_tx).
@@ -363,32 +345,7 @@ WITH free AS (
     ORDER BY {order}priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), next AS (
-    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE s.id IN (
-        SELECT id FROM (
-            SELECT r.id, count(*) FILTER (
-                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
-                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
-            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
-                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues
-                                    WHERE name = %(queue)s AND NOT paused)
-                  AND w.lane = l.lane AND w.state = 5
-                  AND {lane_held}
-                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
-        WHERE blocked = 0){select}
-), pick AS (
-    SELECT s.id, row_number() OVER (
-               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
-    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
-    ORDER BY pos
-    LIMIT %(limit)s
-), claimed AS (
-    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
-    RETURNING {message_columns})
-SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+), {lane_claim};
 
 -- name: claim_with_own_lanes_in_caller_tx
 -- As claim_with_own_lanes, inside a caller's transaction (see claim_in_caller_tx).
@@ -401,32 +358,7 @@ WITH free AS (
     ORDER BY {order}priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), next AS (
-    SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE s.id IN (
-        SELECT id FROM (
-            SELECT r.id, count(*) FILTER (
-                       WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
-                       OVER (PARTITION BY r.lane ORDER BY r.id) AS blocked
-            FROM unnest(%(lanes)s::text[]) AS l(lane) CROSS JOIN LATERAL (
-                SELECT w.id, w.lane, w.available_at, w.expires_at FROM {schema}.messages AS w
-                WHERE w.queue_id = (SELECT id FROM {schema}.queues
-                                    WHERE name = %(queue)s AND NOT paused)
-                  AND w.lane = l.lane AND w.state = 5
-                  AND {lane_held}
-                ORDER BY w.id LIMIT %(run)s) AS r) AS runs
-        WHERE blocked = 0){select}
-), pick AS (
-    SELECT s.id, row_number() OVER (
-               ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
-    FROM (SELECT * FROM free UNION ALL SELECT * FROM next) AS s
-    ORDER BY pos
-    LIMIT %(limit)s
-), claimed AS (
-    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
-    RETURNING {message_columns})
-SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos;
+), {lane_claim};
 
 -- name: claimed_in_order
 -- What an ordering dequeue just claimed, in its order_by's order (a claim's RETURNING
