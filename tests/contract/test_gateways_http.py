@@ -270,3 +270,44 @@ def test_define_list_and_drop(db: sluice.Database) -> None:
     assert "outbox" in [s.name for s in db.queues()]  # the queue stays
     with pytest.raises(ConfigurationError, match="not a gateway"):
         db.gateways.drop("outbox")
+
+
+def test_a_sender_whose_lease_may_have_lapsed_delivers_nothing(
+    backend_url: str, receiver: tuple[Receiver, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Heartbeats failing (a full disk) for longer than the lease: another process may
+    have given this session's messages back, so delivering what it took would put them
+    ahead of those (the fault campaign found it). It delivers nothing until renewed."""
+    r, url = receiver
+    lease = 0.6
+    with sluice.connect(backend_url, lease=lease) as db:
+        _gateway(db, url, attempts=1)
+        db.queue("outbox").put({"n": 1})
+        beating = db.context.backend.heartbeat
+
+        def failing(session: int) -> bool:
+            raise sluice.StorageError("database or disk is full")
+
+        monkeypatch.setattr(db.context.backend, "heartbeat", failing)
+        lapsed = threading.Event()
+        lapsed.wait(lease * 1.5)  # the lease's own time passing is what is tested
+        with pytest.raises(sluice.LeaseLost, match="renewed its lease"):
+            db.gateways.run_until_idle()
+        assert r.got == []
+        assert db.queue("outbox").stats()["ready"] == 1  # given back, in its place
+        monkeypatch.setattr(db.context.backend, "heartbeat", beating)
+        renewed = False
+        for _ in range(100):  # the next heartbeat renews it (every lease / 3)
+            tx = db.transaction()
+            try:
+                tx.check_lease()
+                renewed = True
+            except sluice.LeaseLost:
+                lapsed.wait(lease / 6)
+            finally:
+                tx.abort()
+            if renewed:
+                break
+        assert renewed
+        assert db.gateways.run_until_idle() == 1
+        assert len(r.got) == 1

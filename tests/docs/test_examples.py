@@ -47,16 +47,31 @@ def _drop_example_objects(url: str) -> None:
         conn.execute("DROP TABLE IF EXISTS shop_orders")
 
 
-def test_cli_examples_run(tmp_path: Path) -> None:
+def test_cli_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import io
     import shlex
     import subprocess
     import sys
 
+    from sluice.cli import main
+
     text = (ROOT / "docs" / "cli.md").read_text()
     (block,) = re.findall(r"^```sh\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLUICE_URL", raising=False)
     for line in block.splitlines():
         command = shlex.split(line, comments=True)
         assert command[0] == "sluice"
+        if command[1] != "demo":  # in this process: the same parser and commands, and no
+            out, err = io.StringIO(), io.StringIO()  # interpreter to start for each line
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(command[1:])
+                except SystemExit as exc:  # argparse's own exit
+                    code = exc.code if isinstance(exc.code, int) else 2
+            assert code == 0, (line, out.getvalue(), err.getvalue())
+            continue
         result = subprocess.run(
             [sys.executable, "-m", "sluice.cli", *command[1:]],
             cwd=tmp_path,

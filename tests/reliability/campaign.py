@@ -787,7 +787,9 @@ def campaign_on(backend: str, seed: int, seconds: float, tmp: Path) -> Outcome:
     """One campaign on a fresh database: SQLite on a small disk it fills, or a private
     PostgreSQL server it crashes."""
     if backend == "sqlite":
-        with small_disk(tmp / "disk") as disk:
+        # Small enough to fill at once, large enough for the run's own growth (about
+        # 0.25 MB a second with every actor at work; a 5-minute run outgrew 64 MB).
+        with small_disk(tmp / "disk", size=f"{max(64, round(seconds))}m") as disk:
             where = disk or tmp
             url = f"sqlite:///{where}/campaign.db"
             return run_campaign(url, backend, seed, seconds, disk=disk, clock=True)

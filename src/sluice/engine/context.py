@@ -76,6 +76,7 @@ class EngineContext:
         """Per subscription, about how many ready messages it has (engine.topics)."""
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
+        self._renewed = time.monotonic()  # before the write: others judge by a later stamp
         self._session = backend.open_session(leases.host_key(), os.getpid(), lease)
         self.writer = self._session
         """The writer an ordered queue's lane names (docs/isolation.md): this connection's
@@ -180,7 +181,16 @@ class EngineContext:
     def _upkeep(self) -> None:
         upkeep(self.backend, self.forget, lambda name: self.subscription_selector(self.spec(name)))
 
+    def lease_held(self, session: int) -> bool:
+        """Whether ``session`` is this connection's and its lease surely still holds: renewed
+        less than a lease ago by this host's clock (measured from before the renewal's
+        write). Past that, another process may have taken it for dead and given its
+        messages back, and work it does on them (a gateway's delivery) would come out
+        of order or twice; it stops instead (Transaction.check_lease)."""
+        return session == self._session and time.monotonic() - self._renewed < self.lease
+
     def _tick(self) -> None:
+        started = time.monotonic()
         if not self.backend.heartbeat(self._session):
             # We were taken for dead (stalled past the lease): our open
             # transactions were rolled back and will fail at commit. Carry on
@@ -190,6 +200,7 @@ class EngineContext:
                     leases.host_key(), os.getpid(), self.lease
                 )
             log.warning("sluice session lease was lost; continuing as session %s", self._session)
+        self._renewed = started
         self.recover()
 
     def close(self) -> None:

@@ -736,6 +736,19 @@ class Transaction:
                         "(the transaction is still open)"
                     )
 
+    def check_lease(self) -> None:
+        """LeaseLost unless this transaction's session surely still holds its lease: for
+        work outside the database on what it holds (a gateway's delivery), which must
+        stop once another process may have taken the session for dead and handed its
+        messages to someone else (the fault campaign found a sender whose heartbeats
+        failed on a full disk delivering messages taken before, ahead of ones given back)."""
+        self._check_active()
+        if not self._context.lease_held(self.session):
+            raise LeaseLost(
+                f"transaction {self.id}'s session has not renewed its lease for longer than "
+                "the lease: others may have rolled it back; abort it and begin anew"
+            )
+
     def _check_active(self) -> None:
         if self.state is not TxState.ACTIVE:
             raise TransactionClosed(

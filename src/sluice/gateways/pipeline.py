@@ -22,6 +22,10 @@ What stays as it is:
   delivered again after the next ones, as any message taken and not acknowledged is (an
   http receiver that honours ``Idempotency-Key``, as sluice serve does, stores each
   once, in its first place).
+- **Leases.** Nothing is delivered once the session may have lost its lease (its
+  heartbeats failing, on a full disk say, for longer than the lease): another process
+  may have given its messages back already, and delivering the next ones it took would
+  put them ahead of those (``Transaction.check_lease``).
 - **Stopping.** A delivered transaction is committed; the next one, taken but not
   delivered, is given back (its messages' attempts counted, as a release counts them).
 """
@@ -97,6 +101,8 @@ class Pipeline:
         """Deliver ``taken`` (on the courier) while the delivered transaction commits
         and the next messages are taken; then settle ``taken`` as the sender does."""
         try:
+            # Taken a round ago: not delivered if the session may have lost them since.
+            tx.check_lease()
             delivery: Future[Tried] = courier.submit(self._sender.deliver, taken)
             try:
                 self._commit_delivered()

@@ -128,6 +128,8 @@ class Sender:
         sent = False  # whether a try may have reached the other side (for the profile)
         clean = True  # all delivered at the first try
         while pending:
+            if first is None:  # not while the lease may have lapsed: see check_lease
+                tx.check_lease()
             replies, failure = self.deliver(pending) if first is None else first
             first = None
             timed_out = failure is not None and failure.kind == "timed out"
