@@ -186,6 +186,18 @@ def _check_json_bytes(data: bytes) -> None:
         ) from None
 
 
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` has a lone surrogate, or None. One comes from '\\ud800' or from bytes
+    decoded with surrogateescape; no UTF-8 holds it, so no database's driver takes it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def _utf8_size(text: str, max_size: int) -> int:
     # A character takes 1 to 4 bytes: only measure exactly when the bound is unclear.
     if len(text) * 4 <= max_size:

@@ -26,7 +26,7 @@ from sluice.dropbox.layout import MAX_NAME, Box
 from sluice.dropbox.names import encode_value, parse_name
 from sluice.engine.database import Engine
 from sluice.errors import Conflict, MessageError
-from sluice.message import JSON, OCTETS, TEXT, decode_json
+from sluice.message import JSON, OCTETS, TEXT, decode_json, lone_surrogate
 
 __all__ = ["BATCH", "Inbound"]
 
@@ -142,15 +142,10 @@ class Inbound:
             return None
         if stat.S_ISLNK(found.st_mode):
             raise MessageError("the file is a symbolic link; drop the file itself")
-        if not file.processing.isascii():
-            try:
-                file.processing.encode("utf-8")
-            except UnicodeEncodeError:
-                # Bytes that are not UTF-8 are listed as surrogates, which no database
-                # takes (its idempotency record, the metadata): to error/, not a crash.
-                raise MessageError(
-                    "the file name is not UTF-8; rename it in UTF-8 and drop it again"
-                ) from None
+        if lone_surrogate(file.processing) is not None:
+            # Bytes that are not UTF-8 are listed as surrogates, which no database takes
+            # (its idempotency record, the metadata): to error/, not a crash.
+            raise MessageError("the file name is not UTF-8; rename it in UTF-8 and drop it again")
         meta = parse_name(file.original)
         if meta.expiration is not None and meta.expiration <= now * 1000:
             move(box, path, "expired", file.original)

@@ -12,7 +12,16 @@ from sluice.backends.base import SLOTS, Envelope, StoredProperty
 from sluice.catalog import priority_level
 from sluice.engine.content import QueueContent, priority_value
 from sluice.errors import ConfigurationError, MessageError, TypeViolation
-from sluice.message import XML, Body, decode_json, encode_body, encode_json, is_json, is_xml
+from sluice.message import (
+    XML,
+    Body,
+    decode_json,
+    encode_body,
+    encode_json,
+    is_json,
+    is_xml,
+    lone_surrogate,
+)
 
 if TYPE_CHECKING:
     from sluice.engine.types import TypeRegistry
@@ -302,11 +311,8 @@ def check_text(name: str, value: str | None) -> str | None:
 
 def _check_unicode(name: str, value: str) -> None:
     """MessageError for a lone surrogate, which no database's driver can encode."""
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise MessageError(f"{name} is not valid Unicode ({exc.reason})") from None
+    if (at := lone_surrogate(value)) is not None:
+        raise MessageError(f"{name} is not valid Unicode (a lone surrogate at {at})")
 
 
 def check_seconds(name: str, value: float, *, allow_zero: bool) -> float:

@@ -48,6 +48,7 @@ from sluice.expr.nodes import (
     XPath,
 )
 from sluice.expr.syntax import quoted, refused
+from sluice.message import lone_surrogate
 
 __all__ = [
     "COLUMNS",
@@ -189,16 +190,13 @@ def _syntax(text: str) -> exp.Expression:
         # PostgreSQL's text cannot hold NUL: a literal of it failed there as a StorageError
         # (after a rules definition had created its queues); refused on every backend.
         raise ExpressionError(f"the expression {text!r} has a NUL character; leave it out")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate parses, then no database can bind the text or a literal
-            # of it: a UnicodeEncodeError at the first dequeue, not an ExpressionError.
-            raise ExpressionError(
-                f"the expression {text!r} has a lone surrogate, which is not a Unicode "
-                "character; write it in valid Unicode"
-            ) from None
+    if lone_surrogate(text) is not None:
+        # A lone surrogate parses, then no database can bind the text or a literal of
+        # it: a UnicodeEncodeError at the first dequeue, not an ExpressionError.
+        raise ExpressionError(
+            f"the expression {text!r} has a lone surrogate, which is not a Unicode "
+            "character; write it in valid Unicode"
+        )
     try:
         trees = sqlglot.parse(text, read=_Dialect)
     # sqlglot reports malformed input with several exception types (and deep

@@ -49,6 +49,7 @@ import math
 from typing import Final, Literal, cast
 
 from sluice.errors import RuleDefinitionError
+from sluice.message import lone_surrogate
 from sluice.rules.model import (
     PROPERTY_TYPES,
     Action,
@@ -93,16 +94,14 @@ def parse_statements(text: str) -> list[Statement]:
     """
     if not isinstance(text, str):
         raise RuleDefinitionError(f"a rules definition is text, not {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        # A lone surrogate (from '\ud800', or bytes decoded with surrogateescape) cannot be
-        # stored: refused here, not by the database half-way through applying the text.
+    if (at := lone_surrogate(text)) is not None:
+        # A lone surrogate cannot be stored: refused here, not by the database half-way
+        # through applying the text.
         raise RuleDefinitionError(
             "the text has a lone surrogate, which is not a Unicode character; "
             "write the definition in valid Unicode",
-            line=text.count("\n", 0, exc.start) + 1,
-        ) from None
+            line=text.count("\n", 0, at) + 1,
+        )
     # An editor's byte order mark is no statement.
     return _Parser(text.removeprefix("\ufeff")).statements()
 
