@@ -15,8 +15,9 @@ import os
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 
-from sluice.backends.base import Backend, Selection
+from sluice.backends.base import Backend, Lane, Selection
 from sluice.catalog import QueueSpec, check_queue_name
 from sluice.clock import Clock
 from sluice.engine import lease as leases
@@ -26,7 +27,7 @@ from sluice.engine.upkeep import upkeep
 from sluice.engine.wakeups import Wakeups
 from sluice.errors import ConfigurationError, QueueNotFound, SluiceError
 
-__all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "EngineContext"]
+__all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "EngineContext", "Stranded"]
 
 log = logging.getLogger("sluice")
 
@@ -48,6 +49,26 @@ def _forget_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@dataclass(frozen=True, slots=True)
+class Stranded:
+    """A transaction whose abort the database refused (a full disk, a lost connection):
+    what the abort has yet to give back. Its messages stay held meanwhile, as they are
+    while any abort runs."""
+
+    session: int
+    tx: int
+    held: tuple[int, ...]
+    lanes: tuple[Lane, ...]
+    queues: frozenset[str]
+    """The queues (and subscriptions) of the held messages: a take from one of them
+    finishes this abort first."""
+
+    def abort(self, backend: Backend) -> None:
+        """Give back what it holds (idempotent: only rows still held by its session and
+        transaction change, none if recovery gave them back already)."""
+        backend.abort(self.session, self.tx, list(self.held), list(self.lanes))
 
 
 class EngineContext:
@@ -83,6 +104,7 @@ class EngineContext:
         first session, kept when a lease loss gives it another. A lane of the session
         would split the writer in two there, and a reader could take what it put after
         the loss before what it put before, out of its order (the campaign found it)."""
+        self._stranded: dict[tuple[int, int], Stranded] = {}
         _open_contexts.add(self)
         self.recover()
         self._keeper = leases.LeaseKeeper(self._tick, lease)
@@ -181,6 +203,35 @@ class EngineContext:
     def _upkeep(self) -> None:
         upkeep(self.backend, self.forget, lambda name: self.subscription_selector(self.spec(name)))
 
+    # --- aborts the database refused ------------------------------------------------
+    def strand(self, stranded: Stranded) -> None:
+        """Keep an abort the database refused, to finish it before this connection takes
+        from its queues again (``stranded_in``) and at each heartbeat: else this process
+        would take the messages behind the ones it still holds, out of the queue's order
+        (the fault campaign found a gateway forwarding that way after a full disk)."""
+        with self._lock:
+            self._stranded[(stranded.session, stranded.tx)] = stranded
+
+    def stranded_in(self, queue: str) -> list[Stranded]:
+        """The refused aborts holding messages of ``queue``."""
+        if not self._stranded:  # the common case, without the lock
+            return []
+        with self._lock:
+            return [s for s in self._stranded.values() if queue in s.queues]
+
+    def finished(self, stranded: Stranded) -> None:
+        """``stranded``'s abort went through."""
+        with self._lock:
+            self._stranded.pop((stranded.session, stranded.tx), None)
+
+    def _finish_stranded(self) -> None:
+        with self._lock:
+            waiting = list(self._stranded.values())
+        for stranded in waiting:
+            stranded.abort(self.backend)  # raises while the database still refuses
+            self.finished(stranded)
+            self.wakeups.notify()
+
     def lease_held(self, session: int) -> bool:
         """Whether ``session`` is this connection's and its lease surely still holds: renewed
         less than a lease ago by this host's clock (measured from before the renewal's
@@ -202,6 +253,7 @@ class EngineContext:
             log.warning("sluice session lease was lost; continuing as session %s", self._session)
         self._renewed = started
         self.recover()
+        self._finish_stranded()
 
     def close(self) -> None:
         """End the session: whatever it still holds is rolled back. Idempotent."""

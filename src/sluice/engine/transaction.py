@@ -8,7 +8,6 @@ to, because its own enqueues are visible to it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -29,6 +28,7 @@ from sluice.backends.base import (
 )
 from sluice.catalog import QueueSpec, priority_level
 from sluice.engine import steps, topics
+from sluice.engine.context import Stranded
 from sluice.engine.enqueue import (
     check_group,
     check_priority,
@@ -319,6 +319,10 @@ class Transaction:
         if not isinstance(limit, int) or limit < 1:
             raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
         wait = check_seconds("wait", wait, allow_zero=True)
+        for stranded in self._context.stranded_in(queue):  # before the messages behind them
+            yield Call("abort", (stranded.session, stranded.tx, list(stranded.held),
+                                 list(stranded.lanes)), {})  # fmt: skip
+            self._context.finished(stranded)
         if queue in self._buffered_queues:
             yield from self._flush_steps()
         own = queue in self._pending_queues
@@ -676,7 +680,22 @@ class Transaction:
         self._check_active()
         if self._touched:
             lanes = sorted(set(self._held_lanes.values()))
-            yield Call("abort", (self.session, self.number, list(self._held), lanes), {})
+            try:
+                yield Call("abort", (self.session, self.number, list(self._held), lanes), {})
+            except SluiceError as exc:
+                # The database refuses the write now (a full disk, a lost connection):
+                # the connection finishes the abort before it takes from these queues
+                # again and at each heartbeat (EngineContext.strand); recovery does, if
+                # the process dies first. Raising instead would leave the messages held
+                # while this process went on taking the ones behind them.
+                queues = frozenset(m.queue for m in self._held.values())
+                self._context.strand(
+                    Stranded(self.session, self.number, tuple(self._held), tuple(lanes), queues)
+                )
+                log.warning(
+                    "sluice: transaction %s's abort is put off (%s); its messages stay held "
+                    "until the database takes writes again", self.id, exc,
+                )  # fmt: skip
         self.state = TxState.ABORTED
         if self._held:
             self._context.wakeups.notify()
@@ -701,8 +720,7 @@ class Transaction:
                 # A commit that failed (the database went away, say) must not leave
                 # messages held until the session ends: undo what can be undone.
                 if self.state is TxState.ACTIVE:
-                    with contextlib.suppress(SluiceError):
-                        self.abort()
+                    self.abort()
                 raise
         else:
             self.abort()

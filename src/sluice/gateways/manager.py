@@ -11,6 +11,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from sluice.rules.model import QueueDef
 if TYPE_CHECKING:
     from sluice.engine.database import Engine
 
-__all__ = ["DEFAULT_POLL", "Gateways"]
+__all__ = ["DEFAULT_POLL", "Gateways", "Restarts"]
 
 DEFAULT_POLL = 1.0
 """Seconds a sender waits for a message at a time, and between an inbound's polls when
@@ -37,6 +38,27 @@ log = logging.getLogger("sluice.gateways")
 _PAUSES = (0.5, 30.0)
 """Seconds before a gateway thread that failed with sluice's own error runs again, the
 first time and at most (doubling between)."""
+
+
+class Restarts:
+    """The pauses of a thread that fails and runs again: ``first``, doubling up to
+    ``most`` while it fails at once, and ``first`` again after a run that lasted longer
+    than the pause before it (it worked meanwhile). Else a sender that met a few short
+    faults (a full disk, a restarted server) would wait the longest pause after every
+    later one, for as long as its process runs."""
+
+    def __init__(self, first: float, most: float) -> None:
+        self._first = first
+        self._most = most
+        self._last = 0.0
+
+    def pause(self, *, ran: float) -> float:
+        """The pause after a run of ``ran`` seconds that failed."""
+        if ran > self._last:
+            self._last = self._first
+        else:
+            self._last = min(self._last * 2, self._most)
+        return self._last
 
 
 class Gateways:
@@ -144,17 +166,18 @@ class Gateways:
         stop = self._stop
 
         def body() -> None:
-            pause = _PAUSES[0]
+            restarts = Restarts(*_PAUSES)
             try:
                 while not stop.is_set():
+                    started = time.monotonic()
                     try:
                         work()  # until stopped
                         return
                     except SluiceError:  # the database away, say: it runs again after a pause
+                        pause = restarts.pause(ran=time.monotonic() - started)
                         log.exception("gateway thread %s failed; again in %g s", name, pause)
                     if stop.wait(pause):
                         return
-                    pause = min(pause * 2, _PAUSES[1])
             except Exception:  # not sluice's own: a bug, logged; the others go on
                 log.exception("gateway thread %s failed", name)
             finally:
