@@ -21,7 +21,8 @@ What stays as it is:
   fails (the database went away) gives its messages back to their places; they are then
   delivered again after the next ones, as any message taken and not acknowledged is (an
   http receiver that honours ``Idempotency-Key``, as sluice serve does, stores each
-  once, in its first place).
+  once, in its first place). An abort the database refuses (a full disk) is finished
+  before the next take (docs/queues.md), so the messages behind are never taken first.
 - **Leases.** Nothing is delivered once the session may have lost its lease (its
   heartbeats failing, on a full disk say, for longer than the lease): another process
   may have given its messages back already, and delivering the next ones it took would
