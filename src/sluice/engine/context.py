@@ -65,10 +65,12 @@ class Stranded:
     """The queues (and subscriptions) of the held messages: a take from one of them
     finishes this abort first."""
 
-    def abort(self, backend: Backend) -> None:
-        """Give back what it holds (idempotent: only rows still held by its session and
-        transaction change, none if recovery gave them back already)."""
-        backend.abort(self.session, self.tx, list(self.held), list(self.lanes))
+    @property
+    def abort_args(self) -> tuple[int, int, list[int], list[Lane]]:
+        """The backend's ``abort`` arguments that give back what it holds (idempotent:
+        only rows still held by its session and transaction change, none if recovery
+        gave them back already)."""
+        return self.session, self.tx, list(self.held), list(self.lanes)
 
 
 class EngineContext:
@@ -228,7 +230,7 @@ class EngineContext:
         with self._lock:
             waiting = list(self._stranded.values())
         for stranded in waiting:
-            stranded.abort(self.backend)  # raises while the database still refuses
+            self.backend.abort(*stranded.abort_args)  # raises while the database refuses
             self.finished(stranded)
             self.wakeups.notify()
 

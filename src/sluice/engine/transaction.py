@@ -320,8 +320,7 @@ class Transaction:
             raise ConfigurationError(f"limit must be a positive integer, not {limit!r}")
         wait = check_seconds("wait", wait, allow_zero=True)
         for stranded in self._context.stranded_in(queue):  # before the messages behind them
-            yield Call("abort", (stranded.session, stranded.tx, list(stranded.held),
-                                 list(stranded.lanes)), {})  # fmt: skip
+            yield Call("abort", stranded.abort_args, {})
             self._context.finished(stranded)
         if queue in self._buffered_queues:
             yield from self._flush_steps()
