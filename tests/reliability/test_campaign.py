@@ -147,7 +147,9 @@ def test_a_writer_whose_lease_was_lost_keeps_its_order(tmp_path: Path) -> None:
         writer.queue("steps").put("first")
         stalled = writer.context.session
         with sqlite3.connect(tmp_path / "ordered.db") as conn:  # its heartbeat long past
-            conn.execute("UPDATE sessions SET heartbeat_at = 0 WHERE id = ?", (stalled,))
+            conn.execute(
+                "UPDATE sessions SET heartbeat_at = 0, heartbeat_mono = 0 WHERE id = ?", (stalled,)
+            )
         assert stalled in reader.recover()
         writer.context._tick()  # its lease keeper's next beat: a new session
         assert writer.context.session != stalled

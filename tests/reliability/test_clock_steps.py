@@ -1,6 +1,8 @@
-"""The wall clock stepped back under sluice (an NTP step, an operator's ``date``): messages
+"""The wall clock stepped under sluice (an NTP step, an operator's ``date``). Back: messages
 put with no delay stay deliverable at once, in live processes and in ones started after the
-step (sluice.clock). The steps are real to the processes: libfaketime moves their clock."""
+step (sluice.clock). Forward, further than the lease: no live session is taken for dead
+(sluice.engine.lease). The steps are real to the processes: libfaketime moves their wall
+clock and, as NTP does, not their monotonic one."""
 
 from __future__ import annotations
 
@@ -109,3 +111,17 @@ def test_stamps_further_ahead_than_a_clock_step_are_a_test_clocks_and_not_waited
     with sluice.connect(url) as db:
         assert db.clock.now() < ahead - STEP_BACK_HELD  # the wall clock's time, not held
         assert db.queue("q").stats()["delayed"] == 1
+
+
+def test_a_step_forward_past_the_lease_rolls_back_no_live_session(
+    tmp_path: Path, clock_file: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}?lease=2"
+    with process(url, clock_file) as holder:
+        holder.ask("put first")
+        assert holder.ask("hold") == "first"
+        clock_file.write_text("+60\n")  # every heartbeat stamped before is a minute old
+        # A process started after the step recovers dead sessions as it connects.
+        with process(url, clock_file) as newcomer:
+            assert newcomer.ask("take") is None  # still the holder's
+        assert holder.ask("commit") == "committed"

@@ -340,6 +340,9 @@ class SessionInfo:
     pid: int
     heartbeat_at: float
     lease: float
+    heartbeat_mono: float | None = None
+    """The heartbeat on its host's monotonic clock, where the backend keeps it (SQLite):
+    comparable with this process's ``time.monotonic()`` on the same host and boot."""
 
 
 class Effect(NamedTuple):

@@ -275,17 +275,17 @@ class SQLiteBackend(
         # Heartbeats are on the wall clock, not self.clock, as leases are judged
         # (sluice.engine.lease): a clock a test moves must not kill live sessions.
         with self._transaction() as conn:
-            cur = conn.execute(
-                self._q["open_session"],
-                {"host": host, "pid": pid, "now": time.time(), "lease": lease},
-            )
+            now, mono = time.time(), time.monotonic()
+            params = {"host": host, "pid": pid, "now": now, "lease": lease, "mono": mono}
+            cur = conn.execute(self._q["open_session"], params)
             assert cur.lastrowid is not None
             return cur.lastrowid
 
     def heartbeat(self, session: int) -> bool:
         # Not durable: a heartbeat lost to a power cut matters to nobody.
         with self._transaction(durable=False) as conn:
-            cur = conn.execute(self._q["heartbeat"], {"session": session, "now": time.time()})
+            beat = {"session": session, "now": time.time(), "mono": time.monotonic()}
+            cur = conn.execute(self._q["heartbeat"], beat)
             return cur.rowcount == 1
 
     def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:

@@ -71,6 +71,7 @@ class SQLiteStreams:
                 return StreamState(*found)
             params = {"host": stream_host(queue, name), "pid": 0, "lease": STREAM_LEASE}
             params["now"] = time.time()  # a lease: real time, as open_session's
+            params["mono"] = time.monotonic()
             session = conn.execute(self._q["open_session"], key | params).lastrowid
             if conn.execute(self._q["stream_insert"], key | {"session": session}).rowcount != 1:
                 raise QueueNotFound(f"queue {queue!r} does not exist")

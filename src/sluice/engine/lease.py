@@ -8,6 +8,9 @@ Leases are judged by real time (the wall clock on SQLite, the server's clock on
 PostgreSQL), never by the Database's clock (``db.clock``): a test that moves a
 ManualClock a week ahead must not make every other live session look dead and
 have its work rolled back, and a demo's FastClock must not outrun heartbeats.
+A session of this very host and boot is judged by the monotonic clock where the
+backend keeps that stamp too (SQLite): a wall clock stepped forward further than the
+lease (an NTP step) would otherwise make every live session look dead at once.
 """
 
 from __future__ import annotations
@@ -56,9 +59,13 @@ def is_dead(session: SessionInfo, *, me: int, now: float | None = None) -> bool:
     """Whether a session other than ``me`` can be rolled back."""
     if session.id == me:
         return False
-    if session.heartbeat_at + session.lease < (now if now is not None else time.time()):
-        return True
-    return session.host == host_key() and not _pid_alive(session.pid)
+    here = session.host == host_key()
+    if here and session.heartbeat_mono is not None:
+        # One host, one boot: the monotonic clock, which no wall-clock step moves.
+        lapsed = session.heartbeat_mono + session.lease < time.monotonic()
+    else:
+        lapsed = session.heartbeat_at + session.lease < (now if now is not None else time.time())
+    return lapsed or (here and not _pid_alive(session.pid))
 
 
 class LeaseKeeper:

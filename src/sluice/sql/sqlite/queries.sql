@@ -12,14 +12,14 @@
 -- consumers nothing, decided by the statement itself, whichever process paused it.
 
 -- name: open_session
-INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease)
-VALUES (:host, :pid, :now, :now, :lease);
+INSERT INTO sessions (host, pid, started_at, heartbeat_at, lease, heartbeat_mono)
+VALUES (:host, :pid, :now, :now, :lease, :mono);
 
 -- name: heartbeat
-UPDATE sessions SET heartbeat_at = :now WHERE id = :session;
+UPDATE sessions SET heartbeat_at = :now, heartbeat_mono = :mono WHERE id = :session;
 
 -- name: list_sessions
-SELECT id, host, pid, heartbeat_at, lease FROM sessions;
+SELECT id, host, pid, heartbeat_at, lease, heartbeat_mono FROM sessions;
 
 -- name: newest_stamp
 -- The latest enqueue time among the newest messages (by id, so a seek, not a scan).

@@ -47,7 +47,8 @@ CREATE TABLE sessions (
     pid          INTEGER NOT NULL,
     started_at   REAL    NOT NULL,
     heartbeat_at REAL    NOT NULL,
-    lease        REAL    NOT NULL
+    lease        REAL    NOT NULL,
+    heartbeat_mono REAL
 );
 
 CREATE TABLE messages (
