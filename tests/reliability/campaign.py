@@ -162,10 +162,16 @@ CREATE QUEUE relay KIND gateway OUT TRANSPORT http
   ERRORQUEUE relay_errors;
 """
 RELAY_BATCHES = (1, 16)
-"""The relay's ``batch``, by the seed's parity: a message per post and transaction, or up
-to 16 (what forwarding under load wants: with every actor at work on two cores, each of
-the relay's commits, claims and the receiver's puts waits its turn for SQLite's writer
-lock, and one at a time it forwarded about 2 messages a second of the 54 routed)."""
+
+
+def relay_batch(seed: int) -> int:
+    """The relay's ``batch``, by the seed's parity: a message per post and transaction, or
+    up to 16 (what forwarding under load wants: with every actor at work on two cores, each
+    of the relay's commits, claims and the receiver's puts waits its turn for SQLite's
+    writer lock, and one at a time it forwarded about 2 messages a second of the 54 routed)."""
+    return RELAY_BATCHES[seed % 2]
+
+
 RULES_BATCHES = (1, 7, 64, 256)
 """``sluice run --batch``: a message per transaction up to the default."""
 CLOCK_AHEAD = 300.0
@@ -702,7 +708,7 @@ def run_campaign(
     clock: bool = False,
 ) -> Outcome:
     port, logs = free_port(), Path(tempfile.mkdtemp(prefix="sluice-campaign-"))
-    secret = prepare(url, port, logs / "dropbox", relay_batch=RELAY_BATCHES[seed % 2])
+    secret = prepare(url, port, logs / "dropbox", relay_batch=relay_batch(seed))
     campaign = Campaign(actor_url(url), backend, seed, seconds, secret=secret, port=port,
                         logs=logs, crash=crash, disk=disk, clock=clock)  # fmt: skip
     return campaign.run()
@@ -762,7 +768,7 @@ def report(outcomes: list[Outcome]) -> str:
             f" {o.checked.get('routed', 0):,} orders routed (the drain the rest)."
         )
         out.append(
-            f"- {o.backend}: sluice run's gateway (batch {RELAY_BATCHES[o.seed % 2]}) forwarded"
+            f"- {o.backend}: sluice run's gateway (batch {relay_batch(o.seed)}) forwarded"
             f" {o.relayed_by_run:,} of the {o.checked.get('relayed', 0):,} orders relayed;"
             " sluice dropbox stored"
             f" {o.stored_by_dropbox:,} of the {o.checked.get('dropped', 0):,} files"

@@ -222,9 +222,10 @@ class EngineContext:
             return [s for s in self._stranded.values() if queue in s.queues]
 
     def finished(self, stranded: Stranded) -> None:
-        """``stranded``'s abort went through."""
+        """``stranded``'s abort went through: its messages are back for whoever waits."""
         with self._lock:
             self._stranded.pop((stranded.session, stranded.tx), None)
+        self.wakeups.notify()
 
     def _finish_stranded(self) -> None:
         with self._lock:
@@ -232,7 +233,6 @@ class EngineContext:
         for stranded in waiting:
             self.backend.abort(*stranded.abort_args)  # raises while the database refuses
             self.finished(stranded)
-            self.wakeups.notify()
 
     def lease_held(self, session: int) -> bool:
         """Whether ``session`` is this connection's and its lease surely still holds: renewed
