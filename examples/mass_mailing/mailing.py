@@ -4,7 +4,7 @@ A week of a throttled mailer in seconds (see src/sluice/demo_mailing.py and
 docs/jobs.md): one job of 10,000 personalised messages, a profile of 5 an hour
 in working hours and 1,000 an hour otherwise, a later job that does not wait for
 the first once it is late, every message sent through SMTP to a local sink.
-Needs `pip install 'sluice[mail]'`.
+Needs `pip install 'sluice-queue[mail]'`.
 """
 
 from __future__ import annotations

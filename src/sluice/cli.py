@@ -404,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--older-than", type=float, default=0.0, help="only those older (seconds)")
     add("recover", cmd_recover, "roll back sessions whose owners died")
     _pipeline_parser(
-        add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice[spark])")
+        add("pipeline", cmd_pipeline, "run a queue -> Spark SQL -> queue pipeline (sluice-queue[spark])")
     )
     for module in (cli_jobs, cli_rules, cli_keys, cli_server, cli_dropbox):
         module.add_commands(add)

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Callable
 
 import sluice
-from sluice.errors import ConfigurationError
+from sluice.errors import ConfigurationError, MissingDependency
+from sluice.extras import install_hint
 
 __all__ = ["add_commands", "loopback"]
 
@@ -32,13 +33,13 @@ def _positive_int(text: str) -> int:
 
 def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
     try:
-        import uvicorn  # noqa: PLC0415  (sluice[server], an extra)
+        import uvicorn  # noqa: PLC0415  (sluice-queue[server], an extra)
 
         from sluice.server.app import create_app  # noqa: PLC0415  (needs the extra)
         from sluice.server.headers import with_header_timeout  # noqa: PLC0415
     except ImportError as exc:
-        raise ConfigurationError(
-            f"the server needs its extra: pip install 'sluice[server]' ({exc})"
+        raise MissingDependency(
+            f"the server needs its extra ({exc}): {install_hint('server')}"
         ) from None
     if args.no_auth:
         if not loopback(args.host):
@@ -70,7 +71,7 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
 
 
 def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
-    p = add("serve", cmd_serve, "serve the HTTP API (sluice[server]; docs/server.md)")
+    p = add("serve", cmd_serve, "serve the HTTP API (sluice-queue[server]; docs/server.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument(

@@ -47,7 +47,7 @@ def connect(
       a SQLite file (created if missing), shared safely by threads and processes.
     - ``memory://``: queues in this process's memory, gone on close.
     - ``postgresql://user@host:port/dbname``: queues in a PostgreSQL database,
-      shared by any number of processes and hosts (needs ``sluice[postgres]``).
+      shared by any number of processes and hosts (needs ``sluice-queue[postgres]``).
       Options: ``schema`` (``sluice``), ``pool_size`` (10 connections),
       ``migrate`` (true: create or upgrade the schema; false: refuse an old one),
       ``fallback`` (1 s between checks for work that no notification announced).

@@ -9,7 +9,7 @@ Each task puts its mail into an outgoing ``smtp`` gateway queue (``mail.out``), 
 the transaction that completes the task, and the gateway sends it through SMTP to a
 local sink (aiosmtpd) the example starts, within the same profile (the gateway counts
 its own sends); the clock is simulated, moved hour by hour, so the week passes as fast
-as the messages can be sent. Needs ``sluice[mail]``.
+as the messages can be sent. Needs ``sluice-queue[mail]``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from zoneinfo import ZoneInfo
 
 import sluice
 from sluice.clock import Clock
+from sluice.errors import MissingDependency
+from sluice.extras import install_hint
 from sluice.jobs import ManualClock, Task
 from sluice.jobs.profiles import Entry, Profile
 
@@ -99,8 +101,8 @@ def run_mailing_demo(
     try:
         from aiosmtpd.controller import Controller  # noqa: PLC0415
     except ImportError as exc:
-        raise sluice.ConfigurationError(
-            "the mass-mailing example needs aiosmtpd: pip install 'sluice[mail]'"
+        raise MissingDependency(
+            f"the mass-mailing example needs aiosmtpd: {install_hint('mail')}"
         ) from exc
     clock = ManualClock(START.timestamp())
     sink = _Sink(clock)

@@ -8,6 +8,7 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
 
     SluiceError
     ├── ConfigurationError          bad URL, option or setting
+    │   ├── MissingDependency       an optional part used without its extra installed
     │   ├── ExpressionError         an expression that does not parse or is not allowed
     │   ├── RuleDefinitionError     a rules definition (sluice.rules) with a mistake, at a line
     │   └── TypeDefinitionError     a message type that cannot be defined as given
@@ -57,6 +58,7 @@ __all__ = [
     "LeaseLost",
     "MessageError",
     "MessageStateError",
+    "MissingDependency",
     "NotASluiceDatabase",
     "PayloadTooLarge",
     "QueueError",
@@ -85,6 +87,10 @@ class SluiceError(Exception):
 
 class ConfigurationError(SluiceError):
     """A URL, option or setting is not valid; check the value against the documentation."""
+
+
+class MissingDependency(ConfigurationError):
+    """An optional part of sluice is used without its extra; install the extra it names."""
 
 
 class ExpressionError(ConfigurationError):

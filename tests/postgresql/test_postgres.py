@@ -97,7 +97,7 @@ def test_missing_driver_names_the_extra() -> None:
         "    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install 'sluice[postgres]'" in out.stdout
+    assert "pip install 'sluice-queue[postgres]'" in out.stdout
 
 
 # --- the transactional outbox --------------------------------------------------------

@@ -56,7 +56,7 @@ from sluice.clock import Clock
 from sluice.expr.sql import RelationSource, SqlCompiler
 
 if TYPE_CHECKING:
-    import pyarrow as pa  # sluice[spark]
+    import pyarrow as pa  # sluice-queue[spark]
 
 T = TypeVar("T")
 

@@ -56,7 +56,8 @@ from sluice.backends.sql_backend import (
 )
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
-from sluice.errors import ConfigurationError, QueueNotFound, StorageError
+from sluice.errors import ConfigurationError, MissingDependency, QueueNotFound, StorageError
+from sluice.extras import install_hint
 from sluice.expr.postgres import PostgresCompiler, json_body
 from sluice.expr.sql import Source
 from sluice.message import TEXT
@@ -66,8 +67,9 @@ try:
     import psycopg_pool
     from psycopg.pq import TransactionStatus
 except ImportError as _missing:  # pragma: no cover - depends on the installation
-    raise ConfigurationError(
-        "the PostgreSQL backend needs psycopg 3 and its pool: pip install 'sluice[postgres]'"
+    raise MissingDependency(
+        f"the PostgreSQL backend needs psycopg 3 and its pool ({_missing}): "
+        f"{install_hint('postgres')}"
     ) from _missing
 
 from sluice.backends.postgres_maintenance import (

@@ -48,7 +48,7 @@ from sluice.clock import Clock
 from sluice.errors import LeaseLost, QueueNotFound
 
 if TYPE_CHECKING:
-    import pyarrow as pa  # sluice[spark]
+    import pyarrow as pa  # sluice-queue[spark]
 
 __all__ = ["PostgresStreams"]
 
@@ -124,7 +124,7 @@ class PostgresStreams:
         spooled = self._one("stream_spool_read", {"session": session, "after": after, "upto": upto})
         if not spooled:
             return []
-        from sluice.backends.postgres_spool import readable  # noqa: PLC0415 (sluice[spark])
+        from sluice.backends.postgres_spool import readable  # noqa: PLC0415 (sluice-queue[spark])
 
         return [readable(bytes(data), round_, part, parts) for round_, data in spooled]
 
@@ -133,7 +133,7 @@ class PostgresStreams:
     ) -> int:
         name, extra = self.selected("stream_take", select)
         params = {"queue": queue, "limit": limit, "now": self.clock.now()} | extra
-        from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+        from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice-queue[spark])
 
         # Relaxed, as every claim: set_stream_round's flush makes it durable.
         with self._transaction(durable=False) as conn:
@@ -194,7 +194,7 @@ class PostgresStreams:
         """Put the spooled rounds being settled back into the queue, as done messages."""
         blobs = conn.execute(self._q["stream_spool_read"], params).fetchall()
         if blobs:
-            from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+            from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice-queue[spark])
 
             with conn.cursor().copy(self._q["stream_restore"]) as copy:
                 for _, data in blobs:
@@ -294,7 +294,7 @@ class PostgresStreams:
         """Put what the stream moved into its spool back into the queue, as it was."""
         blobs = conn.execute(self._q["stream_spool_all"], session).fetchall()
         if blobs:
-            from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice[spark])
+            from sluice.backends import postgres_spool as spool  # noqa: PLC0415 (Arrow: sluice-queue[spark])
 
             with conn.cursor().copy(self._q["stream_restore"]) as copy:
                 for round_, data in blobs:

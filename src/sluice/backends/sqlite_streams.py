@@ -32,7 +32,7 @@ from sluice.clock import Clock
 from sluice.errors import QueueNotFound
 
 if TYPE_CHECKING:
-    import pyarrow as pa  # sluice[spark]
+    import pyarrow as pa  # sluice-queue[spark]
 
 __all__ = ["SQLiteStreams"]
 

@@ -9,7 +9,8 @@ import math
 from functools import lru_cache
 from typing import Any, Final
 
-from sluice.errors import ExpressionError, InvalidBody, TypeDefinitionError
+from sluice.errors import ExpressionError, InvalidBody, MissingDependency, TypeDefinitionError
+from sluice.extras import install_hint
 
 __all__ = [
     "check_node_xpath",
@@ -32,7 +33,7 @@ def _lxml() -> Any:
     try:
         from lxml import etree  # noqa: PLC0415  (lxml is optional: only XML bodies need it)
     except ImportError:  # pragma: no cover - depends on the installation
-        raise ExpressionError("XML needs lxml: pip install 'sluice[xml]'") from None
+        raise MissingDependency(f"XML bodies need lxml: {install_hint('xml')}") from None
     return etree
 
 

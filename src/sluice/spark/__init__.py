@@ -1,4 +1,4 @@
-"""sluice on Apache Spark (``pip install sluice[spark]``): the ``sluice`` data source and pipelines.
+"""sluice on Apache Spark (``pip install 'sluice-queue[spark]'``): the ``sluice`` data source and pipelines.
 
 - ``spark.read.format("sluice")``: browse a queue as a DataFrame;
   ``spark.readStream.format("sluice")``: consume it, exactly once with the
