@@ -42,6 +42,8 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "ConfigurationError",
     "Conflict",
@@ -140,6 +142,35 @@ class QueueError(SluiceError):
 
 class QueueNotFound(QueueError):
     """The queue does not exist; create it with db.create_queue(name) first."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        name: str | None = None,
+        kind: str = "queue",
+        suggestions: Sequence[str] = (),
+        hint: str | None = None,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        """What was looked for: ``queue``, ``topic`` or ``subscription``."""
+        self.suggestions = tuple(suggestions)
+        """Existing names close to ``name``, nearest first: the "did you mean"."""
+        super().__init__(message if message is not None or name is None else self.describe(hint))
+
+    def describe(self, hint: str | None = None) -> str:
+        """The message with ``hint``, the reader's own way to create it (a CLI command, a route).
+
+        Each interface renders the same error in its own words: the Python API says
+        ``db.create_queue``, the CLI ``sluice create``, the HTTP API its route.
+        """
+        if self.name is None:
+            return str(self)
+        text = f"{self.kind} {self.name!r} does not exist"
+        if self.suggestions:
+            text += f" (did you mean {' or '.join(map(repr, self.suggestions))}?)"
+        return f"{text}; {hint}" if hint else text
 
 
 class QueueExists(QueueError):

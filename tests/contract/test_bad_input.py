@@ -124,3 +124,23 @@ def test_using_a_closed_database_says_so(backend_url: str) -> None:
         q.browse()
     with pytest.raises(sluice.SluiceError, match="closed"):
         db.begin()
+
+
+def test_a_misspelt_name_gets_did_you_mean(db: sluice.Database) -> None:
+    db.create_queue("orders")
+    db.create_topic("events")
+    with pytest.raises(sluice.QueueNotFound) as missing:
+        db.queue("ordrs").put(1)
+    assert missing.value.name == "ordrs"
+    assert missing.value.suggestions == ("orders",)
+    assert str(missing.value) == (
+        "queue 'ordrs' does not exist (did you mean 'orders'?); "
+        "create it with db.create_queue('ordrs')"
+    )
+    # Each interface says how to create it in its own words.
+    assert missing.value.describe("sluice create ordrs").endswith("?); sluice create ordrs")
+    with pytest.raises(sluice.QueueNotFound) as topic:
+        db.subscribe("evnts", "audit")
+    assert topic.value.kind == "topic"
+    assert "did you mean 'events'?" in str(topic.value)
+    assert "db.create_topic('evnts')" in str(topic.value)

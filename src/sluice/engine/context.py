@@ -9,6 +9,7 @@ state of its own that the parts would have to reach into.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import logging
 import os
@@ -154,11 +155,25 @@ class EngineContext:
         spec = self.backend.get_queue(check_queue_name(name))
         if spec is None:
             self._specs.pop(name, None)
-            raise QueueNotFound(
-                f"queue {name!r} does not exist; create it with db.create_queue({name!r})"
-            )
+            raise self.not_found(name)
         self._specs[name] = (spec, now + _SPEC_TTL)
         return spec
+
+    def not_found(self, name: str, kind: str = "queue") -> QueueNotFound:
+        """QueueNotFound for ``name`` with the existing names of that ``kind`` closest to it.
+
+        Only on the error path: it reads the catalog once, which a lookup that found the
+        queue never does.
+        """
+        specs = self.backend.list_queues()
+        names = [s.name for s in specs if kind in ("queue", s.kind)]
+        create = {"topic": "db.create_topic({!r})", "subscription": "db.subscribe(topic, {!r})"}
+        return QueueNotFound(
+            name=name,
+            kind=kind,
+            suggestions=difflib.get_close_matches(name, names, n=3, cutoff=0.6),
+            hint="create it with " + create.get(kind, "db.create_queue({!r})").format(name),
+        )
 
     def is_cached(self, name: str) -> bool:
         """Whether ``spec(name)`` and ``content(name)`` would read nothing now (sluice.aio

@@ -260,7 +260,10 @@ class Engine:
         deliver a message again, never lose one (as a broker's unsynced acks). The
         rest as for queues.
         """
-        found = self.context.spec(topic, fresh=True)
+        try:
+            found = self.context.spec(topic, fresh=True)
+        except QueueNotFound:
+            raise self.context.not_found(topic, "topic") from None
         if found.kind != "topic":
             raise ConfigurationError(
                 f"{topic!r} is a {found.kind}, not a topic: create it with db.create_topic"
