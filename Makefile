@@ -9,7 +9,7 @@ RUN_DB ?= sluice-demo.db
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[mail]'
+	$(BIN)/pip install --quiet -e '.[demo]'
 	touch $@
 
 # The console's browser tests drive Debian's chromium (Playwright's own download cannot work here);

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sluice
+from sluice import extras
 from sluice.demo_mailing import MailingReport, format_mailing, run_mailing_demo
 from sluice.demo_orders import OrdersReport, format_orders, run_orders_demo
 from sluice.demo_procurement import ProcurementReport, format_procurement, run_procurement_demo
@@ -76,6 +77,10 @@ def run_demo(url: str, *, readers: int | None = None) -> DemoReport:
 
     ``readers``: the mass mailing's weekly report goes to this many (10,000).
     """
+    # Checked before anything is stored: the mailing needs an SMTP sink, the procurement
+    # example's messages are XML.
+    extras.require("mail", "the demo's mass-mailing example")
+    extras.require("xml", "the demo's procurement example (XML messages)")
     with sluice.connect(url) as db:
         if db.queues():
             raise sluice.SluiceError(
