@@ -153,6 +153,7 @@ def _split(url: str) -> tuple[str, str, dict[str, str]]:
     if not isinstance(url, str) or not url:
         raise ConfigurationError(f"a database URL is a non-empty str, not {url!r}")
     if "://" not in url:
+        _check_plain_path(url)
         return "sqlite", url, {}
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -167,6 +168,35 @@ def _split(url: str) -> tuple[str, str, dict[str, str]]:
             raise ConfigurationError(f"{url!r} names no file; use sqlite:///queues.db")
         return "sqlite", path, query
     return parts.scheme, parts.path, query
+
+
+_SCHEMES = ("sqlite", "memory", "postgresql", "postgres")
+
+
+def _check_plain_path(url: str) -> None:
+    """Refuse a plain path that is really a mistyped URL, before it becomes a SQLite file.
+
+    ``memory:``, ``memory`` and ``sqlite:/q.db`` would otherwise each create a file of that
+    name in the working directory, and the user's queues would silently live there.
+    """
+    scheme, colon, rest = url.partition(":")
+    word = scheme.lower()
+    if word in ("memory", "") and rest in ("", "memory:"):
+        raise ConfigurationError(
+            f"{url!r} would be a SQLite file of that name; for queues in memory use memory://"
+        )
+    if not colon and word in _SCHEMES:
+        raise ConfigurationError(
+            f"{url!r} would be a SQLite file of that name; a URL has '://' "
+            "(sqlite:///queues.db, memory://, postgresql://host/dbname)"
+        )
+    if colon and word in _SCHEMES:
+        right = {
+            "sqlite": f"sqlite:///{rest.lstrip('/')} (relative) or sqlite:////{rest.lstrip('/')}"
+            " (absolute)",
+            "memory": "memory://",
+        }.get(word, f"{word}://{rest.lstrip('/')}")
+        raise ConfigurationError(f"{url!r} is not a URL sluice reads; did you mean {right}?")
 
 
 def _number(key: str, value: Any) -> float:
