@@ -26,6 +26,7 @@ from sluice.engine import topics
 from sluice.engine.content import free_slot
 from sluice.engine.context import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, EngineContext
 from sluice.engine.credit import check_max_in_flight
+from sluice.engine.overview import QueueOverview, overview
 from sluice.engine.queue import Queue
 from sluice.engine.topics import Start, Subscription
 from sluice.engine.transaction import Transaction
@@ -333,6 +334,13 @@ class Engine:
                 )
             )  # fmt: skip
         return found
+
+    def overview(self) -> list[QueueOverview]:
+        """Every queue, topic and subscription with its counts, oldest ready message, lag
+        and error queue: what ``sluice queues`` and the console show (engine/overview.py)."""
+        specs = self.queues()
+        subs = self.subscriptions() if any(s.kind == "subscription" for s in specs) else []
+        return overview(specs, self.backend.stats_all(), subs)
 
     def queue(self, name: str, *, max_in_flight: int | None = None) -> Queue:
         """A handle on an existing queue; QueueNotFound if there is none.
