@@ -23,6 +23,7 @@ from sluice.engine.database import Engine
 from sluice.engine.retention import remove_kept
 from sluice.errors import (
     ConfigurationError,
+    MissingDependency,
     QueueInUse,
     RuleDefinitionError,
     SluiceError,
@@ -33,6 +34,7 @@ from sluice.rules.check import apply_statements
 from sluice.rules.fast import ActionKey, FastInsert, build_fast
 from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
+from sluice.rules.needs import require_extras
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
 from sluice.rules.runner import BatchResult, StalePlan, process_batch
 from sluice.rules.turns import Retake, Turns
@@ -58,6 +60,8 @@ class _Compiled:
     plans: tuple[QueuePlan, ...] = ()
     fast: Mapping[str, Mapping[ActionKey, FastInsert]] = field(default_factory=dict)
     queue_ids: Mapping[str, int] = field(default_factory=dict)
+    missing: str | None = None
+    """Why this process cannot run it (an extra not installed): raised before any batch."""
 
 
 @dataclass(slots=True)
@@ -65,8 +69,11 @@ class RunStats:
     """What a run did."""
 
     processed: int = 0
+    """Messages processed (error messages made for them included)."""
     errors: int = 0
+    """Messages whose processing failed: each made an error message (docs/rules.md)."""
     produced: int = 0
+    """Messages the rules enqueued, error messages included."""
     removed: int = 0
     batches: int = 0
 
@@ -110,6 +117,9 @@ class Rules:
         self._counting = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self.stats = RunStats()
+        """What the run going on (or the last one) has done so far, counted as each batch
+        commits: read it from a timer for progress (``processed``, ``errors``)."""
 
     # --- the application --------------------------------------------------------------
     @property
@@ -139,7 +149,7 @@ class Rules:
             # Compiled before anything changes: a mistake only a compiler finds is refused
             # here, not at the first message.
             ids = dict.fromkeys(app.queues, 0)
-            compile_application(app, backend, ids)
+            require_extras(app, compile_application(app, backend, ids), self._context.types)
             if check is not None:
                 check(app)
             self._make_queues(current, app)
@@ -254,7 +264,12 @@ class Rules:
             fast = {p.name: build_fast(app, backend, p) for p in plans}
             for plan in plans:
                 self._turns.setdefault(plan.name, Turns())
-            self._compiled = _Compiled(version, app, tuple(plans), fast, ids)
+            try:
+                require_extras(app, plans, self._context.types)
+                missing = None
+            except MissingDependency as exc:  # raised by the next batch, not by every look
+                missing = str(exc)
+            self._compiled = _Compiled(version, app, tuple(plans), fast, ids, missing)
         return True
 
     # --- running -----------------------------------------------------------------------
@@ -265,7 +280,7 @@ class Rules:
         yet due by the engine clock wait (move a ManualClock and call again).
         ``workers``: batches processed at once (see ``run``).
         """
-        stats = RunStats()
+        self.stats = stats = RunStats()
         self.reload()
 
         def drain() -> None:
@@ -316,6 +331,8 @@ class Rules:
         so a busy queue does not starve another of its priority.
         """
         compiled = self._compiled
+        if compiled.missing is not None:
+            raise MissingDependency(compiled.missing)
         plans = compiled.plans
         turn = self._turn % len(plans) if plans else 0
         order = sorted(
@@ -378,7 +395,7 @@ class Rules:
         cores to spare; SQLite's writers are serial anyway.
         """
         stop = stop or self._stop
-        stats = RunStats()
+        self.stats = stats = RunStats()
         wakeups = self._context.wakeups
 
         def halt() -> None:  # one worker failed: the run stops, as it does with one worker
@@ -415,6 +432,8 @@ class Rules:
             token = wakeups.token()
             try:
                 worked = self._round(batch, idle, stats, on_batch)
+            except MissingDependency:
+                raise  # this process cannot run the rules: trying again would not help
             except (SluiceError, StorageError) as exc:
                 log.warning("rules: a batch failed and was rolled back, retrying: %s", exc)
                 stop.wait(0.2)

@@ -13,6 +13,7 @@ that message's actions alone and puts an error message in its error queue instea
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from sluice.engine.enqueue import property_value, typed_envelope
 from sluice.errors import MessageError, QueueNotFound, SluiceError, StorageError
 from sluice.expr.xml import parse_xml
 from sluice.message import JSON, XML, decode_json, encode_json, is_json, is_xml
+from sluice.rules.failures import Failure, failure_of
 from sluice.rules.fast import ActionKey, FastInsert, made_bodies, usable
 from sluice.rules.model import Application, RuleDef
 from sluice.rules.plan import (
@@ -37,10 +39,11 @@ from sluice.rules.plan import (
 )
 from sluice.rules.turns import Retake, Turns
 
+log = logging.getLogger("sluice.rules")
+
 __all__ = [
     "BatchResult",
     "Evaluate",
-    "Failure",
     "StalePlan",
     "process_batch",
     "process_given",
@@ -73,15 +76,6 @@ message's own parts may be NULL too (rules_evaluate_lean's layout, for the SQL e
 
 class StalePlan(SluiceError):
     """Another version of the rules was applied: compile it, then process."""
-
-
-class Failure(SluiceError):
-    """Processing one message failed: its actions are undone, an error message is sent."""
-
-    def __init__(self, kind: str, text: str, rule: RuleDef | None) -> None:
-        super().__init__(text)
-        self.kind = kind
-        self.rule = rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,10 +348,9 @@ class _Batch:
                     self._flush([one])
                 return
             row, ref, _ = pending[0]
-            trigger = self._trigger_of(ref, row)
-            kind = "queue" if isinstance(exc, QueueNotFound) else "message"
             # Its resets stay done: they ran with its wave, before the refusal.
-            self._fail(trigger, Failure(kind, str(exc), None))
+            kind = "queue" if isinstance(exc, QueueNotFound) else "message"
+            self._fail(self._trigger_of(ref, row), Failure(kind, str(exc), None))
 
     def _fast_choice(self, rows: Sequence[Sequence[Any]]) -> dict[ActionKey, list[int]] | None:
         """Which triggers each action's SQL enqueue takes, or None if any message needs
@@ -484,11 +477,10 @@ class _Batch:
         for planned in self.plan.rules:
             try:
                 self._rule(planned, row, trigger, actions)
-            except Failure as failure:
-                return failure
-            except (MessageError, QueueNotFound) as exc:
-                kind = "queue" if isinstance(exc, QueueNotFound) else "message"
-                return Failure(kind, str(exc), planned.rule)
+            except StorageError:
+                raise  # the database's: the part is done again a message at a time
+            except Exception as exc:  # any other, sluice's or not: this message's error
+                return failure_of(exc, planned.rule)
         return actions
 
     def _rule(
@@ -623,10 +615,15 @@ class _Batch:
                 with self.unit.savepoint():
                     envelope = self._typed(queue, document, JSON, properties, self.now)
                     self._put([envelope])
-            except (SluiceError, StorageError):
-                continue  # refused there (a type, a missing queue): the next one takes it
+            except Retake:
+                raise
+            except Exception as exc:  # refused there (a type, a missing queue): the next takes it
+                log.warning("rules: error queue %r refused an error message: %s", queue, exc)
+                continue
             self.result.produced[queue] = self.result.produced.get(queue, 0) + 1
             self.result.errors += 1
+            log.warning("rules: message %s of %r failed, error message in %r: %s", trigger.id,
+                        trigger.queue, queue, failure, exc_info=failure.__cause__)  # fmt: skip
             return
         raise StorageError(f"no error queue took the error of message {trigger.id}: {failure}")
 
@@ -661,9 +658,10 @@ class _Batch:
                     )
                     self._put([envelope])
                 self.result.produced[target] = self.result.produced.get(target, 0) + 1
-            except (SluiceError, StorageError) as exc:
-                failure = exc if isinstance(exc, Failure) else Failure("echo", str(exc), None)
-                self._fail(trigger, failure)
+            except Retake:
+                raise
+            except Exception as exc:  # sluice's or not: the echo message's error
+                self._fail(trigger, failure_of(exc, None, kind="echo"))
         return due
 
     def _origin(self, trigger: _Trigger, rule: RuleDef | None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""sluice on Apache Spark (``pip install 'sluice-queue[spark]'``): the ``sluice`` data source and pipelines.
+"""sluice on Apache Spark (``pip install 'sluice-queue[spark]'``): the ``sluice`` data source
+and pipelines.
 
 - ``spark.read.format("sluice")``: browse a queue as a DataFrame;
   ``spark.readStream.format("sluice")``: consume it, exactly once with the
@@ -12,9 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.spark.options import absolute_url, connection
-from sluice.spark.pipeline import run_pipeline, spark_session
-from sluice.spark.source import SluiceDataSource
+from sluice.extras import require
+
+# Before any of its modules: without the extra, every use of sluice.spark (an import,
+# sluice pipeline, sluice run --engine spark) ends here, naming it.
+require("spark", "sluice.spark")
+
+from sluice.spark.options import absolute_url, connection  # noqa: E402
+from sluice.spark.pipeline import run_pipeline, spark_session  # noqa: E402
+from sluice.spark.source import SluiceDataSource  # noqa: E402
 
 __all__ = [
     "SluiceDataSource",

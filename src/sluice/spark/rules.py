@@ -50,6 +50,7 @@ from sluice.rules.check import rules_of
 from sluice.rules.engine import RunStats
 from sluice.rules.fast import ActionKey, FastInsert, build_fast, made_bodies
 from sluice.rules.model import Application, Reset
+from sluice.rules.needs import require_extras
 from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
 from sluice.rules.runner import StalePlan, process_given
 from sluice.spark.options import absolute_url
@@ -205,6 +206,7 @@ def _compile(db: Database) -> _Compiled:
     check(app)
     ids = {str(n): int(i) for n, i in backend.rules_read("rules_queue_ids", {})}
     plans = compile_application(app, backend, ids)
+    require_extras(app, plans, db.context.types)
     compilers = SparkRuleSQL()
     spark = {p.name: p for p in compile_application(app, compilers, ids)}
     fast = {p.name: build_fast(app, backend, p) for p in plans}
