@@ -56,7 +56,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker.run()
     finally:
         db.close()
-    print(f"sluice worker: stopped after {worker.processed} task(s)", file=sys.stderr)
+    done = worker.stats
+    print(f"sluice worker: stopped after {done.processed} task(s), {done.failed} failed, "
+          f"{done.errors} failed run(s)", file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -57,9 +57,12 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
         stats = db.rules.run(batch=args.batch, stop=stop, workers=args.workers)
     finally:
         db.gateways.stop()
+    sent = db.gateways.stats  # every failure counts: the rules' and the deliveries'
     print(
         f"sluice run: stopped after {stats.processed} message(s) processed, "
-        f"{stats.produced} produced, {stats.errors} error(s), {stats.removed} removed",
+        f"{stats.produced} produced, {stats.errors + sent.failed} error(s), "
+        f"{stats.removed} removed"
+        + (f"; gateways: {sent.delivered} delivered, {sent.failed} failed" if gateways else ""),
         file=sys.stderr,
     )
     return 0

@@ -20,6 +20,7 @@ from sluice.gateways.model import Direction, Gateway, Setting
 from sluice.gateways.pipeline import Pipeline
 from sluice.gateways.registry import transport
 from sluice.gateways.sender import Sender
+from sluice.gateways.stats import DeliveryStats
 from sluice.gateways.throttle import Throttle
 from sluice.gateways.transports import Inbound, Outbound, Transport
 from sluice.rules.model import QueueDef
@@ -69,6 +70,8 @@ class Gateways:
         self._stop = threading.Event()
         self._threads: builtins.list[threading.Thread] = []
         self._lock = threading.Lock()
+        self.stats = DeliveryStats()
+        """What the outgoing gateways run here delivered and failed to, so far (progress)."""
 
     # --- definitions ------------------------------------------------------------------
     def define(
@@ -122,7 +125,7 @@ class Gateways:
             made = transport(gateway)
             if gateway.direction == "out" and made.outbound is not None:
                 out: Outbound = made.outbound(self._db, gateway)
-                senders.append(Sender(self._db, gateway, out, stop))
+                senders.append(Sender(self._db, gateway, out, stop, stats=self.stats))
             elif made.inbound is not None:
                 inbound.append(made.inbound(self._db, gateway))
         return senders, inbound

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import DeliveryFailed
 from sluice.gateways.model import Gateway
+from sluice.gateways.stats import DeliveryStats
 from sluice.gateways.throttle import Throttle
 from sluice.gateways.transports import Delivered, Outbound
 from sluice.jobs.limits import Starts
@@ -70,7 +71,12 @@ class Round:
 class Sender:
     """Delivers the messages of ``gateway``'s queue through ``out`` until ``stop``."""
 
-    def __init__(self, db: Engine, gateway: Gateway, out: Outbound, stop: threading.Event) -> None:
+    def __init__(
+        self, db: Engine, gateway: Gateway, out: Outbound, stop: threading.Event,
+        *, stats: DeliveryStats | None = None,
+    ) -> None:  # fmt: skip
+        """``stats``: where its deliveries and failures are counted (``db.gateways.stats``)."""
+        self.stats = stats or DeliveryStats()
         self._db = db
         self._gateway = gateway
         self._out = out
@@ -136,16 +142,21 @@ class Sender:
             sent = sent or bool(replies) or timed_out
             for message, reply in zip(pending, replies, strict=False):
                 self._keep(tx, message, reply)
+            self.stats.took(len(replies))
             pending = pending[len(replies) :]
             tried = 1 if replies else tried + 1  # tries of the first one left
             if failure is None:
                 tried = 0
                 continue
             clean = False
-            if failure.retry and tried < self._gateway.attempts:
-                if self._stop.wait(self._gateway.backoff(tried)):
+            attempts = self._gateway.attempts
+            if failure.retry and tried < attempts:
+                backoff = self._gateway.backoff(tried)
+                self.stats.try_failed(self.queue, pending[0], failure, tried, attempts, backoff)
+                if self._stop.wait(backoff):
                     return Round(sent, False, self._give_back(tx, len(taken), pending))
                 continue
+            self.stats.gave_up(self.queue, pending[0], failure, tried, attempts)
             tx.reject(pending[0], f"gateway {self.queue!r}, try {tried}: {failure}")
             pending = pending[1:]
             tried = 0

@@ -80,12 +80,7 @@ class TaskTypes:
     def define(self, task_type: TaskType) -> TaskType:
         """Create or update a task type and its queue (idempotent)."""
         db = self._db
-        error_queue = f"{task_type.queue}.failed"
-        db.create_queue(
-            task_type.queue,
-            error_queue=error_queue,
-            exist_ok=True,
-        )
+        db.create_queue(task_type.queue, error_queue=task_type.error_queue, exist_ok=True)
         self._declare_properties(task_type.queue)
         jobs_backend(db).jobs_write([Effect("task_type_upsert", task_type.params())])
         self.refresh()

@@ -148,6 +148,11 @@ class TaskType:
         if self.backoff < 0 or self.backoff_max < self.backoff:
             raise ConfigurationError("backoff must be >= 0 and backoff_max >= backoff")
 
+    @property
+    def error_queue(self) -> str:
+        """Where the message of a task finished as failed goes: ``tasks.<name>.failed``."""
+        return f"{self.queue}.failed"
+
     def retry_delay(self, attempts: int) -> float:
         """Seconds before the next try, after ``attempts`` failed ones (1, 2, ...)."""
         return float(min(self.backoff * 2 ** max(attempts - 1, 0), self.backoff_max))

@@ -26,6 +26,7 @@ from sluice.errors import Conflict, LeaseLost, SluiceError, TaskTimeout, Unknown
 from sluice.jobs.catalog import is_task, jobs_backend, processing_order, property_name
 from sluice.jobs.limits import Gate
 from sluice.jobs.model import TaskType
+from sluice.jobs.stats import WorkerStats
 from sluice.jobs.task import Task, TaskFunction
 from sluice.message import Message
 
@@ -102,7 +103,13 @@ class Worker:
         self._rotation = 0
         self._maintenance_interval = maintenance_interval
         self._maintained_at = 0.0
-        self.processed = 0
+        self.stats = WorkerStats()
+        """Tasks settled, failed and failed runs so far (progress: read from a timer)."""
+
+    @property
+    def processed(self) -> int:
+        """Tasks settled so far (``stats.processed``)."""
+        return self.stats.processed
 
     @property
     def gate(self) -> Gate:
@@ -372,8 +379,7 @@ class Worker:
             # Taken for dead while they ran: the tasks went back and run again elsewhere.
             log.warning("sluice worker: lease lost before a commit; %s task(s) run again", ran)
             return ran
-        with self._lock:
-            self.processed += len(settled)
+        self.stats.committed(len(settled), sum(not success for _, success, _, _ in settled))
         return ran
 
     def _call(self, task_type: TaskType, task: Task) -> BaseException | None:
@@ -417,7 +423,7 @@ class Worker:
         job = message.properties.get("job")
         used_up = message.attempts >= task_type.max_attempts
         if not success:
-            log.info("sluice task %s (%s) failed: %s", message.id, task_type.name, note)
+            self.stats.finished_failed(task_type, message, note, used_up=used_up)
         if job is not None or task_type.retention != 0:
             expires = None
             if job is None and task_type.retention is not None:
@@ -464,9 +470,7 @@ class Worker:
         }
         jobs_backend(self._db).jobs_write([Effect("task_hold_back", params)], durable=False)
         if not shutdown:
-            log.info(
-                "sluice task %s (%s) run %s failed: %s", message.id, task_type.name, attempts, note
-            )
+            self.stats.run_failed(task_type, message, error, delay)
 
     # --- upkeep ------------------------------------------------------------------------
     def _maintain_if_due(self) -> None:
