@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import sys
 from collections.abc import Callable
 
@@ -61,7 +62,8 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
         app,
         host=args.host,
         port=args.port,
-        log_level=args.log_level,
+        # The command's own level (--log-level, -v, -q: sluice.cli_options) for uvicorn too.
+        log_level=logging.getLevelName(logging.getLogger("sluice").getEffectiveLevel()).lower(),
         ssl_certfile=args.ssl_certfile,
         ssl_keyfile=args.ssl_keyfile,
         limit_concurrency=args.limit_concurrency,
@@ -99,9 +101,3 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     )  # fmt: skip
     p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
-    p.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="uvicorn's log level",
-    )

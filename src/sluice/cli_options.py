@@ -1,0 +1,219 @@
+"""The options every ``sluice`` command shares, given before or after the command: which
+database (``--db``, ``SLUICE_URL``), ``--json``, and how much it logs; and the progress line
+long-running commands print."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
+
+from sluice.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_URL",
+    "ENV_URL",
+    "LONG_RUNNING",
+    "Progress",
+    "Target",
+    "add_global_options",
+    "configure_logging",
+    "display_url",
+    "target",
+]
+
+ENV_URL = "SLUICE_URL"
+"""The one environment variable naming the database, read by the CLI and the server alike."""
+
+DEFAULT_URL = "sqlite:///sluice.db"
+
+LONG_RUNNING = frozenset({"worker", "run", "serve", "dropbox", "pipeline", "tail"})
+"""Commands that run until stopped: they log at INFO by default, the others at WARNING."""
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+log = logging.getLogger("sluice.cli")
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """``--db``, ``--json`` and the log options, on the top parser and on each command's.
+
+    On a command's parser (``after_command``) they default to nothing at all, so that a value
+    given before the command (``sluice --db q.db queues``) is not overwritten by the
+    command's default.
+    """
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if after_command else value
+
+    parser.add_argument(
+        "--db",
+        default=default(None),
+        help=f"database URL or SQLite path (env {ENV_URL}; default {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="print JSON for scripts"
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=_LEVELS,
+        default=default(None),
+        help="what to log on stderr (default INFO for commands that run until stopped, "
+        "else WARNING)",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=default(0), help="log more (DEBUG)"
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="count",
+        default=default(0),
+        help="log less (-q: warnings, -qq: errors)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The database a command uses and where that choice came from."""
+
+    url: str
+    source: str
+    """``--db``, the environment variable's name, or ``default``."""
+
+    @property
+    def explicit(self) -> bool:
+        return self.source != "default"
+
+    def describe(self) -> str:
+        """The database for a person: its URL without a password."""
+        return display_url(self.url)
+
+
+def target(args: argparse.Namespace, default: str = DEFAULT_URL) -> Target:
+    """The database of ``args``: ``--db``, else ``SLUICE_URL``, else ``default``."""
+    from_env, old = os.environ.get(ENV_URL), os.environ.get("SLUICE_DB")
+    if from_env and old and from_env != old:
+        raise ConfigurationError(
+            f"{ENV_URL} and SLUICE_DB name different databases; SLUICE_DB is the old name "
+            f"of {ENV_URL}: unset it"
+        )
+    if getattr(args, "db", None):
+        return Target(args.db, "--db")
+    if from_env:
+        return Target(from_env, ENV_URL)
+    if old:
+        log.warning("SLUICE_DB is the old name of %s and will go: set %s instead", ENV_URL, ENV_URL)
+        return Target(old, "SLUICE_DB")
+    return Target(default, "default")
+
+
+def display_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: safe to print and log."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL or path (None: not SQLite)."""
+    if "://" not in url:
+        return Path(url)
+    if url.startswith("sqlite:///"):
+        return Path(urlsplit(url).path[1:])
+    return None
+
+
+def configure_logging(args: argparse.Namespace) -> int:
+    """Send logs to stderr at the level the options ask for; the level chosen.
+
+    sluice's own loggers log at that level; other libraries' only from WARNING up unless
+    ``--log-level DEBUG``, so that ``-v`` shows sluice's detail and not py4j's.
+    """
+    if args.log_level:
+        level = logging.getLevelNamesMapping()[args.log_level]
+    elif args.quiet:
+        level = logging.WARNING if args.quiet == 1 else logging.ERROR
+    elif args.verbose:
+        level = logging.DEBUG
+    elif args.command in LONG_RUNNING:
+        level = logging.INFO
+    else:
+        level = logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level if args.log_level == "DEBUG" else max(level, logging.WARNING))
+    logging.getLogger("sluice").setLevel(level)
+    return level
+
+
+class Progress:
+    """Logs a line of counters every ``every`` seconds while a long command works, and a last
+    one when it stops: ``processed 12,400 (1,230/s), errors 3``.
+
+    ``counters`` is read from the progress thread: it must be cheap and thread-safe (plain
+    integer attributes are). The rate is of ``rate_of``, over the last interval.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        counters: Callable[[], Mapping[str, int]],
+        *,
+        every: float,
+        rate_of: str = "processed",
+    ) -> None:
+        self._what = what
+        self._counters = counters
+        self._every = every
+        self._rate_of = rate_of
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-progress", daemon=True)
+        self._last = (time.monotonic(), 0)
+
+    def line(self) -> str:
+        """The counters now, with the rate since the previous line."""
+        counts = dict(self._counters())
+        now, count = time.monotonic(), counts.get(self._rate_of, 0)
+        then, before = self._last
+        self._last = (now, count)
+        rate = (count - before) / (now - then) if now > then else 0.0
+        parts = [f"{k} {v:,}" + (f" ({rate:,.0f}/s)" if k == self._rate_of else "")
+                 for k, v in counts.items()]  # fmt: skip
+        return f"{self._what}: " + ", ".join(parts)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            log.info(self.line())
+
+    def __enter__(self) -> Progress:
+        if self._every > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
