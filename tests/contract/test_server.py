@@ -374,3 +374,45 @@ def test_an_enqueue_body_that_is_not_json_is_refused(
     wrong = client.post(post, headers=admin, json={"messages": [{"body": 1, "priority": "x"}]})
     assert problem(wrong, 422, "InvalidRequest")["errors"][0]["where"].startswith("body.")
     assert db.queue("orders").stats()["ready"] == 0
+
+
+def test_a_missing_queue_is_said_in_the_words_of_http(
+    client: TestClient, db: sluice.Database, admin: dict[str, str]
+) -> None:
+    # It said "create it with db.create_queue('ordrs')": Python, to an HTTP client.
+    db.create_queue("orders")
+    db.create_topic("events")
+    for answer in (
+        client.get("/api/queues/ordrs", headers=admin),
+        # The hot enqueue, answered before FastAPI's routing, too.
+        client.post("/api/queues/ordrs/messages", headers=admin, json={"messages": [{"body": 1}]}),
+        client.post("/api/queues/ordrs/leases", headers=admin, json={}),
+    ):
+        detail = problem(answer, 404, "QueueNotFound")["detail"]
+        assert detail.startswith("queue 'ordrs' does not exist")
+        assert "did you mean 'orders'?" in detail
+        assert detail.endswith('create it with POST /api/queues {"name": "ordrs"}')
+        assert "db." not in detail
+    subscribed = client.post("/api/topics/evnts/subscriptions", headers=admin,
+                             json={"name": "audit"})  # fmt: skip
+    detail = problem(subscribed, 404, "QueueNotFound")["detail"]
+    assert "topic 'evnts' does not exist" in detail
+    assert "did you mean 'events'?" in detail
+    assert detail.endswith('create it with POST /api/topics {"name": "evnts"}')
+
+
+def test_null_in_a_change_puts_a_setting_back_to_its_default(
+    client: TestClient, db: sluice.Database, admin: dict[str, str]
+) -> None:
+    # The document allows null for every setting; durability and max_size refused it.
+    db.create_queue("orders", durability="transient", max_size=100, max_attempts=2)
+    for change in ({"durability": None}, {"max_size": None}, {"max_attempts": None}):
+        answer = client.patch("/api/queues/orders", headers=admin, json=change)
+        assert answer.status_code == 200, answer.text
+    spec = db.queue("orders").spec
+    default = sluice.QueueSpec("x")
+    assert (spec.durability, spec.max_size, spec.max_attempts) == (
+        default.durability, default.max_size, default.max_attempts,
+    )  # fmt: skip
+    assert client.patch("/api/queues/orders", headers=admin, json={}).status_code == 200
+    assert db.queue("orders").spec == spec  # what is left out stays

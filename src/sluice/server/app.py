@@ -4,9 +4,11 @@ or by the user's own ASGI server (docs/server.md)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from fastapi import FastAPI
@@ -27,6 +29,7 @@ from sluice.server import (
     profiles,
     queues,
     rules,
+    startup,
     topics,
     transactions,
 )
@@ -39,10 +42,12 @@ from sluice.server.models import with_read_bodies
 from sluice.server.offload import THREADS, Offload
 from sluice.server.problems import PROBLEM, RESPONSES, install, problem_body
 
-__all__ = ["BODY_TIMEOUT", "MAX_REQUEST", "create_app", "from_environment"]
+__all__ = ["BEARER", "BODY_TIMEOUT", "MAX_REQUEST", "create_app", "from_environment"]
 
 MAX_REQUEST = 16 * 1024 * 1024
 """The largest request body by default, bytes (a batch of large messages fits)."""
+
+log = logging.getLogger(__name__)
 
 BODY_TIMEOUT = 60.0
 """Seconds a request's body may take to arrive, from the request's start, by default."""
@@ -110,7 +115,11 @@ def create_app(
     app.state.incoming = gateways.Incoming(db, app.state.offload)
     install(app)
     plain_openapi = app.openapi
-    app.openapi = lambda: with_read_bodies(plain_openapi())  # type: ignore[method-assign]
+
+    def documented() -> dict[str, Any]:
+        return _secured(with_read_bodies(plain_openapi()), auth)
+
+    app.openapi = documented  # type: ignore[method-assign]
     app.include_router(queues.router)
     app.include_router(content.router)
     app.include_router(messages.router)
@@ -129,13 +138,41 @@ def create_app(
     return app
 
 
+BEARER = "bearer"
+"""The OpenAPI security scheme of the API keys: ``Authorization: Bearer <key>``."""
+
+
+def _secured(document: dict[str, Any], keyed: bool) -> dict[str, Any]:
+    """``document`` declaring that every operation needs an API key sent as a Bearer
+    token, so that generated clients send it and /docs can authorize (the keys are
+    checked by KeyedRoute and the hot routes, which FastAPI's own security schemes do
+    not see). Without keys (``--no-auth``), nothing is declared."""
+    if not keyed:
+        return document
+    document.setdefault("components", {})["securitySchemes"] = {
+        BEARER: {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key made by `sluice keys add`, sent as "
+            "`Authorization: Bearer <key>`.",
+        }
+    }
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            operation["security"] = [{BEARER: []}]
+    return document
+
+
 def from_environment() -> FastAPI:
     """The app for ``uvicorn --factory sluice.server.app:from_environment``: the database
-    is ``SLUICE_DB``'s URL; ``SLUICE_NO_AUTH=1`` serves without keys."""
-    url = os.environ.get("SLUICE_DB")
-    if not url:
-        raise ConfigurationError("SLUICE_DB must name the database: a sluice URL")
-    return create_app(sluice.connect(url), auth=os.environ.get("SLUICE_NO_AUTH") != "1")
+    is ``SLUICE_URL``'s (as for the CLI; ``SLUICE_DB``, its old name, still works with a
+    warning); ``SLUICE_NO_AUTH=1`` serves without keys."""
+    url = startup.database_url(os.environ)
+    auth = os.environ.get("SLUICE_NO_AUTH") != "1"
+    db = sluice.connect(url)
+    if auth and startup.keyless(db):
+        log.warning("%s", startup.no_key_warning(url))
+    return create_app(db, auth=auth)
 
 
 class _Limit:

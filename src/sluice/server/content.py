@@ -14,13 +14,13 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, Field
 
 import sluice
-from sluice.server.auth import caller, need, need_admin
+from sluice.server.auth import KeyedRoute, caller, need, need_admin
 from sluice.server.grants import Principal
 from sluice.server.models import Strict
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api", tags=["content"])
+router = APIRouter(prefix="/api", tags=["content"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

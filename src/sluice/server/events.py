@@ -26,14 +26,14 @@ from starlette.concurrency import run_in_threadpool
 import sluice
 from sluice.aio import AsyncQueue
 from sluice.server.asyncdb import AsyncDb
-from sluice.server.auth import caller, need
+from sluice.server.auth import KeyedRoute, caller, need
 from sluice.server.grants import Principal
 from sluice.server.leases import MAX_LEASE, Lease, Leases
 from sluice.server.models import MessageOut
 
 __all__ = ["KEEPALIVE", "router"]
 
-router = APIRouter(prefix="/api", tags=["messages"])
+router = APIRouter(prefix="/api", tags=["messages"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

@@ -35,7 +35,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 import sluice
 from sluice.errors import SluiceError
 from sluice.message import decode_json, is_json, is_xml
-from sluice.server.auth import caller, need
+from sluice.server.auth import KeyedRoute, caller, need
 from sluice.server.grants import Principal
 from sluice.server.hot import HotRoute
 from sluice.server.idempotency import Answered, Idempotency, Replay
@@ -45,7 +45,7 @@ from sluice.server.problems import Problem, problem_body, status_of
 
 __all__ = ["HOT", "Incoming", "router"]
 
-router = APIRouter(prefix="/api", tags=["gateways"])
+router = APIRouter(prefix="/api", tags=["gateways"], route_class=KeyedRoute)
 
 _OCTETS = "application/octet-stream"
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -13,13 +13,13 @@ from pydantic import Field
 
 import sluice
 from sluice.jobs import TaskSpec
-from sluice.server.auth import caller, need, need_admin
+from sluice.server.auth import KeyedRoute, caller, need, need_admin
 from sluice.server.grants import Principal
 from sluice.server.models import JsonValue, Strict
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

@@ -12,7 +12,7 @@ import sluice
 from sluice.aio import AsyncDatabase, AsyncMessage
 from sluice.backends.records import Effect
 from sluice.server.asyncdb import AsyncDb
-from sluice.server.auth import caller, need
+from sluice.server.auth import KeyedRoute, caller, need
 from sluice.server.grants import Principal
 from sluice.server.hot import HotRoute
 from sluice.server.idempotency import Answered, Idempotency, Replay, fingerprint
@@ -35,7 +35,7 @@ from sluice.server.offload import Offload
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api", tags=["messages"])
+router = APIRouter(prefix="/api", tags=["messages"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

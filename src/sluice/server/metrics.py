@@ -22,14 +22,14 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import sluice
-from sluice.server.auth import caller
+from sluice.server.auth import KeyedRoute, caller
 from sluice.server.gauges import Gauges
 from sluice.server.grants import Principal
 from sluice.server.problems import Problem
 
 __all__ = ["OUTCOMES", "ServerMetrics", "count", "install", "router"]
 
-router = APIRouter(tags=["metrics"])
+router = APIRouter(tags=["metrics"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

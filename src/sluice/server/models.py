@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import itertools
 from typing import Annotated, Any, TypeVar
 
@@ -104,7 +105,9 @@ class QueueIn(Strict):
 
 
 class QueueChange(Strict):
-    """Settings to change; those left out stay."""
+    """Settings to change; those left out stay, and ``null`` puts one back to its
+    default (as a queue created without it has it: no limit, no error queue,
+    ``persistent``, 1 MiB)."""
 
     durability: Durability | None = None
     max_attempts: int | None = Field(None, ge=1)
@@ -112,6 +115,17 @@ class QueueChange(Strict):
     max_size: int | None = Field(None, ge=1)
     max_in_flight: int | None = Field(None, ge=1)
     retention: float | None = Field(None, ge=0)
+
+    def settings(self) -> dict[str, Any]:
+        """The settings given, for ``alter_queue``: each null as its default (the
+        engine takes None for "no limit", but refused it for durability and max_size)."""
+        return {
+            name: _SPEC_DEFAULTS[name] if value is None else value
+            for name, value in self.model_dump(exclude_unset=True).items()
+        }
+
+
+_SPEC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(QueueSpec)}
 
 
 class QueueOut(BaseModel):

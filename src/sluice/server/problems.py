@@ -4,6 +4,7 @@ bare 500."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -38,6 +39,7 @@ __all__ = [
     "RESPONSES",
     "Problem",
     "ProblemDocument",
+    "detail_of",
     "install",
     "problem_body",
     "problem_response",
@@ -153,6 +155,23 @@ def problem_response(
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=sent)
 
 
+_CREATE = {
+    "queue": 'create it with POST /api/queues {{"name": {name}}}',
+    "topic": 'create it with POST /api/topics {{"name": {name}}}',
+    "subscription": 'subscribe with POST /api/topics/{{topic}}/subscriptions {{"name": {name}}}',
+}
+"""How a client of this server makes what was not found (the Python API's way, which
+the error says by itself, means nothing over HTTP)."""
+
+
+def detail_of(exc: SluiceError) -> str:
+    """What an answer says of ``exc``: its message, in the words of this HTTP API."""
+    if isinstance(exc, QueueNotFound) and exc.name is not None:
+        create = _CREATE.get(exc.kind, _CREATE["queue"])
+        return exc.describe(create.format(name=json.dumps(exc.name, ensure_ascii=False)))
+    return str(exc)
+
+
 def status_of(exc: SluiceError) -> int:
     for kind, status in _STATUS:
         if isinstance(exc, kind):
@@ -169,7 +188,7 @@ def install(app: FastAPI) -> None:
 
     async def on_sluice(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, SluiceError)
-        return problem_response(status_of(exc), str(exc), error=type(exc).__name__)
+        return problem_response(status_of(exc), detail_of(exc), error=type(exc).__name__)
 
     async def on_invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -20,14 +20,14 @@ from sluice.errors import UnknownTaskType
 from sluice.jobs.limits import Gate
 from sluice.jobs.model import TaskType, TaskTypeRow
 from sluice.jobs.profiles import DAY_NAMES, Entry, Follow, Profile, cycle_start, hour_start
-from sluice.server.auth import caller, need_admin
+from sluice.server.auth import KeyedRoute, caller, need_admin
 from sluice.server.grants import Principal
 from sluice.server.models import Strict
 from sluice.server.problems import Problem
 
 __all__ = ["ProfileIn", "Usage", "router", "usage"]
 
-router = APIRouter(prefix="/api/profiles", tags=["profiles"])
+router = APIRouter(prefix="/api/profiles", tags=["profiles"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

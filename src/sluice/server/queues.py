@@ -7,13 +7,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 
 import sluice
-from sluice.server.auth import caller, need
+from sluice.server.auth import KeyedRoute, caller, need
 from sluice.server.grants import Principal
 from sluice.server.models import QueueChange, QueueIn, QueueOut
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/queues", tags=["queues"])
+router = APIRouter(prefix="/api/queues", tags=["queues"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 
@@ -68,7 +68,7 @@ def alter_queue(request: Request, who: Who, name: str, change: QueueChange) -> Q
         # key managing one queue must not point it at (or create) a queue it may not.
         need(who, change.error_queue, "manage")
     db = database(request)
-    spec = db.alter_queue(name, **change.model_dump(exclude_unset=True))
+    spec = db.alter_queue(name, **change.settings())
     return QueueOut.of(spec, db.queue(name).stats())
 
 

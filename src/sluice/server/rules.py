@@ -11,13 +11,13 @@ from pydantic import Field
 
 import sluice
 from sluice.rules import codec
-from sluice.server.auth import caller, need_admin
+from sluice.server.auth import KeyedRoute, caller, need_admin
 from sluice.server.grants import Principal
 from sluice.server.models import Strict
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api/rules", tags=["rules"])
+router = APIRouter(prefix="/api/rules", tags=["rules"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

@@ -15,13 +15,13 @@ from pydantic import BaseModel, Field
 import sluice
 from sluice.catalog import Durability
 from sluice.engine.topics import Subscription
-from sluice.server.auth import caller, need
+from sluice.server.auth import KeyedRoute, caller, need
 from sluice.server.grants import Principal
 from sluice.server.models import QueueOut, Strict
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/api", tags=["topics"])
+router = APIRouter(prefix="/api", tags=["topics"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 import sluice
 from sluice.clock import Clock
 from sluice.errors import SluiceError, StorageError
-from sluice.server.auth import caller, need
+from sluice.server.auth import KeyedRoute, caller, need
 from sluice.server.grants import Principal
 from sluice.server.models import Enqueue, Enqueued, MessageOut, Reject, Strict, enqueue_into
 from sluice.server.problems import Problem
@@ -138,7 +138,7 @@ class Transactions:
 
 
 # --- routes ---------------------------------------------------------------------------
-router = APIRouter(prefix="/api/transactions", tags=["transactions"])
+router = APIRouter(prefix="/api/transactions", tags=["transactions"], route_class=KeyedRoute)
 
 Who = Annotated[Principal, Depends(caller)]
 

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
 import sluice
-from sluice.server.console.routes import router
+from sluice.server.console.routes import public, router
 from sluice.server.console.samples import DEFAULT_EVERY, DUTY, Sampler
 
 __all__ = ["DEFAULT_EVERY", "DUTY", "install"]
@@ -25,6 +25,7 @@ def install(
     """Serve the console from ``app``; the sampler of its charts is returned, to be
     started and closed with the app."""
     app.state.console_sampler = sampler = Sampler(db, every=sample_every, duty=sample_duty)
+    app.include_router(public)
     app.include_router(router)
     static = resources.files(__name__).joinpath("static")
     # The console's script and style hold no data: they are served without a key, as

@@ -15,14 +15,17 @@ from urllib.parse import parse_qsl, urlsplit
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from sluice.server.auth import ANONYMOUS, Gate
+from sluice.server.auth import ANONYMOUS, UNKNOWN_KEY, Gate
 from sluice.server.grants import Principal
 from sluice.server.problems import Problem
 
-__all__ = ["COOKIE", "form", "same_origin", "visitor"]
+__all__ = ["COOKIE", "form", "presented", "same_origin", "visitor"]
 
 COOKIE = "sluice_console"
 """The cookie holding the key a browser logged in with."""
+
+_VISITOR = "sluice.visitor"
+"""Where a request's scope keeps whom its key stands for, once checked."""
 
 _MAX_FORM = 64 * 1024
 
@@ -31,7 +34,18 @@ async def visitor(request: Request) -> Principal:
     """The console's caller: by the Bearer header (as the API's), else the login cookie
     (401 if none or a key unknown or revoked). The cookie's key is read from the store
     at every request, never remembered: a person's few requests can afford it, and a
-    revoked key then ends a browser's session at once."""
+    revoked key then ends a browser's session at once. Checked once a request: by its
+    route before anything else (pages.HtmlRoute), then read by its dependencies."""
+    state = request.scope.setdefault("state", {})
+    found = state.get(_VISITOR)
+    if isinstance(found, Principal):
+        return found
+    found = await _check(request)
+    state[_VISITOR] = found
+    return found
+
+
+async def _check(request: Request) -> Principal:
     gate: Gate = request.app.state.gate
     if gate.keys is None:
         return ANONYMOUS
@@ -42,8 +56,14 @@ async def visitor(request: Request) -> Principal:
         raise Problem(401, "log in with an API key to use the console", error="Unauthorized")
     found = await run_in_threadpool(gate.keys.authenticate, secret)
     if found is None:
-        raise Problem(401, "the API key is unknown or revoked: log in again", error="Unauthorized")
+        raise Problem(401, f"{UNKNOWN_KEY}: log in again", error="Unauthorized")
     return found
+
+
+def presented(request: Request) -> bool:
+    """Whether the request came with a key (the cookie or the header), refused or not: a
+    login form shown to a browser that has not logged in yet has no error to say."""
+    return bool(request.cookies.get(COOKIE) or request.headers.get("authorization"))
 
 
 def same_origin(request: Request) -> None:

@@ -14,11 +14,12 @@ from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from sluice.errors import SluiceError
+from sluice.errors import QueueNotFound, SluiceError
 from sluice.server.auth import Gate
+from sluice.server.console.access import presented, visitor
 from sluice.server.problems import Problem, status_of
 
-__all__ = ["LOGIN", "HtmlRoute", "render"]
+__all__ = ["LOGIN", "HtmlRoute", "OpenHtmlRoute", "render"]
 
 LOGIN = "/console/login"
 
@@ -45,16 +46,25 @@ def render(request: Request, template: str, code: int = 200, **values: Any) -> H
 
 class HtmlRoute(APIRoute):
     """A console route: its errors are shown as HTML, in the page or in the part of it
-    that asked (htmx), and a request without a (valid) key gets the login form."""
+    that asked (htmx), and a request without a (valid) key gets the login form.
+
+    The key is checked first, before FastAPI reads the form or the query and before the
+    request's origin is: a request without one is told 401, whatever else it holds."""
+
+    keyed = True
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:
             try:
+                if self.keyed:
+                    await visitor(request)
                 return await handler(request)
             except Problem as exc:
                 return problem(request, exc.status, exc.detail)
+            except QueueNotFound as exc:  # its own hint is the Python API's: none here
+                return problem(request, 404, exc.describe(None))
             except SluiceError as exc:
                 return problem(request, status_of(exc), str(exc))
             except RequestValidationError as exc:
@@ -67,6 +77,12 @@ class HtmlRoute(APIRoute):
         return guarded
 
 
+class OpenHtmlRoute(HtmlRoute):
+    """A console route that needs no key: the login and logout forms."""
+
+    keyed = False
+
+
 def problem(request: Request, status: int, detail: str) -> Response:
     fragment = request.headers.get("hx-request") == "true"
     if status == 401:
@@ -74,8 +90,9 @@ def problem(request: Request, status: int, detail: str) -> Response:
             where = request.headers.get("hx-current-url", "/")
             return Response(status_code=401, headers=_login_redirect(where))
         here = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+        # A browser that has not logged in yet is shown the form, not an error.
         page = render(request, "login.html", 401, next=here if request.method == "GET" else "/",
-                      error=detail)  # fmt: skip
+                      error=detail if presented(request) else None)  # fmt: skip
         page.headers["WWW-Authenticate"] = 'Bearer realm="sluice"'
         return page
     shown = "problem_part.html" if fragment else "problem.html"

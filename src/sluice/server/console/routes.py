@@ -19,7 +19,7 @@ import sluice
 from sluice.errors import ExpressionError
 from sluice.server.auth import Gate, need
 from sluice.server.console.access import COOKIE, form, same_origin, visitor
-from sluice.server.console.pages import HtmlRoute, render
+from sluice.server.console.pages import HtmlRoute, OpenHtmlRoute, render
 from sluice.server.console.samples import Sampler
 from sluice.server.console.views import (
     admin_view,
@@ -31,9 +31,11 @@ from sluice.server.console.views import (
 from sluice.server.grants import Principal
 from sluice.server.problems import Problem
 
-__all__ = ["PAGE", "router"]
+__all__ = ["PAGE", "public", "router"]
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
+public = APIRouter(route_class=OpenHtmlRoute, include_in_schema=False)
+"""The routes that need no key: logging in and out."""
 
 Who = Annotated[Principal, Depends(visitor)]
 Form = Annotated[dict[str, str], Depends(form)]
@@ -56,7 +58,7 @@ def _sampler(request: Request) -> Sampler:
 
 
 # --- logging in ---------------------------------------------------------------------
-@router.get("/console/login", response_class=HTMLResponse)
+@public.get("/console/login", response_class=HTMLResponse)
 def login_page(request: Request, next: str = "/") -> Response:
     gate: Gate = request.app.state.gate
     if gate.keys is None:
@@ -64,7 +66,7 @@ def login_page(request: Request, next: str = "/") -> Response:
     return render(request, "login.html", next=_local(next), error=None)
 
 
-@router.post("/console/login", dependencies=[Changes])
+@public.post("/console/login", dependencies=[Changes])
 def log_in(request: Request, fields: Form) -> Response:
     gate: Gate = request.app.state.gate
     target = _local(fields.get("next", "/"))
@@ -72,19 +74,24 @@ def log_in(request: Request, fields: Form) -> Response:
         return RedirectResponse(target, status_code=303)
     secret = fields.get("key", "").strip()
     if not secret or gate.keys.authenticate(secret) is None:
-        return render(request, "login.html", 401, next=target,
-                      error="That key is unknown or revoked.")  # fmt: skip
+        return render(request, "login.html", 401, next=target, error=_REFUSED)
     answer = RedirectResponse(target, status_code=303)
     answer.set_cookie(COOKIE, secret, httponly=True, samesite="strict", path="/",
                       secure=request.url.scheme == "https")  # fmt: skip
     return answer
 
 
-@router.post("/console/logout", dependencies=[Changes])
+@public.post("/console/logout", dependencies=[Changes])
 def log_out(request: Request) -> Response:
     answer = RedirectResponse("/console/login", status_code=303)
     answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return answer
+
+
+_REFUSED = (
+    "That key is unknown or revoked. Keys belong to one database: make one with "
+    "`sluice keys add NAME --db URL` for the database this server serves."
+)
 
 
 def _local(target: str) -> str:
