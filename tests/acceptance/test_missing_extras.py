@@ -63,6 +63,23 @@ def test_applying_a_rule_that_builds_xml_without_lxml_names_the_extra(tmp_path: 
         assert db.rules.application.rules == {}
 
 
+def test_applying_a_rule_that_reads_xpath_without_lxml_names_the_line(tmp_path: Path) -> None:
+    rules = tmp_path / "offers.rules"
+    rules.write_text(
+        "CREATE QUEUE offers;\nCREATE QUEUE big;\nCREATE RULE big FOR offers\n"
+        "  IF xpath_number(body, '/offer/@qty') > 9 THEN ENQUEUE body INTO big;\n"
+    )
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    done = cli_without("lxml", "apply", str(rules), "--db", url)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("sluice: error: line 4: rule 'big' IF condition: "), line
+    assert install_hint("xml") in line
+    with sluice.connect(url) as db:
+        assert db.queues() == []
+
+
 def test_running_rules_that_build_xml_without_lxml_stops_at_start(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'q.db'}"
     with sluice.connect(url) as db:  # applied where lxml is installed

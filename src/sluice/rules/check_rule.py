@@ -7,7 +7,12 @@ import re
 from typing import Final
 
 from sluice.catalog import check_name
-from sluice.errors import ConfigurationError, ExpressionError, RuleDefinitionError
+from sluice.errors import (
+    ConfigurationError,
+    ExpressionError,
+    MissingDependency,
+    RuleDefinitionError,
+)
 from sluice.expr.check import Relations, Scope, parse
 from sluice.expr.nodes import Lit, Node, Type
 from sluice.rules.model import (
@@ -42,11 +47,14 @@ def known_queue(app: Application, queue: str, where: str, line: int) -> None:
 
 
 def checked_expression(expr: Expr, want: Type | None, scope: Scope, where: str) -> Node:
-    """``expr`` parsed and checked; an ExpressionError becomes a RuleDefinitionError at its line."""
+    """``expr`` parsed and checked; an ExpressionError becomes a RuleDefinitionError at its
+    line, and a MissingDependency (XPath without lxml) names the line too."""
     try:
         return parse(expr.text, scope, want=want)
     except ExpressionError as exc:
         raise RuleDefinitionError(f"{where}: {exc}", line=expr.line) from exc
+    except MissingDependency as exc:
+        raise MissingDependency(f"line {expr.line}: {where}: {exc}") from None
 
 
 def check_rule(app: Application, rule: RuleDef) -> None:
