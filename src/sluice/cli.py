@@ -22,8 +22,10 @@ import sluice
 from sluice import admin, cli_dropbox, cli_jobs, cli_keys, cli_rules, cli_server, cli_tail, demo
 from sluice.catalog import ISOLATION_LEVELS, Durability
 from sluice.cli_options import (
+    Progress,
     Target,
     add_global_options,
+    add_progress_option,
     configure_logging,
     sqlite_file,
     target,
@@ -406,7 +408,13 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         exclusive=args.exclusive,
     )
     if args.follow:
-        query.awaitTermination()  # until stopped (Ctrl-C) or failed
+
+        def counts() -> dict[str, int]:
+            done = query.recentProgress  # Spark keeps the last hundred or so
+            return {"batches": len(done), "processed": sum(p["numInputRows"] for p in done)}
+
+        with Progress(f"sluice pipeline {args.name}", counts, every=args.progress):
+            query.awaitTermination()  # until stopped (Ctrl-C) or failed
     progress = query.recentProgress
     batches = len([p for p in progress if p["numInputRows"]])
     # Spark's count: each target's query reads the batch's messages once.
@@ -630,6 +638,7 @@ def _subscribe_parser(p: argparse.ArgumentParser) -> None:
 
 def _pipeline_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="the input queue, read as a stream")
+    add_progress_option(p)
     p.add_argument("--name", required=True, help="the pipeline's stream and sink name")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     p.add_argument("--sql", help="a query over the view 'messages' (with a queue column)")

@@ -11,12 +11,22 @@ from collections.abc import Callable
 from types import FrameType
 
 import sluice
+from sluice.cli_options import Progress, add_progress_option
 from sluice.dropbox import DEFAULT_POLL, Dropbox
 
 __all__ = ["add_commands"]
 
 
 def cmd_dropbox(args: argparse.Namespace, db: sluice.Database) -> int:
+    # Checked before any directory is made: a misspelt --in would otherwise make a dropbox
+    # whose first file ends in an error, with the user's file left in processing/.
+    for name in [*args.inbound, *args.outbound]:
+        db.queue(name)
+    for name in [*args.topic_in, *args.topic_out]:
+        if db.queue(name).spec.kind != "topic":
+            raise sluice.ConfigurationError(
+                f"{name!r} is a {db.queue(name).spec.kind}, not a topic: give it with --in/--out"
+            )
     box = Dropbox(
         db,
         args.root,
@@ -37,20 +47,22 @@ def cmd_dropbox(args: argparse.Namespace, db: sluice.Database) -> int:
         file=sys.stderr,
         flush=True,
     )
-    box.run(
-        inbound=args.inbound,
-        outbound=args.outbound,
-        topics_in=args.topic_in,
-        topics_out=args.topic_out,
-        stop=stop,
-        events=not args.poll_only,
-    )
+    with Progress("sluice dropbox", box.stats.as_dict, every=args.progress, rate_of="stored"):
+        box.run(
+            inbound=args.inbound,
+            outbound=args.outbound,
+            topics_in=args.topic_in,
+            topics_out=args.topic_out,
+            stop=stop,
+            events=not args.poll_only,
+        )
     return 0
 
 
 def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
     p = add("dropbox", cmd_dropbox, "move files of dropbox directories in and out of queues")
     p.add_argument("--root", required=True, help="the directory holding the dropboxes")
+    add_progress_option(p)
     p.add_argument(
         "--in",
         dest="inbound",

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import sluice
+from sluice.cli_options import Progress, add_progress_option
 from sluice.jobs.model import JobStatus
 
 __all__ = ["add_commands", "load_app", "progress_bar"]
@@ -52,11 +53,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    done = worker.stats
+
+    def counts() -> dict[str, int]:
+        return {"processed": done.processed, "failed": done.failed, "errors": done.errors}
+
     try:
-        worker.run()
+        with Progress("sluice worker", counts, every=args.progress):
+            worker.run()
     finally:
         db.close()
-    done = worker.stats
     print(f"sluice worker: stopped after {done.processed} task(s), {done.failed} failed, "
           f"{done.errors} failed run(s)", file=sys.stderr)  # fmt: skip
     return 0
@@ -104,6 +110,7 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p = add("worker", cmd_worker, "run the task functions of an app until SIGTERM (docs/jobs.md)")
     p.add_argument("app", help="module:attribute of the Database the @db.task functions use")
     p.add_argument("--tasks", help="only these task types, comma-separated")
+    add_progress_option(p)
     p.add_argument("--concurrency", type=int, default=4, help="worker threads (default 4)")
     p.add_argument(
         "--batch",

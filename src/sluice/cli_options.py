@@ -25,6 +25,7 @@ __all__ = [
     "Progress",
     "Target",
     "add_global_options",
+    "add_progress_option",
     "configure_logging",
     "display_url",
     "target",
@@ -164,6 +165,17 @@ def configure_logging(args: argparse.Namespace) -> int:
     return level
 
 
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """``--progress SECONDS``: how often a long-running command logs its counters."""
+    parser.add_argument(
+        "--progress",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="log a progress line this often, at INFO (default 10; 0: only at the end)",
+    )
+
+
 class Progress:
     """Logs a line of counters every ``every`` seconds while a long command works, and a last
     one when it stops: ``processed 12,400 (1,230/s), errors 3``.
@@ -217,3 +229,4 @@ class Progress:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        log.info(self.line())

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 import sluice
+from sluice.cli_options import Progress, add_progress_option
 from sluice.errors import ConfigurationError
 
 __all__ = ["add_commands"]
@@ -53,8 +54,16 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
           flush=True)  # fmt: skip
     if gateways:
         db.gateways.start(poll=args.poll)
+
+    def counts() -> dict[str, int]:
+        now, sent = db.rules.stats, db.gateways.stats
+        return {"processed": now.processed, "produced": now.produced, "errors": now.errors} | (
+            {"delivered": sent.delivered, "delivery failures": sent.failed} if gateways else {}
+        )
+
     try:
-        stats = db.rules.run(batch=args.batch, stop=stop, workers=args.workers)
+        with Progress("sluice run", counts, every=args.progress):
+            stats = db.rules.run(batch=args.batch, stop=stop, workers=args.workers)
     finally:
         db.gateways.stop()
     sent = db.gateways.stats  # every failure counts: the rules' and the deliveries'
@@ -121,6 +130,8 @@ def cmd_gateways(args: argparse.Namespace, db: sluice.Database) -> int:
                            "transport": g.transport, "settings": settings}
                           for g, settings in zip(found, shown, strict=True)]))  # fmt: skip
         return 0
+    if not found:
+        print("(no gateway queues; a rules file declares them: docs/gateways.md)")
     for g, settings_of in zip(found, shown, strict=True):
         settings = ", ".join(f"{k}={v!r}" for k, v in sorted(settings_of.items()))
         print(f"{g.queue}\t{g.direction}\t{g.transport}\t{settings}")
@@ -133,6 +144,7 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
     p = add("run", cmd_run, "run the rules, echo timers and gateways until SIGTERM "
             "(docs/rules.md, docs/gateways.md)")  # fmt: skip
     p.add_argument("file", nargs="?", help="apply this definition first")
+    add_progress_option(p)
     p.add_argument("--batch", type=int, default=256, help="messages per transaction")
     p.add_argument(
         "--workers", type=int, default=1, help="batches processed at once (docs/rules.md)"

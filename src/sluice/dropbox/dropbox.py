@@ -16,12 +16,34 @@ from sluice.dropbox.watch import Watcher
 from sluice.engine.database import Engine
 from sluice.errors import ConfigurationError, SluiceError
 
-__all__ = ["DEFAULT_POLL", "Dropbox"]
+__all__ = ["DEFAULT_POLL", "Dropbox", "DropboxStats"]
 
 DEFAULT_POLL = 0.3
 """Seconds between two listings of a dropbox with no event (DropboxMQ's polling interval)."""
 
 log = logging.getLogger("sluice.dropbox")
+
+
+class DropboxStats:
+    """Counts of a running dropbox, added to by its threads and read by a progress timer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stored = 0
+        """Files stored as messages."""
+        self.written = 0
+        """Messages written out as files."""
+        self.failures = 0
+        """Rounds that failed and were tried again after the poll interval."""
+
+    def add(self, what: str, count: int) -> None:
+        """Add ``count`` to ``stored``, ``written`` or ``failures``."""
+        if count:
+            with self._lock:
+                setattr(self, what, getattr(self, what) + count)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"stored": self.stored, "written": self.written, "failures": self.failures}
 
 
 class Dropbox:
@@ -51,6 +73,8 @@ class Dropbox:
         self.poll = poll
         self._in = Inbound(db, self.consumer_id, keep_processed=keep_processed)
         self._out = Outbound(db)
+        self.stats = DropboxStats()
+        """What ``run`` has moved so far, for progress lines."""
 
     # --- in ---------------------------------------------------------------------------
     def ingest(self, queue: str, limit: int | None = None) -> int:
@@ -132,12 +156,13 @@ class Dropbox:
         if not boxes:
             return
         for box, destination in boxes:
-            self._guarded(stop, self._in.recover, box, destination)
+            self.stats.add("stored", self._guarded(stop, self._in.recover, box, destination))
         watcher = Watcher([b.dir("target") for b, _ in boxes], poll=self.poll, events=events)
         try:
             while not stop.is_set():
                 for box, destination in boxes:
-                    self._guarded(stop, self._in.ingest, box, destination, None)
+                    stored = self._guarded(stop, self._in.ingest, box, destination, None)
+                    self.stats.add("stored", stored)
                 watcher.wait(stop)
         finally:
             watcher.close()
@@ -146,17 +171,21 @@ class Dropbox:
         box = self.layout.queue(queue)
         while not stop.is_set():
             self._guarded(stop, self._out.expire, box)
-            self._guarded(stop, self._out.emit, queue, box, None, self.poll)
+            written = self._guarded(stop, self._out.emit, queue, box, None, self.poll)
+            self.stats.add("written", written)
 
     def _topic_loop(self, topic: str, stop: threading.Event) -> None:
         while not stop.is_set():
-            if not self._guarded(stop, self.emit_topic, topic):
+            written = self._guarded(stop, self.emit_topic, topic)
+            self.stats.add("written", written)
+            if not written:
                 stop.wait(self.poll)
 
     def _guarded(self, stop: threading.Event, work: Callable[..., int], *args: Any) -> int:
         try:
             return work(*args)
         except (SluiceError, OSError):
+            self.stats.add("failures", 1)
             log.exception("sluice.dropbox: retrying in %s s", self.poll)
             stop.wait(self.poll)
             return 0
