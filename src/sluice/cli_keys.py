@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import sluice
+from sluice.cli_output import when
 from sluice.server.grants import ACTIONS, Grant, KeyInfo, Keys
 
 __all__ = ["add_commands"]
@@ -18,14 +19,16 @@ __all__ = ["add_commands"]
 def cmd_add(args: argparse.Namespace, db: sluice.Database) -> int:
     grants = [Grant.parse(text) for text in args.grant]
     secret = Keys(db).add(args.name, grants, admin=args.admin)
+    # Keys belong to one database: a server started on another refuses this one (401).
     if args.json:
         print(json.dumps({"name": args.name, "secret": secret}))
     else:
         print(secret)
     # On stderr, so that a script can take the secret from stdout alone.
     print(
-        f"sluice keys: the secret of the key {args.name!r} is printed once and cannot be "
-        "shown again; keep it now",
+        f"sluice keys: added the key {args.name!r} to {args.target.describe()} (a server "
+        "accepts it when it serves that database); its secret is printed once and cannot "
+        "be shown again; keep it now",
         file=sys.stderr,
     )
     return 0
@@ -34,7 +37,9 @@ def cmd_add(args: argparse.Namespace, db: sluice.Database) -> int:
 def cmd_list(args: argparse.Namespace, db: sluice.Database) -> int:
     keys = Keys(db).list()
     if args.json:
-        print(json.dumps([k.as_dict() for k in keys]))
+        # Times as ISO 8601, as every other command's --json writes them.
+        times = ("created_at", "used_at", "revoked_at")
+        print(json.dumps([k.as_dict() | {t: when(getattr(k, t)) for t in times} for k in keys]))
     else:
         print(_table(keys) if keys else "(no keys)")
     return 0
@@ -42,7 +47,7 @@ def cmd_list(args: argparse.Namespace, db: sluice.Database) -> int:
 
 def cmd_revoke(args: argparse.Namespace, db: sluice.Database) -> int:
     Keys(db).revoke(args.name)
-    print(f"revoked the key {args.name!r}")
+    print(f"revoked the key {args.name!r} in {args.target.describe()}")
     return 0
 
 

@@ -273,3 +273,17 @@ def test_tail_follows_a_queue_live_and_takes_nothing(db_path: Path) -> None:
         assert tail.returncode == 0
         assert [json.loads(line)["body"]["n"] for line in out.splitlines()] == [1, 2]
         assert q.stats()["ready"] == 4  # nothing taken
+
+
+def test_keys_name_their_database_and_list_times_as_iso(
+    capsys: pytest.CaptureFixture[str], db_path: Path
+) -> None:
+    from datetime import datetime
+
+    code, out, err = run(capsys, "keys", "add", "ops", "--admin", "--db", str(db_path))
+    assert code == 0
+    assert f"added the key 'ops' to {db_path}" in err
+    _, out, _ = run(capsys, "keys", "list", "--json", "--db", str(db_path))
+    (key,) = json.loads(out)
+    assert datetime.fromisoformat(key["created_at"]).tzinfo is not None
+    assert key["used_at"] is None
