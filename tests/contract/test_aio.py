@@ -195,3 +195,15 @@ def test_the_blocking_errors_are_raised(backend_url: str) -> None:
                 await tx.enqueue("orders", "y")
 
     asyncio.run(main())
+
+
+def test_a_blocking_feature_missing_from_asyncio_points_to_db_sync() -> None:
+    async def main() -> None:
+        async with await sluice.aio.connect("memory://") as db:
+            with pytest.raises(AttributeError, match=r"reached through db\.sync\.jobs"):
+                db.jobs  # noqa: B018
+            with pytest.raises(AttributeError, match="has no attribute 'nonsense'"):
+                db.nonsense  # noqa: B018
+            assert db.sync.jobs is not None
+
+    asyncio.run(main())

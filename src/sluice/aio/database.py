@@ -54,6 +54,17 @@ class AsyncDatabase:
         """The blocking ``sluice.Database`` underneath (its jobs, rules, topics...)."""
         return self._context.database
 
+    def __getattr__(self, name: str) -> Any:
+        # Only for names AsyncDatabase lacks: say where the blocking API's features are
+        # reached, instead of a bare AttributeError.
+        if not name.startswith("_") and hasattr(Database, name):
+            raise AttributeError(
+                f"AsyncDatabase has no {name!r}: the blocking Database's {name} is reached "
+                f"through db.sync.{name}, and called from asyncio with "
+                f"await db.run_sync(db.sync.{name}, ...)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def session(self) -> int:
         """This connection's session id (the S of message ids)."""
