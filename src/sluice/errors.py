@@ -98,6 +98,39 @@ class MissingDependency(ConfigurationError):
 class ExpressionError(ConfigurationError):
     """The expression does not parse, or uses something outside the expression language."""
 
+    expression: str | None
+    """The expression as given; None when the mistake is not in its text."""
+    position: int | None
+    """Where in ``expression`` the mistake is, a 0-based character offset; None when it
+    is in the expression as a whole."""
+    line: int | None
+    """``position``'s line in ``expression``, from 1."""
+    column: int | None
+    """``position``'s column on that line, from 1."""
+    reason: str
+    """What is wrong and what to do, without where: the message's first line."""
+    expected: tuple[str, ...]
+    """What is allowed at ``position``, the nearest first (a function's or a name's
+    spelling, the token that was missing); empty when nothing in particular."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        expression: str | None = None,
+        position: int | None = None,
+        reason: str | None = None,
+        expected: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.expression, self.position, self.expected = expression, position, expected
+        self.reason = reason or str(self)
+        self.line = self.column = None
+        if expression is not None and position is not None:
+            before = expression[:position]
+            self.line = before.count("\n") + 1
+            self.column = position - (before.rfind("\n") + 1) + 1
+
 
 class RuleDefinitionError(ConfigurationError):
     """The rules definition has a mistake; fix the statement the message points at."""
