@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlglot.errors import ParseError
 
 from sluice.errors import ExpressionError
 from sluice.expr import Node, Scope, compile_python, parse, parse_order
@@ -193,11 +194,34 @@ _TOKENS = [
 ]
 
 
+_INTERNAL = ("sqlglot", "<class", "Required keyword", "Expecting", "Expected ",
+             "Invalid expression /", "Unexpected token", "Error tokenizing", "Col:",
+             "is not part of the expression language)", "Traceback")  # fmt: skip
+
+
+def readable(error: ExpressionError) -> None:
+    """``error`` says in sluice's words what is wrong, and where when it knows."""
+    message = str(error)
+    for internal in _INTERNAL:
+        assert internal not in message, message
+    assert error.reason, message
+    assert error.reason in message, message
+    if error.position is not None:
+        assert error.expression is not None
+        assert 0 <= error.position <= len(error.expression), message
+        assert message.startswith("expression error at ")
+        assert f"column {error.column}:" in message.splitlines()[0], message
+        assert message.splitlines()[-1].strip(" ^") == "", message  # the caret line
+    if isinstance(error.__cause__, ParseError):  # sqlglot's error: kept, and placed
+        assert error.position is not None, message
+
+
 def _answer(text: str, *, scope: Scope | None = None) -> Node | None:
     """``parse``'s answer, None for an ExpressionError; anything else fails the test."""
     try:
         node = parse(text, scope)
-    except ExpressionError:
+    except ExpressionError as error:
+        readable(error)
         return None
     assert node.type in ("boolean", "number", "text", "json", "any")
     return node
@@ -206,7 +230,8 @@ def _answer(text: str, *, scope: Scope | None = None) -> Node | None:
 def _order_answer(text: str) -> tuple[Node, bool] | None:
     try:
         return parse_order(text, _SCOPE)
-    except ExpressionError:
+    except ExpressionError as error:
+        readable(error)
         return None
 
 
@@ -301,7 +326,8 @@ def test_values_that_are_not_text(value: Any) -> None:
     for call in (lambda: parse(value), lambda: parse_order(value)):
         try:
             call()
-        except ExpressionError:
+        except ExpressionError as error:
+            readable(error)
             continue
         raise AssertionError(f"{value!r} was accepted")
 

@@ -381,7 +381,10 @@ def test_unknown_and_bad_names(text: str, message: str) -> None:
             "CREATE PROPERTY p AS boolean QUEUE q VALUE body.a + 1",
             "VALUE: 'body.a + 1' is a number",
         ),
-        ("CREATE PROPERTY p AS text QUEUE q VALUE 1 +* 2", "property 'p' VALUE: cannot parse"),
+        (
+            "CREATE PROPERTY p AS text QUEUE q VALUE 1 +* 2",
+            "property 'p' VALUE: expression error at column 4: '+' needs a value on its right",
+        ),
         ("CREATE RULE r FOR q ENQUEUE 1 INTO out WITH k = 'x'", "property 'k' is FIXED"),
         (
             "CREATE RULE r FOR q ENQUEUE 1 INTO q WITH n = 1",
@@ -458,10 +461,12 @@ def test_echo_mistakes(text: str, line: int, message: str) -> None:
     [
         ("CREATE RULE r FOR q IF body.a + 1 THEN RESET s",
          "IF condition: 'body.a + 1' is a number, where a boolean"),
-        ("CREATE RULE r FOR q IF foo = 1 THEN RESET s", "IF condition: unknown name 'foo'"),
+        ("CREATE RULE r FOR q IF foo = 1 THEN RESET s",
+         "IF condition: expression error at column 1: unknown name 'foo'"),
         ("CREATE RULE r FOR q IF (SELECT 1) = 1 THEN RESET s", "rule 'r' IF condition:"),
         ("CREATE RULE r FOR q ENQUEUE NULL INTO out", "ENQUEUE NULL: a message needs a body"),
-        ("CREATE RULE r FOR q ENQUEUE 1 + INTO out", "rule 'r' ENQUEUE body: cannot parse"),
+        ("CREATE RULE r FOR q ENQUEUE 1 + INTO out",
+         "rule 'r' ENQUEUE body: expression error at column 4: '+' needs a value"),
         ("CREATE RULE r FOR q RESET s KEY 1", "RESET KEY: '1' is a number, where a text"),
         ("CREATE RULE r FOR q RESET", "a bare RESET resets the current slice"),
         ("CREATE RULE r FOR q RESET t", "RESET t without KEY takes the triggering message's 'n'"),

@@ -11,20 +11,25 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import sqlglot
 from sqlglot import exp
 from sqlglot import parser as sqlglot_parser
 from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError
+
+if TYPE_CHECKING:
+    from sqlglot.tokenizer_core import Token
 
 from sluice.errors import ExpressionError
-from sluice.expr import syntax
+from sluice.expr import diagnose, syntax
 from sluice.expr.check_rules import RULE_CALLS, Relations, RulesChecker, check_keys, slice_key
 from sluice.expr.coercion import SCALARS as _SCALARS
 from sluice.expr.coercion import as_type as _as
 from sluice.expr.coercion import cast_to as _cast
 from sluice.expr.coercion import common_type as _common
+from sluice.expr.located import located, nearest
 from sluice.expr.nodes import (
     COLUMNS,
     ArrayAgg,
@@ -42,6 +47,7 @@ from sluice.expr.nodes import (
     Not,
     Path,
     Prop,
+    Step,
     Subquery,
     Type,
     Var,
@@ -92,6 +98,16 @@ FUNCTIONS: Final[Mapping[str, tuple[tuple[Type, ...], int, Type]]] = {
 }
 """Scalar functions: each compiler implements exactly these, with the same meaning."""
 
+_WRITTEN_OTHERWISE: Final[Mapping[str, str]] = {
+    # What sqlglot reads some SQL as, and what the language writes instead.
+    "json_extract": "'->' does not read JSON here: write a path, body.a.b or body.a['b']; "
+    "a lambda (x -> ...) is an argument of an array function: count, exists, sum, min, max, avg",
+    "json_extract_scalar": "'->>' does not read JSON here: write a path, body.a.b or body.a['b']",
+    "filter": "filter(array, x -> condition) is only the array of an array function: "
+    "count(filter(body.lines, l -> l.qty > 1))",
+    "concat": "texts are joined with ||: 'a' || 'b'",
+    "collate": "COLLATE is not part of the language: texts compare by code point",
+}
 _ALIASES: Final = {"substring": "substr", "ceiling": "ceil", "char_length": "length"}
 _AGGREGATES: Final = ("count", "sum", "min", "max", "avg", "exists")
 _XPATH: Final[Mapping[str, Type]] = {
@@ -149,7 +165,7 @@ def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) ->
     Raises ExpressionError, and nothing else, for any input.
     """
     tree = _syntax(text)
-    node = _Checker(scope or Scope()).node(tree, 0)
+    node = _Checker(scope or Scope(), text).node(tree, 0)
     if want is not None:
         node = _as(node, want, text)
     # BETWEEN and simple CASE use their operand more than once: nested, that doubles
@@ -197,28 +213,70 @@ def _syntax(text: str) -> exp.Expression:
             f"the expression {text!r} has a lone surrogate, which is not a Unicode "
             "character; write it in valid Unicode"
         )
+    unclosed = diagnose.unbalanced(text)
+    if unclosed is not None:
+        raise unclosed
+    tokens = _tokens(text)
     try:
         trees = sqlglot.parse(text, read=_Dialect)
-    # sqlglot reports malformed input with several exception types (and deep
-    # nesting with RecursionError); to the caller they are all the same mistake.
+    except ParseError as exc:
+        raise diagnose.parse_error(text, exc, tokens) from exc
+    except RecursionError as exc:
+        raise ExpressionError(
+            f"the expression nests deeper than {_MAX_DEPTH} levels", expression=text
+        ) from exc
+    # sqlglot reports other malformed input with other exception types: to the caller
+    # they are all the same mistake, kept as the cause.
     except Exception as exc:
-        raise ExpressionError(f"cannot parse {text!r}: {_first_line(exc)}") from None
+        raise ExpressionError("the expression cannot be read", expression=text) from exc
     if len(trees) != 1 or not isinstance(trees[0], exp.Expression):
-        raise ExpressionError(f"{text!r} is not one expression; statements are not allowed")
+        ends = [t for t in tokens or () if t.token_type.name == "SEMICOLON"]
+        if ends:
+            raise located(
+                "';' ends a statement, and an expression is one condition or value: "
+                "leave out the ';' and anything after it",
+                text,
+                ends[0].start,
+            )
+        raise located("expected a value here", text, 0, length=len(text.strip()))
     return trees[0]
 
 
-def _first_line(exc: BaseException) -> str:
-    message = str(exc).strip().splitlines()
-    return re.sub(r"\x1b\[[0-9;]*m", "", message[0]) if message else type(exc).__name__
+def _tokens(text: str) -> list[Token] | None:
+    """``text``'s tokens with their places, for messages; None if it does not tokenize."""
+    try:
+        return _Dialect().tokenize(text)
+    except Exception:  # an unreadable token: the parse below says so
+        return None
 
 
 class _Checker(RulesChecker):
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: Scope, text: str) -> None:
         super().__init__(scope.relations, scope.properties)
         self.scope = scope
+        self.text = text
 
-    def node(self, e: exp.Expression, depth: int) -> Node:  # noqa: PLR0911, PLR0912  (one case per kind)
+    def node(self, e: exp.Expression, depth: int) -> Node:
+        try:
+            return self.kind(e, depth)
+        except ExpressionError as exc:
+            # The innermost part a mistake is found in is where it is: said once, there.
+            found = self.placed(exc, e)
+            if found is exc:
+                raise
+            raise found from exc.__cause__
+
+    def placed(self, exc: ExpressionError, e: exp.Expression) -> ExpressionError:
+        """``exc`` located at ``e`` in the text, unless it says where already."""
+        if exc.expression is not None:
+            return exc
+        where = syntax.span(e, _tokens(self.text) or [])
+        if where is None:
+            return exc
+        start, end = where
+        return located(exc.reason, self.text, start, length=end + 1 - start, expected=exc.expected)
+
+    def kind(self, e: exp.Expression, depth: int) -> Node:  # noqa: PLR0911, PLR0912  (one case per kind)
         if depth > _MAX_DEPTH:
             raise ExpressionError(f"the expression nests deeper than {_MAX_DEPTH} levels")
         d = depth + 1
@@ -295,7 +353,11 @@ class _Checker(RulesChecker):
         raise ExpressionError(f"{quoted(e)!r} is not allowed in an expression ({reason})")
 
     def typed(self, e: exp.Expression, want: Type, depth: int) -> Node:
-        return _as(self.node(e, depth), want, quoted(e))
+        node = self.node(e, depth)
+        try:
+            return _as(node, want, quoted(e))
+        except ExpressionError as exc:
+            raise self.placed(exc, e) from None
 
     # --- references ------------------------------------------------------------------
     def reference(self, e: exp.Expression) -> Node:
@@ -315,17 +377,37 @@ class _Checker(RulesChecker):
         if head in ("body", "props"):
             return self.props(Path(head, steps))  # type: ignore[arg-type]
         if steps:
-            raise ExpressionError(
-                f"{quoted(e)!r} reaches outside the message: paths start with body, props, "
-                "an array function's variable or (in rules) a subquery's relation"
-            )
+            raise self.outside(e, head, steps)
         if head in COLUMNS:
             return Column(head, COLUMNS[head])
         if head in self.scope.properties:
             return Prop(head, self.scope.properties[head])
+        names = [*COLUMNS, *self.scope.properties, *self.vars]
+        close = nearest(head, names)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise ExpressionError(
-            f"unknown name {head!r}: use body.<path>, props.<name>, a declared property, "
-            f"or one of {', '.join(COLUMNS)}"
+            f"unknown name {head!r}: {hint}A message has body.<path>, props.<name>, "
+            f"{', '.join(COLUMNS)}{', its declared properties' if self.scope.properties else ''}"
+            f"{''.join(f', {p}' for p in self.scope.properties)}",
+            expected=close or tuple(names),
+        )
+
+    def outside(self, e: exp.Expression, head: str, steps: tuple[Step, ...]) -> ExpressionError:
+        """A path whose head is no name of a message's: said with the path meant, if clear."""
+        roots = {"body": "body", "props": "props", "properties": "props", "property": "props",
+                 "prop": "props", "message": "body", "msg": "body", "payload": "body"}  # fmt: skip
+        root = roots.get(head.lower()) or next(iter(nearest(head, ["body", "props"])), None)
+        if root is not None and all(isinstance(s, str) and s.isidentifier() for s in steps):
+            meant = ".".join([root, *(str(s) for s in steps)])
+            return ExpressionError(
+                f"{quoted(e)!r} is not a path of the message: did you mean {meant}? Paths "
+                "start with body (the message's body) or props (its properties)",
+                expected=(meant,),
+            )
+        return ExpressionError(
+            f"{quoted(e)!r} reaches outside the message: paths start with body, props, "
+            "an array function's variable or (in rules) a subquery's relation",
+            expected=("body", "props", *self.vars, *self.rows),
         )
 
     # --- operators -------------------------------------------------------------------
@@ -468,13 +550,30 @@ class _Checker(RulesChecker):
                 raise ExpressionError(f"{quoted(e)!r}: now takes no arguments")
             return self.now() if self.relations is not None else Func("now", (), "number")
         if name not in FUNCTIONS:
-            raise ExpressionError(f"{quoted(e)!r}: function {name!r} is not allowed")
+            raise self.unknown_function(name)
         types, required, result = FUNCTIONS[name]
         if not required <= len(args) <= len(types):
             count = str(required) if required == len(types) else f"{required} to {len(types)}"
             raise ExpressionError(f"{quoted(e)!r}: {name} takes {count} argument(s)")
         checked = tuple(self.typed(a, t, depth) for a, t in zip(args, types, strict=False))
         return Func(name, checked, result)
+
+    def unknown_function(self, name: str) -> ExpressionError:
+        rules = RULE_CALLS | {"json_object", "xmlelement"} if self.relations else set()
+        known = sorted({*FUNCTIONS, *_ALIASES, *_AGGREGATES, *_XPATH, "coalesce",
+                        "json_array_length", "now", *rules})  # fmt: skip
+        if name in _WRITTEN_OTHERWISE:
+            return ExpressionError(_WRITTEN_OTHERWISE[name])
+        close = nearest(name, known)
+        said = (
+            f"did you mean {' or '.join(close)}?"
+            if close
+            else f"the functions are {', '.join(known)}"
+        )
+        return ExpressionError(
+            f"there is no function {name!r} in the expression language: {said}",
+            expected=close or tuple(known),
+        )
 
     def coalesce(self, args: list[exp.Expression], e: exp.Expression, depth: int) -> Node:
         if not args:

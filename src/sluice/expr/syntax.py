@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
 
 from sqlglot import exp
+
+if TYPE_CHECKING:
+    from sqlglot.tokenizer_core import Token
 
 from sluice.errors import ExpressionError
 from sluice.expr.nodes import Lit, Step
@@ -23,6 +28,7 @@ __all__ = [
     "parts_or_none",
     "quoted",
     "refused",
+    "span",
 ]
 
 
@@ -119,8 +125,82 @@ def quoted(e: exp.Expression) -> str:
 
 
 def refused(e: exp.Expression) -> str:
+    """Why ``e`` is not part of the language, in the language's words."""
     if isinstance(e, exp.Query | exp.Subquery):
         return "subqueries and statements cannot be used"
+    if isinstance(e, exp.DDL | exp.DML | exp.Command | exp.Drop | exp.Create | exp.Alter):
+        return "it is a statement; an expression is one condition or value"
     if isinstance(e, exp.Func):
         return f"function {e.sql_name().lower()} is not on the allow-list"
-    return f"{type(e).__name__} is not part of the expression language"
+    for kinds, reason in _REFUSED:
+        if isinstance(e, kinds):
+            return reason
+    return "it is not part of the expression language (docs/expressions.md lists what is)"
+
+
+_REFUSED: Final[tuple[tuple[type[exp.Expression] | tuple[type[exp.Expression], ...], str], ...]] = (
+    (exp.Mod, "'%' (modulo) is not part of the language"),
+    (exp.ILike, "ILIKE is not part of the language: compare lower(x) LIKE 'pattern'"),
+    ((exp.Placeholder, exp.Parameter), "parameters (?, :x, @x) are not part of the language: "
+     "write the value itself"),
+    (exp.Star, "'*' stands for no value here; count(*) is for rules' subqueries only"),
+    (exp.Window, "window functions (OVER) are not part of the language"),
+    (exp.Interval, "INTERVAL is not part of the language: times are numbers of seconds"),
+    (exp.Alias, "AS names nothing in an expression; two values side by side need an "
+     "operator between them"),
+    (exp.NullSafeEQ, "'<=>' is not part of the language: use x = y OR (x IS NULL AND y IS NULL)"),
+    ((exp.BitwiseAnd, exp.BitwiseOr, exp.BitwiseXor, exp.BitwiseNot, exp.BitwiseLeftShift,
+      exp.BitwiseRightShift), "bitwise operators are not part of the language"),
+    ((exp.Tuple, exp.Array), "a list of values is only written after IN: x IN (1, 2)"),
+)  # fmt: skip
+
+
+def span(e: exp.Expr, tokens: Sequence[Token]) -> tuple[int, int] | None:
+    """Where ``e`` is written in the text ``tokens`` come from: the offsets of its first
+    and last character, as far as its parts that know their place tell; None if none do."""
+    if e.parent is None and tokens:  # the whole text: a statement, say
+        return tokens[0].start, tokens[-1].end
+    starts = [n.meta["start"] for n in e.walk() if "start" in n.meta]
+    if not starts or not tokens:
+        return _unplaced(e, tokens)
+    start, end = min(starts), max(n.meta["end"] for n in e.walk() if "end" in n.meta)
+    a = next((k for k, t in enumerate(tokens) if t.start >= start), len(tokens) - 1)
+    b = next((k for k in range(len(tokens) - 1, -1, -1) if tokens[k].end <= end), a)
+    kinds = exp.Paren | exp.Subquery | exp.Tuple | exp.Exists
+    if isinstance(e, kinds) or (isinstance(e, exp.Func) and not isinstance(e, exp.Anonymous)):
+        # What locates e is inside its brackets: its '(' and the name before it belong to it.
+        depth = 0
+        for k in range(a - 1, -1, -1):
+            kind = tokens[k].token_type.name
+            depth += kind == "R_PAREN"
+            if kind == "L_PAREN":
+                if not depth:
+                    a = k - (k > 0 and not isinstance(e, exp.Paren | exp.Subquery | exp.Tuple))
+                    break
+                depth -= 1
+    elif isinstance(e, exp.Not) and a > 0 and tokens[a - 1].token_type.name == "NOT":
+        a -= 1
+    elif isinstance(e, exp.Case):
+        a = next((k for k in range(a - 1, -1, -1) if tokens[k].token_type.name == "CASE"), a)
+    depth = cases = 0
+    for k in range(a, len(tokens)):
+        kind = tokens[k].token_type.name
+        depth += (kind in ("L_PAREN", "L_BRACKET")) - (kind in ("R_PAREN", "R_BRACKET"))
+        cases += (kind == "CASE") - (kind == "END")
+        if k >= b and depth <= 0 and cases <= 0:
+            b = k
+            break
+    return tokens[a].start, tokens[b].end
+
+
+def _unplaced(e: exp.Expr, tokens: Sequence[Token]) -> tuple[int, int] | None:
+    # TRUE, NULL, '*', '?' know no place: the first token spelt so where the parent is.
+    parent = e.parent
+    around = span(parent, tokens) if parent is not None else None
+    if around is None:
+        return None
+    written = quoted(e).upper() if isinstance(e, exp.Expression) else ""
+    for t in tokens:
+        if around[0] <= t.start <= around[1] and t.text.upper() == written:
+            return t.start, t.end
+    return around
