@@ -47,7 +47,9 @@ def _drop_example_objects(url: str) -> None:
         conn.execute("DROP TABLE IF EXISTS shop_orders")
 
 
-def test_cli_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("doc", ["cli.md", "first-hour.md"])
+def test_cli_examples_run(doc: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each line of the doc's ```sh blocks (```shell ones, such as installing, are not run)."""
     import contextlib
     import io
     import shlex
@@ -56,8 +58,10 @@ def test_cli_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
     from sluice.cli import main
 
-    text = (ROOT / "docs" / "cli.md").read_text()
-    (block,) = re.findall(r"^```sh\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    text = (ROOT / "docs" / doc).read_text()
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert blocks, f"{doc} has no ```sh block"
+    block = "".join(blocks)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SLUICE_URL", raising=False)
     for line in block.splitlines():
