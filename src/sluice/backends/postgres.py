@@ -56,10 +56,10 @@ from sluice.backends.sql_backend import (
 )
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
-from sluice.errors import ConfigurationError, MissingDependency, QueueNotFound, StorageError
-from sluice.extras import install_hint
+from sluice.errors import MissingDependency, QueueNotFound, StorageError
 from sluice.expr.postgres import PostgresCompiler, json_body
 from sluice.expr.sql import Source
+from sluice.extras import install_hint
 from sluice.message import TEXT
 
 try:
