@@ -4,6 +4,7 @@ cross-site changes, retry and discard of failed messages, paging and selectors."
 
 from __future__ import annotations
 
+import html
 import re
 import time
 from collections.abc import Iterator
@@ -287,6 +288,7 @@ def test_a_bad_selector_is_said_in_the_page(
     missing = client.get("/console/queues/nowhere", headers=bearer(secret(db, "a", "*:browse")))
     assert missing.status_code == 404
     assert "does not exist" in missing.text
+    assert "db.create_queue" not in missing.text  # the Python API's hint, not a person's
 
 
 def test_values_are_escaped(client: TestClient, db: sluice.Database) -> None:
@@ -373,3 +375,140 @@ def test_pause_and_resume_a_queue(
     m = db.queue("orders").get()
     assert m is not None
     m.ack()
+
+
+def cells(html: str, queue: str) -> dict[str, str]:
+    """The overview's counts of ``queue``'s row, by column (data-count), as text."""
+    row = re.search(rf'<tr data-queue="{re.escape(queue)}">(.*?)</tr>', html, re.S)
+    assert row is not None, f"no row of {queue}"
+    found = re.findall(r'<td class="num" data-count="(\w+)"[^>]*>(.*?)</td>', row[1], re.S)
+    return {name: re.sub(r"<[^>]+>|\s+", "", text) for name, text in found}
+
+
+def test_a_subscription_s_waiting_messages_count_as_everywhere_else(
+    client: TestClient, db: sluice.Database, clock: sluice.ManualClock
+) -> None:
+    # The overview said Ready 0 and Oldest 0 s, the chart depth 0, while stats() and
+    # /metrics counted the message still in the topic.
+    db.create_topic("news")
+    db.subscribe("news", "news.eu")
+    db.queue("news").put({"region": "EU"})
+    clock.advance(30)
+    root = bearer(secret(db, "root", admin=True))
+    assert db.queue("news.eu").stats()["ready"] == 1
+    row = cells(client.get("/", headers=root).text, "news.eu")
+    assert (row["ready"], row["oldest"]) == ("1", "30s")
+    assert 'data-count="ready">ready <b>1</b>' in client.get(
+        "/console/queues/news.eu", headers=root
+    ).text.replace("\n", "")
+    wait_for(client, "/console/queues/news.eu/live", 'data-latest="1"', root)
+    metrics = client.get("/metrics", headers=root).text
+    assert 'sluice_queue_messages{queue="news.eu",state="ready"} 1.0' in metrics
+    assert 'sluice_queue_oldest_ready_age_seconds{queue="news.eu"} 30.0' in metrics
+
+
+def test_the_failed_column_counts_what_waits_in_the_error_queue(
+    client: TestClient, db: sluice.Database, failed: sluice.Queue
+) -> None:
+    kept = db.create_queue("kept")  # no error queue: a reject stays here, failed
+    kept.put(1)
+    m = kept.get()
+    assert m is not None
+    m.reject("no")
+    page = client.get("/", headers=bearer(secret(db, "ops", "orders*:browse", "kept:browse")))
+    assert cells(page.text, "orders")["failed"] == "5"
+    assert '<a class="bad" href="/console/queues/orders.errors">5</a>' in page.text
+    assert cells(page.text, "kept")["failed"] == "1"
+    assert '<a class="bad" href="/console/queues/kept?state=failed">1</a>' in page.text
+    # A key that may not browse the error queue is shown only what the queue keeps.
+    page = client.get("/", headers=bearer(secret(db, "orders-only", "orders:browse")))
+    assert cells(page.text, "orders")["failed"] == "0"
+
+
+def test_a_task_s_deadlines_are_shown_as_times(
+    client: TestClient, db: sluice.Database, clock: sluice.ManualClock
+) -> None:
+    # A task without a deadline showed deadline 1000000000000000.0 (what it is stored as).
+    db.jobs.define("work")
+    db.jobs.submit("nightly", [("work", {"n": 1})])
+    db.jobs.submit("urgent", [("work", {"n": 2})], deadline=clock.now() + 3600)
+    page = client.get("/console/queues/tasks.work", headers=bearer(secret(db, "r", admin=True)))
+    assert "1000000000000000" not in page.text
+    assert "1e+15" not in page.text
+    assert "deadline=none" in page.text
+    due = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(clock.now() + 3600))
+    assert f"job_deadline={due}" in page.text
+
+
+def test_the_selector_the_browser_shows_as_an_example_runs(
+    client: TestClient, db: sluice.Database
+) -> None:
+    # Its placeholder was "... properties.region = 'EU'", which the language refuses.
+    orders = db.create_queue("orders")
+    orders.put({"total": 120}, properties={"region": "EU"})
+    orders.put({"total": 120}, properties={"region": "US"})
+    ops = bearer(secret(db, "ops", "orders:browse"))
+    page = client.get("/console/queues/orders", headers=ops).text
+    example = re.search(r'name="where" value="" placeholder="([^"]+)"', page)
+    assert example is not None
+    assert html.unescape(example[1]) == routes.EXAMPLE
+    found = client.get("/console/queues/orders", params={"where": routes.EXAMPLE}, headers=ops)
+    assert "not valid" not in found.text
+    assert len(positions(found.text)) == 1
+
+
+@pytest.mark.parametrize("view", routes.VIEWS)
+def test_the_navigation_reaches_each_part_of_the_dashboard(
+    client: TestClient, db: sluice.Database, failed: sluice.Queue, view: str
+) -> None:
+    db.create_topic("news")
+    db.subscribe("news", "news.eu")
+    db.apply(
+        "CREATE QUEUE inbox; CREATE QUEUE copies; "
+        "CREATE RULE copy FOR inbox IF true THEN ENQUEUE body INTO copies;"
+    )
+    root = bearer(secret(db, "root", admin=True))
+    dashboard = client.get("/", headers=root).text
+    assert f'href="/?view={view}"' in dashboard  # in the navigation of every page
+    page = client.get("/", params={"view": view}, headers=root)
+    assert page.status_code == 200
+    assert re.findall(r'<section id="(\w+)"', page.text) == [view]
+    assert f'hx-get="/console/overview?view={view}"' in page.text  # it refreshes itself
+    shown = {
+        "queues": 'data-queue="orders"',
+        "subscriptions": 'data-subscription="news.eu"',
+        "jobs": "No open jobs.",
+        "errors": 'data-errors="orders.errors"',
+        "rules": 'data-rule="copy"',
+    }
+    assert shown[view] in page.text
+    part = client.get("/console/overview", params={"view": view}, headers=root).text
+    assert shown[view] in part
+
+
+def test_a_view_an_ordinary_key_may_not_see_says_so(
+    client: TestClient, db: sluice.Database, failed: sluice.Queue
+) -> None:
+    ops = bearer(secret(db, "ops", "orders*:browse"))
+    assert "only an admin key sees them" in client.get("/?view=jobs", headers=ops).text
+    assert "only an admin key sees them" in client.get("/?view=rules", headers=ops).text
+    errors = client.get("/?view=errors", headers=ops).text
+    assert 'data-errors="orders.errors"' in errors
+    assert "orders" in errors
+    wrong = client.get("/?view=everything", headers=ops)
+    assert wrong.status_code == 422
+    assert "view must be one of" in wrong.text
+
+
+def test_the_login_form_shows_an_error_only_for_a_key_refused(
+    client: TestClient, db: sluice.Database
+) -> None:
+    # A browser that had not logged in yet was met by a red box: "log in with an API key".
+    for first in (client.get("/"), client.get("/console/login")):
+        assert 'action="/console/login"' in first.text
+        assert 'class="error"' not in first.text
+    client.cookies.set(COOKIE, "sk_revoked-or-never-was")
+    again = client.get("/")
+    assert again.status_code == 401
+    assert 'class="error"' in again.text
+    assert "unknown or revoked" in again.text

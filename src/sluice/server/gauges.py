@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 import sluice
-from sluice.backends.records import QueueCounts
 from sluice.jobs.model import JobRow
 from sluice.server.grants import Principal
 from sluice.server.profiles import usage
@@ -38,10 +37,9 @@ class Gauges:
 
     def _queues(self) -> Iterator[Metric]:
         db, now = self._db, self._db.clock.now()
-        specs = [s for s in db.queues() if self._who.allows(s.name, "browse")]
-        stats = db.backend.stats_all()
-        counts = {s.name: dict(stats.get(s.name, _EMPTY).counts) for s in specs}
-        oldest = {s.name: stats.get(s.name, _EMPTY).oldest_ready for s in specs}
+        # Counted as the console and the CLI count them: a subscription's messages still
+        # in its topic are its own, ready or delayed, and its oldest ready among them.
+        rows = [r for r in db.overview() if self._who.allows(r.name, "browse")]
         info = GaugeMetricFamily(
             "sluice_queue_info",
             "Each queue: its kind (queue, topic, subscription) and its error queue",
@@ -57,15 +55,11 @@ class Gauges:
             "How long a subscription's oldest unsettled message has waited",
             labels=("subscription", "topic"),
         )
-        if any(s.kind == "subscription" for s in specs):
-            for sub in db.subscriptions():
-                if sub.name in counts:
-                    # As Queue.stats counts it: what waits in the topic is ready too,
-                    # or delayed while it is not due.
-                    counts[sub.name]["ready"] += sub.backlog - sub.backlog_delayed
-                    counts[sub.name]["delayed"] += sub.backlog_delayed
-                    lag.add_metric((sub.name, sub.topic), sub.lag)
-                    lag_seconds.add_metric((sub.name, sub.topic), sub.lag_seconds(now))
+        for row in rows:
+            sub = row.subscription
+            if sub is not None:
+                lag.add_metric((sub.name, sub.topic), sub.lag)
+                lag_seconds.add_metric((sub.name, sub.topic), sub.lag_seconds(now))
         messages = GaugeMetricFamily(
             "sluice_queue_messages",
             "Messages by state; claimed ones are in flight (leased, or held by a transaction)",
@@ -93,17 +87,16 @@ class Gauges:
             labels=("queue",),
         )
         blocked = db.context.wakeups.waiting()
-        for spec in specs:
+        for row in rows:
+            spec = row.spec
             waiting.add_metric((spec.name,), blocked.get(spec.name, 0))
             info.add_metric((spec.name, spec.kind, spec.error_queue or ""), 1)
             paused.add_metric((spec.name,), 1 if spec.paused else 0)
             for state in _STATES:
-                messages.add_metric((spec.name, state), counts[spec.name][state])
-            since = oldest[spec.name]
-            age.add_metric((spec.name,), 0.0 if since is None else max(now - since, 0.0))
+                messages.add_metric((spec.name, state), row.counts[state])
+            age.add_metric((spec.name,), row.oldest_age(now))
             if spec.error_queue is not None and self._who.allows(spec.error_queue, "browse"):
-                failed = stats.get(spec.error_queue, _EMPTY).counts["ready"]
-                errors.add_metric((spec.name, spec.error_queue), failed)
+                errors.add_metric((spec.name, spec.error_queue), row.error_ready or 0)
         yield from (info, paused, messages, age, errors, lag, lag_seconds, waiting)
 
     def _jobs(self) -> Iterator[Metric]:
@@ -142,6 +135,3 @@ class Gauges:
                 limit.add_metric((window.task_type, window.window), window.limit)
             starts.add_metric((window.task_type, window.window), window.starts)
         yield from (limit, starts)
-
-
-_EMPTY = QueueCounts(dict.fromkeys(_STATES, 0), None)

@@ -19,7 +19,7 @@ from sluice.server.auth import Gate
 from sluice.server.console.access import presented, visitor
 from sluice.server.problems import Problem, status_of
 
-__all__ = ["LOGIN", "HtmlRoute", "OpenHtmlRoute", "render"]
+__all__ = ["LOGIN", "HtmlRoute", "OpenHtmlRoute", "render", "when"]
 
 LOGIN = "/console/login"
 
@@ -30,9 +30,14 @@ _env = Environment(
     lstrip_blocks=True,
 )
 _env.filters["ago"] = lambda seconds: _duration(float(seconds))
-_env.filters["when"] = lambda epoch: (
-    "" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(epoch)))
-)
+
+
+def when(epoch: float | None) -> str:
+    """A time (epoch seconds) as people read it, in the server's time zone."""
+    return "" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+_env.filters["when"] = when
 
 
 def render(request: Request, template: str, code: int = 200, **values: Any) -> HTMLResponse:

@@ -23,15 +23,17 @@ from sluice.server.console.pages import HtmlRoute, OpenHtmlRoute, render
 from sluice.server.console.samples import Sampler
 from sluice.server.console.views import (
     admin_view,
+    error_rows,
     queue_charts,
     queue_rows,
     shown_body,
+    shown_properties,
     subscription_rows,
 )
 from sluice.server.grants import Principal
 from sluice.server.problems import Problem
 
-__all__ = ["PAGE", "public", "router"]
+__all__ = ["EXAMPLE", "PAGE", "VIEWS", "public", "router"]
 
 router = APIRouter(route_class=HtmlRoute, include_in_schema=False)
 public = APIRouter(route_class=OpenHtmlRoute, include_in_schema=False)
@@ -43,6 +45,14 @@ Changes = Depends(same_origin)
 
 PAGE = 50
 """Messages per page of the browser."""
+
+EXAMPLE = "body.total > 100 AND props.region = 'EU'"
+"""The selector the browser's empty box shows: one that runs (tests run it)."""
+
+VIEWS = ("queues", "subscriptions", "jobs", "errors", "rules")
+"""The dashboard's parts, each a page of the console's navigation (``/?view=jobs``)."""
+
+View = Annotated[str | None, Query(max_length=20)]
 
 _STATES = ("ready", "delayed", "claimed", "failed", "expired", "done")
 
@@ -103,20 +113,26 @@ def _local(target: str) -> str:
 
 # --- the dashboard ------------------------------------------------------------------
 @router.get("/", response_class=HTMLResponse)
-def dashboard(request: Request, who: Who) -> Response:
-    return render(request, "dashboard.html", who=who, **_overview(request, who))
+def dashboard(request: Request, who: Who, view: View = None) -> Response:
+    return render(request, "dashboard.html", who=who, **_overview(request, who, view))
 
 
 @router.get("/console/overview", response_class=HTMLResponse)
-def overview(request: Request, who: Who) -> Response:
-    return render(request, "overview.html", who=who, **_overview(request, who))
+def overview(request: Request, who: Who, view: View = None) -> Response:
+    return render(request, "overview.html", who=who, **_overview(request, who, view))
 
 
-def _overview(request: Request, who: Principal) -> dict[str, Any]:
+def _overview(request: Request, who: Principal, view: str | None) -> dict[str, Any]:
+    """Every part of the dashboard (``view`` None), or the one named."""
+    view = view or None
+    if view is not None and view not in VIEWS:
+        raise Problem(422, f"view must be one of {', '.join(VIEWS)}, not {view!r}")
     db = _db(request)
-    samples = _sampler(request).samples()
+    queues = queue_rows(db, who, _sampler(request).samples())
     return {
-        "queues": queue_rows(db, who, samples),
+        "view": view,
+        "queues": queues,
+        "errors": error_rows(queues),
         "subscriptions": subscription_rows(db, who),
         **admin_view(db, who),
     }
@@ -193,7 +209,8 @@ def resume(request: Request, who: Who, name: str, fields: Form) -> Response:
 def _after_switch(request: Request, who: Principal, name: str, fields: dict[str, str]) -> Response:
     """The part of the page the button was in, redrawn: the dashboard's or the queue's."""
     if fields.get("from") == "overview":
-        return render(request, "overview.html", who=who, **_overview(request, who))
+        view = _overview(request, who, fields.get("view"))
+        return render(request, "overview.html", who=who, **view)
     return render(request, "queue_live.html", **_live(request, who, name))
 
 
@@ -224,7 +241,8 @@ def _browse(
         "where": where,
         "after": after,
         "states": _STATES,
-        "messages": [(m, shown_body(m)) for m in found],
+        "messages": [(m, shown_body(m), shown_properties(m)) for m in found],
+        "example": EXAMPLE,
         "failed_shown": any(m.origin_queue for m in found),
         "next": str(found[-1].position) if more and state != "done" else None,
         "error": error,

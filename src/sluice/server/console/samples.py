@@ -1,5 +1,6 @@
 """Depth over time for the console's charts: one thread of the app samples every queue's
-counts in one statement (and the task types' profile windows) into a ring buffer.
+counts (``db.overview()``: one statement, and one per subscription for what waits in its
+topic) and the task types' profile windows into a ring buffer.
 
 The samples live in the server's process: a chart starts when the server does, and
 each worker of a server with several keeps its own.
@@ -93,10 +94,13 @@ class Sampler:
         """Sample now (also what the thread does each time)."""
         db = self._db
         now = db.clock.now()
-        counts = {
-            name: (c.counts["ready"], c.counts["delayed"], c.counts["claimed"], c.counts["failed"])
-            for name, c in db.backend.stats_all().items()
-        }
+        counts = {}
+        # As the pages count: a subscription's messages still in its topic are its own.
+        for row in db.overview():
+            c = row.counts
+            shown = (c["ready"], c["delayed"], c["claimed"], c["failed"])
+            if any(shown):  # a sample of thousands of empty queues holds none of them
+                counts[row.name] = shown
         starts = {w.queue: (w.starts, w.limit) for w in usage(db, now) if w.window == "hour"}
         sample = Sample(now, counts, starts)
         self._ring.append(sample)

@@ -11,22 +11,25 @@ from typing import Any
 from markupsafe import Markup
 
 import sluice
-from sluice.backends.records import QueueCounts
 from sluice.catalog import QueueSpec
-from sluice.jobs.model import JobStatus
+from sluice.jobs.model import FAR, JobStatus
 from sluice.server.console.chart import line_chart, rates, sparkline
+from sluice.server.console.pages import when
 from sluice.server.console.samples import Sample, series
 from sluice.server.grants import Principal
 from sluice.server.profiles import usage
 
 __all__ = [
+    "ErrorRow",
     "QueueRow",
     "SubscriptionRow",
     "admin_view",
+    "error_rows",
     "queue_charts",
     "queue_rows",
     "sees",
     "shown_body",
+    "shown_properties",
     "subscription_rows",
 ]
 
@@ -34,7 +37,6 @@ JOBS_SHOWN = 50
 """Jobs on the dashboard: the newest open ones."""
 
 _ACTIONS = ("produce", "consume", "browse", "manage")
-_NONE = QueueCounts(dict.fromkeys(("ready", "delayed", "claimed", "failed"), 0), None)
 
 
 def sees(who: Principal, queue: str) -> bool:
@@ -46,9 +48,11 @@ def sees(who: Principal, queue: str) -> bool:
 class QueueRow:
     spec: QueueSpec
     ready: int
+    """A subscription's include those still in its topic, as Queue.stats counts them."""
     delayed: int
     claimed: int
     failed: int
+    """Kept failed in the queue itself (by a queue without an error queue)."""
     errors: int | None
     """Ready in its error queue (None: it has none, or the key may not browse it)."""
     oldest: float
@@ -59,21 +63,26 @@ class QueueRow:
     paused: bool
     manage: bool
 
+    @property
+    def all_failed(self) -> int:
+        """What failed of its messages: kept failed here, and ready in its error queue
+        (where its rejects go; one shared by several queues counts for each)."""
+        return self.failed + (self.errors or 0)
+
 
 def queue_rows(db: sluice.Database, who: Principal, samples: list[Sample]) -> list[QueueRow]:
     now = db.clock.now()
-    stats = db.backend.stats_all()
     rows = []
-    for spec in db.queues():
+    for row in db.overview():
+        spec = row.spec
         if not sees(who, spec.name):
             continue
-        counts = stats.get(spec.name, _NONE)
         errors = None
         if spec.error_queue is not None and who.allows(spec.error_queue, "browse"):
-            errors = stats.get(spec.error_queue, _NONE).counts["ready"]
+            errors = row.error_ready
         points = series(samples[-60:], spec.name)
         net = rates(points[-2:])
-        c = counts.counts
+        c = row.counts
         rows.append(
             QueueRow(
                 spec,
@@ -82,7 +91,7 @@ def queue_rows(db: sluice.Database, who: Principal, samples: list[Sample]) -> li
                 c["claimed"],
                 c["failed"],
                 errors,
-                0.0 if counts.oldest_ready is None else max(now - counts.oldest_ready, 0.0),
+                row.oldest_age(now),
                 sparkline(points),
                 net[-1][1] if net else None,
                 spec.paused,
@@ -90,6 +99,36 @@ def queue_rows(db: sluice.Database, who: Principal, samples: list[Sample]) -> li
             )
         )
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRow:
+    """Where failed messages wait: an error queue (``ready`` there), or a queue without
+    one that keeps its own as ``failed``."""
+
+    name: str
+    held: int
+    state: str
+    """The state its failed messages are browsed in."""
+    sources: tuple[str, ...]
+    """The queues whose error queue it is (none: it keeps its own)."""
+
+
+def error_rows(rows: list[QueueRow]) -> list[ErrorRow]:
+    """The error queues among ``rows`` (those the key sees), and the queues that keep
+    failed messages themselves."""
+    sources: dict[str, list[str]] = {}
+    for row in rows:
+        if row.spec.error_queue is not None:
+            sources.setdefault(row.spec.error_queue, []).append(row.spec.name)
+    found = []
+    for row in rows:
+        name = row.spec.name
+        if name in sources:
+            found.append(ErrorRow(name, row.ready, "ready", tuple(sorted(sources[name]))))
+        elif row.failed:
+            found.append(ErrorRow(name, row.failed, "failed", ()))
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,3 +204,21 @@ def shown_body(m: sluice.Message, limit: int = 400) -> str:
         except (TypeError, ValueError):
             text = repr(body)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+_TIMES = ("deadline", "job_deadline")
+"""A task's properties that are times (sluice.jobs): epoch seconds, FAR for none."""
+
+
+def shown_properties(m: sluice.Message) -> str:
+    """A message's properties as ``name=value`` text; a task's deadlines as times, or
+    ``none`` (they are stored as FAR, a number no person should be shown)."""
+    task = "job_priority" in m.properties  # every task message has it (jobs/submit.py)
+    parts = []
+    for name, value in m.properties.items():
+        if task and name in _TIMES and isinstance(value, int | float):
+            text = "none" if value >= FAR else when(value)
+        else:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        parts.append(f"{name}={text}")
+    return " · ".join(parts)
