@@ -140,3 +140,80 @@ def test_a_user_finds_retries_pauses_and_watches(
     page.goto(base + "/")
     page.screenshot(path=str(shot.with_name("console-dashboard.png")), full_page=True)
     page.close()
+
+
+def test_a_newcomer_finds_every_part_and_reads_it_right(
+    browser: Any, base: str, db: sluice.Database
+) -> None:
+    """What issue 39's newcomer met: a red box before logging in, a subscription's waiting
+    message shown as Ready 0, a Failed 0 beside a full error queue, a task's deadline as
+    1000000000000000.0, an example selector that the console refused, and no way to reach
+    the subscriptions, jobs, error queues or rules but the one long page."""
+    db.create_topic("news")
+    db.subscribe("news", "news.eu")
+    db.queue("news").put({"region": "EU"})
+    orders = db.create_queue("orders", error_queue="orders.errors")
+    orders.put({"total": 120}, properties={"region": "EU"})
+    orders.put({"total": 10}, properties={"region": "EU"})
+    m = orders.get(where="body.total < 100")
+    assert m is not None
+    m.reject("card declined")
+    db.jobs.define("work")
+    db.jobs.submit("nightly", [("work", {"n": 1})])
+    db.apply("CREATE QUEUE inbox; CREATE QUEUE copies; "
+             "CREATE RULE copy FOR inbox IF true THEN ENQUEUE body INTO copies;")  # fmt: skip
+    key = Keys(db).add("root", [], admin=True)
+    with sluice.connect("memory://") as elsewhere:
+        foreign = Keys(elsewhere).add("root", [], admin=True)
+
+    page = browser.new_page()
+    page.set_default_timeout(TIMEOUT)
+    page.goto(base + "/")
+    page.wait_for_selector("input[name=key]")
+    assert page.locator(".error").count() == 0  # nothing went wrong yet
+    page.fill("input[name=key]", foreign)  # a key of another database
+    page.click("button:has-text('Log in')")
+    page.wait_for_selector(".error:has-text('Keys belong to one database')")
+    page.fill("input[name=key]", key)
+    page.click("button:has-text('Log in')")
+
+    def cell(queue: str, count: str) -> str:
+        text: str = page.inner_text(f"tr[data-queue='{queue}'] td[data-count='{count}']")
+        return text.strip()
+
+    page.wait_for_selector("tr[data-queue='news.eu']")
+    assert cell("news.eu", "ready") == "1"
+    assert cell("orders", "failed") == "1"
+
+    # The navigation reaches each part, and each part shows what it is about.
+    for label, shown in (
+        ("Subscriptions", "tr[data-subscription='news.eu']"),
+        ("Jobs", "tr[data-job]"),
+        ("Rules", "tr[data-rule='copy']"),
+        ("Queues", "tr[data-queue='orders']"),
+        ("Error queues", "tr[data-errors='orders.errors']"),
+    ):
+        page.click(f"header nav a:has-text('{label}')")
+        page.wait_for_selector(shown)
+        assert page.get_attribute(f"header nav a:has-text('{label}')", "aria-current") == "page"
+    # From the error queues to the failed message, which can be sent back from there.
+    page.click("tr[data-errors='orders.errors'] a")
+    page.wait_for_selector("tr:has-text('card declined') button:has-text('Retry')")
+
+    # The example in the selector box runs as it is.
+    page.goto(base + "/console/queues/orders")
+    example = page.get_attribute("input[name=where]", "placeholder")
+    assert example is not None
+    assert "props." in example
+    page.fill("input[name=where]", example)
+    page.click("button:has-text('Find')")
+    page.wait_for_url("**where=*")
+    assert page.locator("text=The selector is not valid").count() == 0
+    assert page.locator("table.messages tbody tr").count() == 1
+
+    # A task without a deadline says so, in words.
+    page.goto(base + "/console/queues/tasks.work")
+    row = page.locator("table.messages tbody tr").first.inner_text()
+    assert "deadline=none" in row
+    assert "1000000000000000" not in page.content()
+    page.close()
