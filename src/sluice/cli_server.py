@@ -38,6 +38,7 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
 
         from sluice.server.app import create_app  # noqa: PLC0415  (needs the extra)
         from sluice.server.headers import with_header_timeout  # noqa: PLC0415
+        from sluice.server.startup import keyless, no_key_warning  # noqa: PLC0415
     except ImportError as exc:
         raise MissingDependency(
             f"the server needs its extra ({exc}): {install_hint('server')}"
@@ -53,6 +54,8 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
             file=sys.stderr,
             flush=True,
         )
+    elif keyless(db):  # it would refuse every request, and say only "401" to each
+        print(f"sluice serve: WARNING: {no_key_warning(args.db)}", file=sys.stderr, flush=True)
     # Given only when asked for: the server's own default (BODY_TIMEOUT) otherwise.
     timeouts = {} if args.body_timeout is None else {"body_timeout": args.body_timeout}
     app = create_app(db, auth=not args.no_auth, max_request=args.max_request,

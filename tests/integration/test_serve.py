@@ -144,3 +144,36 @@ def test_a_timeout_that_is_not_positive_is_refused(tmp_path: Path, flag: str) ->
     _, err = process.communicate(timeout=60)
     assert process.returncode != 0
     assert "must be positive seconds" in err
+
+
+def stopped(process: subprocess.Popen[str]) -> str:
+    """What ``process`` wrote on stderr, once it is killed."""
+    process.kill()
+    _, err = process.communicate(timeout=30)
+    return err
+
+
+def test_a_database_without_keys_is_warned_of_with_how_to_add_one(
+    database: tuple[str, str], tmp_path: Path
+) -> None:
+    # It started without a word, then answered 401 to every request.
+    keyless = f"sqlite:///{tmp_path / 'keyless.db'}"
+    sluice.connect(keyless).close()
+    port = free_port()
+    process = serve(keyless, "--port", str(port))
+    try:
+        ready(f"http://127.0.0.1:{port}", process)
+    finally:
+        err = stopped(process)
+    warned = [line for line in err.splitlines() if "WARNING" in line]
+    assert len(warned) == 1, err
+    assert f"the database {keyless} has no API key" in warned[0]
+    assert f"sluice keys add NAME --admin --db {keyless}" in warned[0]
+    # A database with a key: not a word of it.
+    url, _ = database
+    port = free_port()
+    process = serve(url, "--port", str(port))
+    try:
+        ready(f"http://127.0.0.1:{port}", process)
+    finally:
+        assert "has no API key" not in stopped(process)
