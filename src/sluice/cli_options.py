@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from sluice.errors import ConfigurationError
+from sluice.urls import ENV, environment_url, shown_url
 
 __all__ = [
     "DEFAULT_URL",
@@ -31,7 +31,7 @@ __all__ = [
     "target",
 ]
 
-ENV_URL = "SLUICE_URL"
+ENV_URL = ENV
 """The one environment variable naming the database, read by the CLI and the server alike."""
 
 DEFAULT_URL = "sqlite:///sluice.db"
@@ -101,32 +101,18 @@ class Target:
 
 
 def target(args: argparse.Namespace, default: str = DEFAULT_URL) -> Target:
-    """The database of ``args``: ``--db``, else ``SLUICE_URL``, else ``default``."""
-    from_env, old = os.environ.get(ENV_URL), os.environ.get("SLUICE_DB")
-    if from_env and old and from_env != old:
-        raise ConfigurationError(
-            f"{ENV_URL} and SLUICE_DB name different databases; SLUICE_DB is the old name "
-            f"of {ENV_URL}: unset it"
-        )
+    """The database of ``args``: ``--db``, else ``SLUICE_URL`` (sluice.urls), else ``default``."""
+    from_env = environment_url(os.environ)  # checked even under --db: a conflict is a mistake
     if getattr(args, "db", None):
         return Target(args.db, "--db")
     if from_env:
         return Target(from_env, ENV_URL)
-    if old:
-        log.warning("SLUICE_DB is the old name of %s and will go: set %s instead", ENV_URL, ENV_URL)
-        return Target(old, "SLUICE_DB")
     return Target(default, "default")
 
 
 def display_url(url: str) -> str:
     """``url`` with any password replaced by ``***``: safe to print and log."""
-    if "://" not in url:
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return shown_url(url)
 
 
 def sqlite_file(url: str) -> Path | None:
