@@ -312,6 +312,20 @@ def test_browse_selects_and_pages(client: TestClient, db: sluice.Database) -> No
     assert db.queue("orders").stats()["ready"] == 6  # browsing took nothing
 
 
+def test_an_expression_error_says_where_in_fields_of_its_own(
+    client: TestClient, db: sluice.Database, admin: dict[str, str]
+) -> None:
+    db.create_queue("orders")
+    wrong = client.get("/api/queues/orders/messages", headers=admin,
+                       params={"where": "body.total >== 1000"})  # fmt: skip
+    found = problem(wrong, 422, "ExpressionError")
+    assert (found["expression"], found["line"], found["column"]) == ("body.total >== 1000", 1, 12)
+    assert found["position"] == 11
+    assert found["expected"] == [">="]
+    assert found["reason"] == "'>==' is not an operator: did you mean '>='?"
+    assert "sqlglot" not in found["detail"]
+
+
 def test_bad_input_gets_a_problem_and_changes_nothing(
     client: TestClient, db: sluice.Database, admin: dict[str, str]
 ) -> None:

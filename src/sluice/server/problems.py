@@ -20,6 +20,7 @@ from starlette.routing import Match
 from sluice.errors import (
     ConfigurationError,
     Conflict,
+    ExpressionError,
     JobNotFound,
     KeyNotFound,
     MessageError,
@@ -102,6 +103,13 @@ class ProblemDocument(BaseModel):
     detail: str
     error: str | None = None
     errors: list[Invalid] | None = None
+    # An ExpressionError's: where the expression is wrong and what was expected there.
+    expression: str | None = None
+    reason: str | None = None
+    position: int | None = None
+    line: int | None = None
+    column: int | None = None
+    expected: list[str] | None = None
 
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -172,6 +180,16 @@ def detail_of(exc: SluiceError) -> str:
     return str(exc)
 
 
+def fields_of(exc: SluiceError) -> dict[str, Any]:
+    """The problem's own fields for ``exc``: where an expression is wrong and what was
+    expected there, so that a client can point at it without parsing ``detail``."""
+    if not isinstance(exc, ExpressionError) or exc.expression is None:
+        return {}
+    found = {"expression": exc.expression, "reason": exc.reason, "position": exc.position,
+             "line": exc.line, "column": exc.column, "expected": list(exc.expected)}  # fmt: skip
+    return {k: v for k, v in found.items() if v is not None}
+
+
 def status_of(exc: SluiceError) -> int:
     for kind, status in _STATUS:
         if isinstance(exc, kind):
@@ -188,7 +206,9 @@ def install(app: FastAPI) -> None:
 
     async def on_sluice(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, SluiceError)
-        return problem_response(status_of(exc), detail_of(exc), error=type(exc).__name__)
+        return problem_response(
+            status_of(exc), detail_of(exc), error=type(exc).__name__, **fields_of(exc)
+        )
 
     async def on_invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
