@@ -383,7 +383,7 @@ def test_unknown_and_bad_names(text: str, message: str) -> None:
         ),
         (
             "CREATE PROPERTY p AS text QUEUE q VALUE 1 +* 2",
-            "property 'p' VALUE: expression error at column 4: '+' needs a value on its right",
+            "line 6, column 44: property 'p' VALUE: '+' needs a value on its right",
         ),
         ("CREATE RULE r FOR q ENQUEUE 1 INTO out WITH k = 'x'", "property 'k' is FIXED"),
         (
@@ -462,11 +462,11 @@ def test_echo_mistakes(text: str, line: int, message: str) -> None:
         ("CREATE RULE r FOR q IF body.a + 1 THEN RESET s",
          "IF condition: 'body.a + 1' is a number, where a boolean"),
         ("CREATE RULE r FOR q IF foo = 1 THEN RESET s",
-         "IF condition: expression error at column 1: unknown name 'foo'"),
+         "line 6, column 24: rule 'r' IF condition: unknown name 'foo'"),
         ("CREATE RULE r FOR q IF (SELECT 1) = 1 THEN RESET s", "rule 'r' IF condition:"),
         ("CREATE RULE r FOR q ENQUEUE NULL INTO out", "ENQUEUE NULL: a message needs a body"),
         ("CREATE RULE r FOR q ENQUEUE 1 + INTO out",
-         "rule 'r' ENQUEUE body: expression error at column 4: '+' needs a value"),
+         "line 6, column 32: rule 'r' ENQUEUE body: '+' needs a value"),
         ("CREATE RULE r FOR q RESET s KEY 1", "RESET KEY: '1' is a number, where a text"),
         ("CREATE RULE r FOR q RESET", "a bare RESET resets the current slice"),
         ("CREATE RULE r FOR q RESET t", "RESET t without KEY takes the triggering message's 'n'"),
@@ -567,7 +567,8 @@ def test_deep_parentheses_in_an_expression() -> None:
     depth = 3000
     error = refused(_BASE + f"CREATE RULE r FOR q IF {'(' * depth}true{')' * depth} THEN RESET s")
     assert error.line == 5
-    assert str(error).startswith("line 5: rule 'r' IF condition: ")
+    assert str(error).startswith("line 5, column 24: rule 'r' IF condition: ")
+    assert all(len(line) < 100 for line in str(error).splitlines())  # shown cut, not 6000 long
 
 
 _STATEMENTS = [

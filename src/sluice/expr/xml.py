@@ -9,8 +9,8 @@ import math
 from functools import lru_cache
 from typing import Any, Final
 
-from sluice.errors import ExpressionError, InvalidBody, MissingDependency, TypeDefinitionError
-from sluice.extras import install_hint
+from sluice.errors import ExpressionError, InvalidBody, TypeDefinitionError
+from sluice.extras import load
 
 __all__ = [
     "check_node_xpath",
@@ -29,12 +29,11 @@ _XSD = "{http://www.w3.org/2001/XMLSchema}"
 _SCHEMA_LOADS = tuple(f"{_XSD}{tag}" for tag in ("include", "import", "redefine", "override"))
 
 
+@lru_cache(maxsize=1)
 def _lxml() -> Any:
-    try:
-        from lxml import etree  # noqa: PLC0415  (lxml is optional: only XML bodies need it)
-    except ImportError:  # pragma: no cover - depends on the installation
-        raise MissingDependency(f"XML bodies need lxml: {install_hint('xml')}") from None
-    return etree
+    # lxml is optional: only XML bodies and XPath need it. Said as every missing extra is
+    # (sluice.extras); cached, as every body read asks, and a failure is not cached.
+    return load("lxml.etree", "xml", "XML (bodies, XML Schemas, XPath)")
 
 
 @lru_cache(maxsize=1)

@@ -133,8 +133,13 @@ def same_definition(a: Statement, b: Statement) -> bool:
 
 def _shape(value: object) -> object:
     if is_dataclass(value) and not isinstance(value, type):
-        parts = ((f.name, _shape(getattr(value, f.name))) for f in fields(value))
-        return (type(value).__name__, tuple(p for p in parts if p[0] != "line"))
+        # Where a definition is (its line, an expression's place) is no part of it.
+        parts = (
+            (f.name, _shape(getattr(value, f.name)))
+            for f in fields(value)
+            if f.compare and f.name != "line"
+        )
+        return (type(value).__name__, tuple(parts))
     if isinstance(value, dict):
         return tuple(sorted((k, _shape(v)) for k, v in value.items()))
     if isinstance(value, tuple):

@@ -25,6 +25,7 @@ from sluice.rules.model import (
     RuleDef,
     SlicingDef,
 )
+from sluice.rules.placed import expression_error
 from sluice.rules.uses import properties_on, queues_of_slicing
 
 __all__ = ["check_rule", "checked_expression", "known_queue", "plain_name"]
@@ -47,12 +48,14 @@ def known_queue(app: Application, queue: str, where: str, line: int) -> None:
 
 
 def checked_expression(expr: Expr, want: Type | None, scope: Scope, where: str) -> Node:
-    """``expr`` parsed and checked; an ExpressionError becomes a RuleDefinitionError at its
-    line, and a MissingDependency (XPath without lxml) names the line too."""
+    """``expr`` parsed and checked; an ExpressionError becomes a RuleDefinitionError at the
+    file's line and column of the mistake, showing the file's line with a caret under it
+    (``sluice.rules.placed``), and a MissingDependency (XPath without lxml) names the line
+    too."""
     try:
         return parse(expr.text, scope, want=want)
     except ExpressionError as exc:
-        raise RuleDefinitionError(f"{where}: {exc}", line=expr.line) from exc
+        raise expression_error(expr, exc, where) from exc
     except MissingDependency as exc:
         raise MissingDependency(f"line {expr.line}: {where}: {exc}") from None
 

@@ -131,7 +131,7 @@ def _property(p: PropertyDef) -> dict[str, Any]:
         "name": p.name,
         "type": p.type,
         "line": p.line,
-        "values": {q: None if e is None else [e.text, e.line] for q, e in p.values.items()},
+        "values": {q: None if e is None else _expr_json(e) for q, e in p.values.items()},
         "fixed": p.fixed,
         "inherited": p.inherited,
     }
@@ -145,7 +145,7 @@ def _rule(r: RuleDef) -> dict[str, Any]:
         "error_queue": r.error_queue,
         "branches": [
             {
-                "if": None if b.condition is None else [b.condition.text, b.condition.line],
+                "if": None if b.condition is None else _expr_json(b.condition),
                 "then": [_action_json(a) for a in b.actions],
             }
             for b in r.branches
@@ -156,13 +156,13 @@ def _rule(r: RuleDef) -> dict[str, Any]:
 def _action_json(a: Action) -> dict[str, Any]:
     if isinstance(a, Enqueue):
         return {
-            "enqueue": [a.body.text, a.body.line],
+            "enqueue": _expr_json(a.body),
             "into": a.queue,
-            "with": [[name, [e.text, e.line]] for name, e in a.properties],
+            "with": [[name, _expr_json(e)] for name, e in a.properties],
         }
     return {
         "reset": a.slicing,
-        "key": None if a.key is None else [a.key.text, a.key.line],
+        "key": None if a.key is None else _expr_json(a.key),
         "line": a.line,
     }
 
@@ -181,5 +181,16 @@ def _seconds(value: float | str) -> float:
     return math.inf if value == "forever" else float(value)
 
 
+def _expr_json(e: Expr) -> list[Any]:
+    """[text, line], and its place in the file (column, source, runs) when it has one:
+    an engine that finds a mistake the apply did not shows the file's line too."""
+    if not e.runs:
+        return [e.text, e.line]
+    return [e.text, e.line, e.column, e.source, [list(run) for run in e.runs]]
+
+
 def _expr(data: list[Any]) -> Expr:
-    return Expr(data[0], data[1])
+    if len(data) == 2:  # not read from a file, or stored by an older sluice
+        return Expr(data[0], data[1])
+    text, line, column, source, runs = data
+    return Expr(text, line, column, source, tuple((at, start) for at, start in runs))

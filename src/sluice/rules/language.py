@@ -37,8 +37,9 @@
   (``queue('q')``) is never such a keyword. ``;`` ends an expression anywhere, and
   so do CREATE and DROP outside brackets (a ';' was forgotten), and ENQUEUE or
   RESET in an IF condition (THEN was). Each expression is kept as its text,
-  blanks and comments folded to one space, with the line it starts on; the
-  checks (``sluice.rules.check``) parse it.
+  blanks and comments folded to one space, with the line it starts on and its
+  place in the file (``Expr``), so that the checks (``sluice.rules.check``), which
+  parse it, show a mistake at the file's line and column.
 - In a WITH list, ``, ENQUEUE`` or ``, RESET`` starts the next action (unless ``=``
   follows: ``WITH reset = 1`` sets a property named reset).
 """

@@ -5,7 +5,8 @@ statements below; ``sluice.rules.check`` applies them onto an ``Application``
 and checks everything that can be checked before a message arrives. The runner
 (``sluice.rules.runner``) executes a checked ``Application``. Expressions stay
 as their text here (with the line they start on): they are checked and
-compiled against the application they belong to.
+compiled against the application they belong to; where they are in the file
+is kept for errors (``sluice.rules.placed``).
 """
 
 from __future__ import annotations
@@ -53,10 +54,27 @@ SYSTEM_PROPERTIES: dict[str, Literal["text", "number"]] = {
 
 @dataclass(frozen=True, slots=True)
 class Expr:
-    """An expression as written, and the line of the file it starts on."""
+    """An expression as the checks read it, the line of the file it starts on, and
+    where its text is in the file (for errors that point at the file's own line).
+
+    ``text`` is the expression with blanks and comments between its tokens folded to
+    one space. The placing fields do not take part in comparisons: an expression
+    moved or reformatted is the same expression.
+    """
 
     text: str
     line: int
+    column: int = field(default=0, compare=False)
+    """The column of ``line`` the expression starts at, from 1; 0 when it was not read
+    from a file (written by sluice, or stored by an older version)."""
+    source: str = field(default="", compare=False)
+    """The file's text of the lines the expression is on, as written: the part of its
+    first line before it, the expression with its comments and line breaks, and the
+    rest of its last line (the parts around it cut to 80 characters, "..." where cut)."""
+    runs: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    """How ``text`` maps onto ``source``: (offset in ``text``, offset in ``source``) where
+    each part copied as written starts: the first token, and each token after blanks
+    or a comment folded into one space."""
 
 
 @dataclass(frozen=True, slots=True)

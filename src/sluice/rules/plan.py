@@ -39,6 +39,7 @@ from sluice.rules.model import (
     Reset,
     RuleDef,
 )
+from sluice.rules.placed import expression_error
 
 __all__ = [
     "SYSTEM_ERRORS",
@@ -310,7 +311,9 @@ def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
     branches = []
     for branch in rule.branches:
         condition = (
-            None if branch.condition is None else node_column(parsed(branch.condition, "boolean"))
+            None
+            if branch.condition is None
+            else node_column(parsed(branch.condition, "boolean", "IF condition"))
         )
         actions: list[PlannedEnqueue | PlannedReset] = []
         for action in branch.actions:
@@ -345,17 +348,24 @@ def _add(plan: QueuePlan, sql: str) -> int:
 
 
 class _Parser:
-    """Checks a rule's expressions against its scope; errors name the rule and line."""
+    """Checks a rule's expressions against its scope; errors name the rule and place the
+    mistake in the file (``sluice.rules.placed``)."""
 
     def __init__(self, scope: Scope, rule: RuleDef) -> None:
         self.scope = scope
         self.rule = rule
 
-    def __call__(self, expr: Expr, want: Type | None) -> Node:
+    def __call__(
+        self, expr: Expr, want: Type | None, what: str, around: tuple[str, str] = ("", "")
+    ) -> Node:
+        """``expr`` (inside ``around``'s text before and after it) parsed; ``what`` names
+        it in errors ("IF condition")."""
+        before, after = around
         try:
-            return parse(expr.text, self.scope, want=want)
+            return parse(before + expr.text + after, self.scope, want=want)
         except ExpressionError as exc:
-            raise ConfigurationError(f"line {expr.line}: rule {self.rule.name!r}: {exc}") from None
+            where = f"rule {self.rule.name!r} {what}"
+            raise expression_error(expr, exc, where, offset=len(before)) from exc
 
 
 def _enqueue(
@@ -368,10 +378,10 @@ def _enqueue(
         want: Type | None = (
             PROPERTY_TYPES[prop.type] if prop is not None else SYSTEM_PROPERTIES.get(name)
         )
-        properties.append((name, node_column(parsed(expr, want))))
+        properties.append((name, node_column(parsed(expr, want, f"WITH {name}"))))
     if action.body.text.strip().lower() == "body":
         return PlannedEnqueue(action.queue, None, "same", tuple(properties), line)
-    node = parsed(action.body, None)
+    node = parsed(action.body, None, "ENQUEUE body")
     kind: BodyKind
     if node.type == "json":
         kind = "json"
@@ -383,7 +393,7 @@ def _enqueue(
         # A JSON value whose type the data decides: read as a one-element array.
         kind = "scalar"
         shape: Node | None = node if isinstance(node, Path) else None
-        node = parsed(Expr(f"json_array({action.body.text})", line), "json")
+        node = parsed(action.body, "json", "ENQUEUE body", ("json_array(", ")"))
         return PlannedEnqueue(action.queue, node_column(node), kind, tuple(properties), line, shape)
     else:
         kind = "value"
@@ -404,4 +414,4 @@ def _reset(
     kind = PROPERTY_TYPES[prop.type]
     if action.key is None:
         return PlannedReset(name, node_column(slice_key(prop.name, kind)))
-    return PlannedReset(name, node_column(cast_to(parsed(action.key, kind), "text")))
+    return PlannedReset(name, node_column(cast_to(parsed(action.key, kind, "RESET KEY"), "text")))

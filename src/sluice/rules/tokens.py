@@ -130,7 +130,7 @@ def cut_expression(tokens: Tokens, stops: tuple[str, ...], what: str) -> Expr:
     """
     first = tokens.peek()
     depth = cases = 0
-    parts: list[str] = []
+    taken: list[Token] = []
     previous: Token | None = None
     while True:
         token = tokens.peek()
@@ -158,14 +158,50 @@ def cut_expression(tokens: Tokens, stops: tuple[str, ...], what: str) -> Expr:
             raise RuleDefinitionError(
                 f"{what} is longer than {MAX_LENGTH} characters", line=first.line
             )
-        if previous is not None and previous.end < token.start:
-            parts.append(" ")  # blanks and comments between tokens: one space
-        parts.append(token.text)
         previous = tokens.next()
+        taken.append(previous)
     if previous is None:
         raise unexpected(first, what)
     if depth:
         raise RuleDefinitionError(f"{what} has a '(' or '[' that is not closed", line=first.line)
     if cases:
         raise RuleDefinitionError(f"{what} has a CASE without END", line=first.line)
-    return Expr("".join(parts), first.line)
+    return _placed(taken, tokens.text)
+
+
+_CONTEXT: Final = 80
+"""The most characters kept of the file's text before and after an expression."""
+
+
+def _placed(taken: list[Token], file: str) -> Expr:
+    """The expression of the tokens ``taken`` from ``file``, blanks and comments between
+    them folded to one space, with its place: the lines it is on (the parts around it
+    cut) and where each part of its text copied as written comes from."""
+    parts: list[str] = []
+    runs: list[tuple[int, int]] = []
+    length = 0
+    for n, token in enumerate(taken):
+        if n == 0 or taken[n - 1].end < token.start:
+            if n:
+                parts.append(" ")
+                length += 1
+            runs.append((length, token.start))
+        parts.append(token.text)
+        length += len(token.text)
+    first, end = taken[0], taken[-1].end
+    line_start = file.rfind("\n", 0, first.start) + 1
+    line_end = file.find("\n", end)
+    before = file[line_start : first.start]
+    after = file[end : len(file) if line_end < 0 else line_end]
+    if len(before) > _CONTEXT:
+        before = "..." + before[-_CONTEXT:]
+    if len(after) > _CONTEXT:
+        after = after[:_CONTEXT] + "..."
+    shift = len(before) - first.start
+    return Expr(
+        "".join(parts),
+        first.line,
+        column=first.start - line_start + 1,
+        source=before + file[first.start : end] + after,
+        runs=tuple((at, start + shift) for at, start in runs),
+    )
