@@ -27,6 +27,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-EXTRAS = ("postgres", "server", "spark", "xml", "mail", "pydantic")
 # One of each kind of file a build must carry beside the code (the test compares every file).
 DATA = (
     "sluice/py.typed",
@@ -55,7 +55,7 @@ FOREIGN = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "SLUICE_URL", "SLUICE_DB",
            "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")  # fmt: skip
 
 
-def unavailable(message: str) -> None:
+def unavailable(message: str) -> NoReturn:
     """What this machine lacks skips the test here and fails it in CI."""
     if os.environ.get("CI") == "true":
         pytest.fail(message)
@@ -79,9 +79,8 @@ def succeeded(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedP
 @dataclass(frozen=True)
 class Dists:
     sdist: Path
-    unpacked: Path
-    """The sdist's tree, from which the wheel was built."""
     wheel: Path
+    """Built from the sdist, not from the checkout."""
 
 
 # The distributions that provide any extra's modules, as the venv's pip knows them.
@@ -138,7 +137,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
     (unpacked,) = (out / "unpacked").iterdir()
     succeeded(run([*build, "--wheel", unpacked], cwd=out))
     (wheel,) = out.glob("sluice_queue-*.whl")
-    return Dists(sdist, unpacked, wheel)
+    return Dists(sdist, wheel)
 
 
 @pytest.fixture(scope="module")
