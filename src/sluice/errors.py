@@ -15,7 +15,8 @@ later ``psycopg.Error``) are translated once, at the backend boundary, with
     ├── StorageError                the database failed or cannot be used
     │   ├── ConnectionLost          the connection failed mid-statement: outcome unknown
     │   ├── NotASluiceDatabase      the file exists but is not a sluice database
-    │   └── SchemaTooNew            the database was written by a newer sluice
+    │   ├── SchemaTooNew            the database was written by a newer sluice
+    │   └── SchemaTooOld            an older schema, not upgraded (migrate=false)
     ├── QueueError
     │   ├── QueueNotFound
     │   ├── QueueExists
@@ -69,6 +70,7 @@ __all__ = [
     "QueueNotFound",
     "RuleDefinitionError",
     "SchemaTooNew",
+    "SchemaTooOld",
     "SluiceError",
     "StorageError",
     "TaskTimeout",
@@ -167,6 +169,10 @@ class NotASluiceDatabase(StorageError):
 
 class SchemaTooNew(StorageError):
     """The database was written by a newer sluice; upgrade sluice before opening it."""
+
+
+class SchemaTooOld(StorageError):
+    """The database's schema is older than this sluice; run `sluice db upgrade` first."""
 
 
 class QueueError(SluiceError):

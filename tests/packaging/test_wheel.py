@@ -191,6 +191,7 @@ def test_the_wheel_built_from_the_sdist_holds_the_packages(dists: Dists) -> None
     for extra in PYPROJECT["project"]["optional-dependencies"]:
         assert f"Provides-Extra: {extra}\n" in metadata
     assert re.search(r"^sluice = sluice\.cli:main$", entry_points, re.MULTILINE)
+    assert any(n.startswith(f"{info}/licenses/LICENSE") for n in names)  # MIT, shipped
 
 
 def test_the_readme_install_section_names_this_build(dists: Dists) -> None:
@@ -424,17 +425,6 @@ def test_spark_without_its_extra(venv: Venv, tmp_path: Path) -> None:
     assert_cli_names_extra(run(pipeline, cwd=tmp_path), "spark")
 
 
-class KnownDefect(AssertionError):
-    pass
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=KnownDefect,
-    reason="sluice.spark needs psycopg: sluice/spark/rows.py imports backends.postgres_spool, "
-    "which imports psycopg, so 'sluice-queue[spark]' alone cannot import sluice.spark; remove "
-    "this mark and KnownDefect once it can",
-)
 def test_spark(venv: Venv, tmp_path: Path) -> None:
     venv.without_extras()
     venv.install("spark")
@@ -463,6 +453,4 @@ def test_spark(venv: Venv, tmp_path: Path) -> None:
             spark.stop()
         """
     result = run([venv.python, "-c", textwrap.dedent(example)], cwd=tmp_path, timeout=600)
-    if "No module named 'psycopg'" in result.stderr:
-        raise KnownDefect(result.stderr)
     assert succeeded(result).stdout.strip().splitlines()[-1] == "[(1, 3)]"

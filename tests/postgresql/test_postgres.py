@@ -65,7 +65,7 @@ def test_an_older_schema_is_upgraded_only_when_allowed(
         pass
     schema = _schema(pg_url)
     admin.execute(f"UPDATE {schema}.schema_version SET version = 0")
-    with pytest.raises(sluice.SchemaTooNew, match="sluice db upgrade"):
+    with pytest.raises(sluice.SchemaTooOld, match="sluice db upgrade"):
         sluice.connect(pg_url + "&migrate=false")
 
 

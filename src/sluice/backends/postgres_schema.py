@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from sluice import sql
-from sluice.errors import ConfigurationError, SchemaTooNew, StorageError
+from sluice.errors import ConfigurationError, SchemaTooNew, SchemaTooOld, StorageError
 
 __all__ = [
     "CREDIT_LOCK_CLASS",
@@ -85,7 +85,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str, *, upgrade: bool = True)
     """Bring ``schema`` to this code's version; returns (version before, version now).
 
     A schema newer than the code raises SchemaTooNew. With ``upgrade`` False an
-    older (but existing) schema is refused instead of migrated, for deployments
+    older (but existing) schema is refused (SchemaTooOld) instead of migrated, for deployments
     that upgrade explicitly with ``sluice db upgrade``.
     """
     quoted = quote_schema(schema)
@@ -103,7 +103,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str, *, upgrade: bool = True)
             if before == latest:
                 return before, before
             if found is not None and not upgrade:
-                raise SchemaTooNew(
+                raise SchemaTooOld(
                     f"schema {schema!r} is at version {before} and this sluice needs {latest}; "
                     "run `sluice db upgrade` (or connect with migrate=true)"
                 )

@@ -33,7 +33,6 @@ from pyspark.sql.types import (
 )
 
 from sluice.backends.base import MESSAGE_COLUMNS, READ_COLUMNS, HeldRow, MessageRow, Row
-from sluice.backends.postgres_spool import spooled_rows
 from sluice.backends.records import held_row
 from sluice.errors import ConfigurationError
 from sluice.message import decode_json, is_json
@@ -172,6 +171,9 @@ def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[p
     """
     n = table.num_rows
     if isinstance(schema["body"].dataType, StructType) or table["body_bytes"].null_count < n:
+        # Imported here: only a PostgreSQL read has a spool, and psycopg is another extra.
+        from sluice.backends.postgres_spool import spooled_rows  # noqa: PLC0415
+
         yield from to_batches(queue, [held_row(r) for r in spooled_rows(table)], schema)
         return
     arrow = pa.schema(
