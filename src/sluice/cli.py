@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import sluice
-from sluice import admin, cli_dropbox, cli_jobs, cli_keys, cli_rules, cli_server, cli_tail, demo
+from sluice import (
+    admin,
+    cli_dropbox,
+    cli_jobs,
+    cli_keys,
+    cli_rules,
+    cli_server,
+    cli_tail,
+    demo,
+    extras,
+)
 from sluice.catalog import ISOLATION_LEVELS, Durability
 from sluice.cli_options import (
     Progress,
@@ -637,6 +647,7 @@ def _subscribe_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _pipeline_parser(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(extra="spark")
     p.add_argument("source", help="the input queue, read as a stream")
     add_progress_option(p)
     p.add_argument("--name", required=True, help="the pipeline's stream and sink name")
@@ -700,6 +711,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return int(args.func(args))
     where = target(args)
     args.db, args.target = where.url, where
+    if getattr(args, "extra", None):  # before the database is opened, or even made
+        extras.require(args.extra, f"sluice {args.command}")
     if args.command in _OWN_DATABASE:
         return int(args.func(args))
     path = sqlite_file(where.url)

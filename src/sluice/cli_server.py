@@ -77,6 +77,7 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
 
 def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
     p = add("serve", cmd_serve, "serve the HTTP API (sluice-queue[server]; docs/server.md)")
+    p.set_defaults(extra="server")  # checked before the database is opened (sluice.cli)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument(

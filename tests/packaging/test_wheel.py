@@ -401,6 +401,7 @@ def test_server(venv: Venv, tmp_path: Path, request: pytest.FixtureRequest) -> N
     venv.without_extras()
     result = run([venv.sluice, "serve", "--db", "sqlite:///nothing.db"], cwd=tmp_path)
     assert_cli_names_extra(result, "server")
+    assert not (tmp_path / "nothing.db").exists()  # refused before the database was made
 
     venv.install("server")
     base, secret = request.getfixturevalue("serve")
