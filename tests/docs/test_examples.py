@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ def test_examples_run(
     if doc.name != "cli.md":
         assert blocks, f"{doc.name} has no runnable example"
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # spark.md's mkdtemp, cleaned up
     namespace: dict[str, object] = {"__name__": f"docs_{doc.stem}"}
     for n, block in enumerate(blocks):
         code = compile(block, f"{doc.name}[{n}]", "exec")
@@ -87,3 +89,15 @@ def test_cli_examples_run(doc: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
             check=False,
         )
         assert result.returncode == 0, (line, result.stdout, result.stderr)
+
+
+def test_the_schema_versions_the_docs_show_are_this_releases() -> None:
+    """docs/postgresql.md quotes `sluice db version`: its numbers go stale at each migration."""
+    from sluice import sql
+
+    text = (ROOT / "docs" / "postgresql.md").read_text()
+    postgres, sqlite = (sql.migrations(d)[-1][0] for d in ("postgresql", "sqlite"))
+    shown = {int(n) for n in re.findall(r"this sluice: (\d+)", text)}
+    assert shown == {postgres}, f"postgresql.md shows {shown}; this release's is {postgres}"
+    assert f"this release's is {postgres})" in text
+    assert f"migrations ({sqlite} in this release)" in text
