@@ -10,10 +10,9 @@ after the command. ``--json`` prints machine-readable output; tables are for peo
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from sluice import (
     cli_dropbox,
     cli_jobs,
     cli_keys,
+    cli_messages,
+    cli_pipeline,
     cli_rules,
     cli_server,
     cli_tail,
@@ -32,15 +33,13 @@ from sluice import (
 )
 from sluice.catalog import ISOLATION_LEVELS, Durability
 from sluice.cli_options import (
-    Progress,
     Target,
     add_global_options,
-    add_progress_option,
     configure_logging,
     sqlite_file,
     target,
 )
-from sluice.cli_output import age, emit, message_dict, note, table
+from sluice.cli_output import age, emit, note, table
 from sluice.engine.topics import Start
 from sluice.message import Position
 
@@ -48,16 +47,6 @@ __all__ = ["main"]
 
 GROUPS = {"keys": "the HTTP server's API keys and their grants: add, list, revoke"}
 """Commands that are groups of commands ("sluice keys add"), with their help."""
-
-
-def _selection_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--where", help="only messages this expression holds for (docs/expressions.md)")
-    p.add_argument(
-        "--order-by",
-        action="append",
-        metavar="KEY",
-        help="order by this expression first ('body.total DESC'); repeatable",
-    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -198,135 +187,6 @@ def cmd_drop(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
-def cmd_put(args: argparse.Namespace, db: sluice.Database) -> int:
-    bodies = list(_bodies(args))
-    properties = dict(_property(text) for text in args.properties)
-    queue = db.queue(args.queue)
-    options: dict[str, Any] = {
-        "priority": args.priority, "delay": args.delay, "ttl": args.ttl, "group": args.group
-    }  # fmt: skip
-    if properties:
-        options["properties"] = properties
-    ids = queue.put_many(bodies, **options)
-    if queue.spec.kind == "topic" and not db.subscriptions(args.queue):
-        note(
-            f"topic {args.queue} has no subscriptions, so nobody will receive "
-            f"{'this message' if len(ids) == 1 else 'these messages'}: a subscription gets "
-            "what is published after it is made (sluice subscribe)"
-        )
-    if len(ids) == 1 and args.body != "-":
-        emit(args, {"id": ids[0]}, ids[0])
-    else:
-        emit(args, {"ids": ids}, "\n".join(ids))
-    return 0
-
-
-def _bodies(args: argparse.Namespace) -> Iterator[Any]:
-    """The bodies to put: the argument, or with ``-`` standard input (JSON lines: a batch).
-
-    Text that parses as JSON is JSON (``'{"a": 1}'`` is an object, ``42`` a number) unless
-    ``--text``; other text is text.
-    """
-    if args.body != "-":
-        if args.json_body:
-            try:
-                yield json.loads(args.body)
-            except json.JSONDecodeError as exc:
-                raise sluice.InvalidBody(
-                    f"--json-body: the body is not valid JSON ({exc})"
-                ) from None
-            return
-        yield args.body if args.text else _json_or_text(args.body)
-        return
-    data = sys.stdin.read()
-    if args.text:
-        yield data.removesuffix("\n")
-        return
-    try:
-        yield json.loads(data)  # one document, perhaps over several lines
-        return
-    except json.JSONDecodeError:
-        pass
-    lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
-    if len(lines) <= 1:
-        yield data.strip()  # one line of text
-        return
-    for n, line in lines:
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise sluice.InvalidBody(
-                f"standard input line {n} is not JSON ({exc.msg} at column {exc.colno}); "
-                "several lines are a batch of JSON lines, one message each; give --text to "
-                "put the input as one text message"
-            ) from None
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _property(text: str) -> tuple[str, Any]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise sluice.ConfigurationError(f"--properties wants NAME=VALUE, not {text!r}")
-    return name, _json_or_text(value)
-
-
-def cmd_get(args: argparse.Namespace, db: sluice.Database) -> int:
-    m = db.queue(args.queue).get(wait=args.wait, where=args.where, order_by=args.order_by)
-    if m is None:
-        emit(args, None, "(no message)")
-        return 3
-    if args.release:
-        m.release()
-    else:
-        m.ack()
-    shown = message_dict(m, state="ready" if args.release else "done")
-    emit(args, shown, json.dumps(shown["body"], default=str))
-    return 0
-
-
-def cmd_browse(args: argparse.Namespace, db: sluice.Database) -> int:
-    queue = db.queue(args.queue)
-    msgs = queue.browse(
-        args.limit + 1, state=args.state, where=args.where, order_by=args.order_by,
-        after=args.after,
-    )  # fmt: skip
-    more, msgs = msgs[args.limit :], msgs[: args.limit]
-    rows = [message_dict(m) | {"position": str(m.position)} for m in msgs]
-    if args.json:
-        emit(args, rows, "")
-        return 0
-    headers = ["POSITION", "ID", "PRIORITY", "ENQUEUED", "ATTEMPTS", "BODY"]
-    cells = [[r["position"], r["id"], r["priority"], r["enqueued_at"][:19], r["attempts"],
-              _short(json.dumps(r["body"], default=str))] for r in rows]  # fmt: skip
-    if args.state in ("failed", "expired"):
-        headers.insert(5, "ERROR")
-        for cell, r in zip(cells, rows, strict=True):
-            cell.insert(5, _short(r["error"] or "", 60))
-    print(table(headers, cells, empty=f"(no {args.state} messages in {args.queue})"))
-    if more:
-        left = "more match" if args.where else _more(queue.stats(), args.state, len(rows))
-        note(
-            f"{left}; the next page: sluice browse {args.queue} --state {args.state} "
-            f"--after {rows[-1]['position']}"
-        )
-    return 0
-
-
-def _more(stats: dict[str, int], state: str, shown: int) -> str:
-    total = stats.get(state, 0) if state != "done" else 0
-    return f"{total - shown:,} more" if total > shown else "more"
-
-
-def _short(text: str, width: int = 80) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def cmd_stats(args: argparse.Namespace, db: sluice.Database) -> int:
     if args.queue is None:
         return _overview(args, db)
@@ -389,54 +249,6 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_pipeline(args: argparse.Namespace) -> int:
-    """Run a queue-to-queue pipeline on a local Spark session (docs/spark.md)."""
-    from sluice.spark.pipeline import run_pipeline, spark_session  # noqa: PLC0415  (pyspark is an extra)
-
-    routes: dict[str, str] = {}
-    for route in args.to or []:
-        queue, sep, query = route.partition("=")
-        if not sep or not queue or not query.strip():
-            raise sluice.ConfigurationError(f"--to wants QUEUE=SQL, not {route!r}")
-        routes[queue] = query
-    if bool(routes) == bool(args.sql):
-        raise sluice.ConfigurationError("give either --sql or one or more --to QUEUE=SQL")
-    spark = spark_session(args.master, f"sluice-pipeline-{args.name}")
-    query = run_pipeline(
-        spark,
-        args.db,
-        source=args.source,
-        name=args.name,
-        checkpoint=args.checkpoint,
-        sql=routes or args.sql,
-        where=args.where,
-        target=args.target,
-        body_schema=args.body_schema,
-        max_per_batch=args.max_per_batch,
-        once=not args.follow,
-        interval=args.interval,
-        exclusive=args.exclusive,
-    )
-    if args.follow:
-
-        def counts() -> dict[str, int]:
-            done = query.recentProgress  # Spark keeps the last hundred or so
-            return {"batches": len(done), "processed": sum(p["numInputRows"] for p in done)}
-
-        with Progress(f"sluice pipeline {args.name}", counts, every=args.progress):
-            query.awaitTermination()  # until stopped (Ctrl-C) or failed
-    progress = query.recentProgress
-    batches = len([p for p in progress if p["numInputRows"]])
-    # Spark's count: each target's query reads the batch's messages once.
-    rows = sum(p["numInputRows"] for p in progress)
-    emit(
-        args,
-        {"batches": batches, "input_rows": rows},
-        f"{batches} batch(es); Spark read {rows} input row(s)",
-    )
-    return 0
-
-
 Adder = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
 """Adds a command: its name, the function that runs it, its help text; its parser."""
 
@@ -495,23 +307,6 @@ def build_parser() -> argparse.ArgumentParser:
     _pause_parsers(add)
     p = add("drop", cmd_drop, "drop a queue and its messages")
     p.add_argument("queue", help="queue name")
-    _put_parser(add("put", cmd_put, "enqueue a message, or a batch of JSON lines from stdin"))
-    p = add("get", cmd_get, "take one message and acknowledge it (exit 3 if none)")
-    p.add_argument("queue", help="queue name")
-    p.add_argument("--wait", type=float, default=0.0, help="seconds to wait for one")
-    p.add_argument("--release", action="store_true", help="give it back instead of acking")
-    _selection_options(p)
-    p = add("browse", cmd_browse, "show messages without taking them")
-    p.add_argument("queue", help="queue name")
-    p.add_argument("--limit", type=_positive, default=20, help="at most this many (default 20)")
-    p.add_argument(
-        "--state",
-        default="ready",
-        choices=["ready", "delayed", "claimed", "expired", "failed", "done"],
-        help="which messages",
-    )
-    p.add_argument("--after", help="a position (as browse prints it): the page after it")
-    _selection_options(p)
     p = add("stats", cmd_stats, "count a queue's messages by state; subscriptions' lag")
     p.add_argument(
         "queue", nargs="?", help="queue, topic or subscription (none: every queue, as a table)"
@@ -521,55 +316,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("state", choices=["expired", "failed", "done"], help="which kept messages")
     p.add_argument("--older-than", type=float, default=0.0, help="only those older (seconds)")
     add("recover", cmd_recover, "roll back sessions whose owners died")
-    _pipeline_parser(
-        add(
-            "pipeline",
-            cmd_pipeline,
-            "run a queue -> Spark SQL -> queue pipeline (the spark extra)",
-        )
-    )
     p = add("completion", cmd_completion, "print the shell code that completes sluice's commands")
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="your shell")
     p.set_defaults(needs_db=False)
-    for module in (cli_jobs, cli_rules, cli_keys, cli_server, cli_dropbox, cli_tail):
+    for module in (
+        cli_messages,
+        cli_jobs,
+        cli_rules,
+        cli_keys,
+        cli_server,
+        cli_dropbox,
+        cli_tail,
+        cli_pipeline,
+    ):
         module.add_commands(add)
     return parser
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return value
-
-
-def _put_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("queue", help="queue name")
-    p.add_argument(
-        "body",
-        help="the body: JSON if it parses as JSON ('{\"a\": 1}', 42), else text; - reads "
-        "standard input (several JSON lines: one message each, in one transaction)",
-    )
-    kind = p.add_mutually_exclusive_group()
-    kind.add_argument("--text", action="store_true", help="the body is text even if it is JSON")
-    kind.add_argument(
-        "--json-body", action="store_true", help="the body must be JSON: an error if it is not"
-    )
-    p.add_argument(
-        "--properties",
-        "-p",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a message property (VALUE as JSON if it parses: n=5 is a number); repeatable",
-    )
-    p.add_argument("--priority", type=int, help="higher first (default 0)")
-    p.add_argument("--delay", type=float, default=0.0, help="seconds until visible")
-    p.add_argument("--ttl", type=float, help="seconds until it expires")
-    p.add_argument("--group", help="taken in order, one transaction at a time, per group")
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
@@ -644,34 +405,6 @@ def _subscribe_parser(p: argparse.ArgumentParser) -> None:
         "--retention", type=_retention, help="keep settled messages: seconds or 'forever'"
     )
     p.add_argument("--exist-ok", action="store_true", help="succeed if it exists already")
-
-
-def _pipeline_parser(p: argparse.ArgumentParser) -> None:
-    p.set_defaults(extra="spark")
-    p.add_argument("source", help="the input queue, read as a stream")
-    add_progress_option(p)
-    p.add_argument("--name", required=True, help="the pipeline's stream and sink name")
-    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
-    p.add_argument("--sql", help="a query over the view 'messages' (with a queue column)")
-    p.add_argument(
-        "--to",
-        action="append",
-        metavar="QUEUE=SQL",
-        help="a target queue and the query that makes its messages; repeatable",
-    )
-    p.add_argument("--target", help="the target queue of --sql rows without a queue column")
-    p.add_argument("--where", help="only input messages this expression holds for")
-    p.add_argument("--body-schema", help="parse input bodies as this Spark schema (DDL)")
-    p.add_argument("--max-per-batch", type=int, default=10_000, help="messages per micro-batch")
-    p.add_argument(
-        "--exclusive",
-        action="store_true",
-        help="the pipeline is the source's only consumer: read it by id range (docs/spark.md)",
-    )
-    p.add_argument("--follow", action="store_true", help="keep running for new messages")
-    p.add_argument("--interval", type=float, help="with --follow: seconds between batches")
-    p.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
-    p.set_defaults(needs_db=False)
 
 
 # Commands that open no Database themselves: they are given the URL (or, as the worker, use
