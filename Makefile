@@ -38,8 +38,14 @@ lint: $(BIN)/sluice-test-stamp
 typecheck: $(BIN)/sluice-test-stamp
 	$(BIN)/mypy
 
+# The tests marked serial (they time themselves against the wall clock) alone, then all the
+# others in parallel: most tests wait on fsync, child processes or a JVM, so more workers
+# than cores pay. Both runs go to the end; either one failing fails the target.
+TEST_WORKERS ?= 4
 test: lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -m serial; serial=$$?; \
+	$(BIN)/pytest -m 'not serial' -n $(TEST_WORKERS); parallel=$$?; \
+	test $$serial -eq 0 -o $$serial -eq 5 && test $$parallel -eq 0
 
 bench: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench

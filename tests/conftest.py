@@ -22,7 +22,54 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
+# Spark's JVMs (this run's session and the drivers that tests start as processes) live
+# for seconds, not hours: the quick compiler alone and one GC thread halve their CPU,
+# which several test processes on two cores share.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 BACKENDS = ["memory", "sqlite", "postgresql"]
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A module whose tests share a module-scoped fixture runs in one pytest-xdist worker.
+
+    Such a fixture (Spark's answers to every vector, a browser, a fuzzing corpus) is
+    set up once in each worker that runs one of its tests: one worker, once.
+    ``--dist loadgroup`` (``make test``) keeps an ``xdist_group`` together.
+    """
+    if _shares_a_module_fixture(item):
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.partition("::")[0]))
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definitions[-1].scope in ("module", "class", "package")
+        for definitions in info.name2fixturedefs.values()
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, so that pytest-xdist's workers do not end on one of them.
+
+    ``make test`` runs the tests in parallel; without this a minute-long Spark test
+    handed out last holds up the end of the run while the other workers idle.
+    """
+    items.sort(key=lambda item: not _is_slow(item))
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    """Marked slow, or on Spark, or running the docs' examples (spark.md's among them)."""
+    if item.get_closest_marker("slow") is not None:
+        return True
+    return "spark" in getattr(item, "fixturenames", ()) or item.path.parent.name in {
+        "spark",
+        "docs",
+    }
+
 
 _schemas = itertools.count(1)
 

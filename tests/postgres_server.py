@@ -59,8 +59,6 @@ class PostgresServer:
         self.bindir = bindir
         self.root = Path(tempfile.mkdtemp(prefix="sluice-pg-", dir=_scratch_dir()))
         self.data = self.root / "data"
-        self.port = _free_port()
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         # initdb refuses to run as root: the cluster then belongs to the postgres user.
         self._user = "postgres" if os.geteuid() == 0 else None
         if self._user:
@@ -68,7 +66,17 @@ class PostgresServer:
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
                   "-E", "UTF8", "--no-sync", "--no-instructions")  # fmt: skip
-        self.start()
+        # The free port can be taken before the server binds it (pytest-xdist's workers
+        # start their clusters at the same moment): then another one.
+        for attempt in range(5):
+            self.port = _free_port()
+            self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+            try:
+                self.start()
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 4:
+                    raise
 
     def _run(self, tool: str, *args: str) -> None:
         command = [str(self.bindir / tool), *args]

@@ -234,6 +234,7 @@ def test_delayed_message_is_invisible_until_due(q: sluice.Queue) -> None:
     assert later.body == "later"
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_blocking_get_wakes_for_a_delayed_message_when_due(q: sluice.Queue) -> None:
     q.put("soon", delay=0.2)
     started = time.monotonic()
@@ -245,6 +246,7 @@ def test_blocking_get_wakes_for_a_delayed_message_when_due(q: sluice.Queue) -> N
     m.ack()
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_blocking_get_wakes_when_work_arrives(q: sluice.Queue) -> None:
     arrived = threading.Event()
     got: list[object] = []

@@ -80,6 +80,7 @@ def test_closing_rolls_back_what_the_session_holds(tmp_path: Path) -> None:
         assert db.queue("a").stats()["pending"] == 0
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_two_connections_share_a_file_and_wake_each_other(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'q.db'}?poll_interval=0.01"
     with sluice.connect(url) as producer, sluice.connect(url) as consumer:

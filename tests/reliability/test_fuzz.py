@@ -197,6 +197,7 @@ ANSWERED_EXPRESSIONS = {
 }
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_expressions_at_the_limits_on_every_backend(db: sluice.Database) -> None:
     q = db.create_queue("q")
     q.put({"a": 1, "s": "x"})
@@ -510,6 +511,7 @@ def hostile_xml(secret: Path) -> dict[str, str]:
     }  # fmt: skip
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_hostile_xml_is_refused_quickly_on_every_backend(db: sluice.Database, secret: Path) -> None:
     typed, content = xml_queues(db)
     before = contents(db)

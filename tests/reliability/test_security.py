@@ -705,6 +705,7 @@ def test_a_streamed_body_over_the_limit_is_refused_without_its_end(live: Live) -
     assert live.db.queue(QUEUE).stats()["ready"] == 0
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_a_body_that_stops_is_cut_off_at_the_timeout_on_every_route(live: Live) -> None:
     started = time.monotonic()
     socks = []
@@ -720,6 +721,7 @@ def test_a_body_that_stops_is_cut_off_at_the_timeout_on_every_route(live: Live) 
     assert live.db.queue(QUEUE).stats()["ready"] == 0
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_a_body_that_trickles_is_cut_off_at_the_timeout(live: Live) -> None:
     sock = live.open()
     started = time.monotonic()
@@ -749,6 +751,7 @@ def _trickle(sock: socket.socket, piece: bytes) -> tuple[bytes, int]:
     return first + rest, sent
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_slow_clients_do_not_hold_up_the_others() -> None:
     import httpx
 
@@ -783,6 +786,7 @@ def _slow_and_others(live: Live, http: Any) -> None:
         assert _answer(sock)[0] == 408
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_headers_that_stop_trickle_or_never_start_are_cut_off_at_the_timeout(
     live: Live,
 ) -> None:
@@ -800,6 +804,7 @@ def test_headers_that_stop_trickle_or_never_start_are_cut_off_at_the_timeout(
     assert TIMEOUT <= time.monotonic() - started < TIMEOUT + 3
 
 
+@pytest.mark.serial  # a bound on its wall time: run alone, not beside other tests
 def test_a_kept_alive_connection_gets_the_timeout_for_each_request(live: Live) -> None:
     sock = live.open()
     for _ in range(3):  # whole requests, each within the timeout, on one connection
