@@ -30,27 +30,6 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 BACKENDS = ["memory", "sqlite", "postgresql"]
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """A module whose tests share a module-scoped fixture runs in one pytest-xdist worker.
-
-    Such a fixture (Spark's answers to every vector, a browser, a fuzzing corpus) is
-    set up once in each worker that runs one of its tests: one worker, once.
-    ``--dist loadgroup`` (``make test``) keeps an ``xdist_group`` together.
-    """
-    if _shares_a_module_fixture(item):
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.partition("::")[0]))
-
-
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(
-        definitions[-1].scope in ("module", "class", "package")
-        for definitions in info.name2fixturedefs.values()
-    )
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow tests first, so that pytest-xdist's workers do not end on one of them.
