@@ -217,7 +217,7 @@ def test_the_readme_quickstart_runs_with_no_extra(venv: Venv, tmp_path: Path) ->
     where = venv.script("import sluice; print(sluice.__file__)", cwd=tmp_path)
     assert Path(where.strip()).is_relative_to(venv.path), "sluice came from outside the venv"
     venv.script(readme_quickstart(), cwd=tmp_path)
-    assert (tmp_path / "sluice.db").exists()
+    assert (tmp_path / "quickstart.db").exists()
 
 
 def assert_cli_names_extra(result: subprocess.CompletedProcess[str], extra: str) -> None:
