@@ -41,7 +41,11 @@ def _tree_mb(pid: int) -> float:
     while todo:
         current = todo.pop()
         total += _resident_mb(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
+        try:
+            tasks = list(Path(f"/proc/{current}/task").glob("*"))
+        except FileNotFoundError:  # it ended since its parent listed it
+            continue
+        for task in tasks:
             try:
                 todo += [int(c) for c in (task / "children").read_text().split()]
             except (FileNotFoundError, ProcessLookupError):
