@@ -36,10 +36,10 @@ from sluice.cli_options import (
     Target,
     add_global_options,
     configure_logging,
-    sqlite_file,
     target,
 )
 from sluice.cli_output import age, emit, note, table
+from sluice.connect import _split
 from sluice.engine.topics import Start
 from sluice.message import Position
 
@@ -448,7 +448,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         extras.require(args.extra, f"sluice {args.command}")
     if args.command in _OWN_DATABASE:
         return int(args.func(args))
-    path = sqlite_file(where.url)
+    # connect's own reading of the URL: it refuses what connect would refuse, the same way.
+    scheme, file, _ = _split(where.url)
+    path = Path(file) if scheme == "sqlite" else None
     new = path is not None and not path.exists()
     with sluice.connect(where.url) as db:
         if new and path is not None:

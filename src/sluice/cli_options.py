@@ -12,27 +12,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
-from urllib.parse import urlsplit
 
 from sluice.urls import ENV, environment_url, shown_url
 
 __all__ = [
     "DEFAULT_URL",
-    "ENV_URL",
     "LONG_RUNNING",
     "Progress",
     "Target",
     "add_global_options",
     "add_progress_option",
     "configure_logging",
-    "display_url",
     "target",
 ]
-
-ENV_URL = ENV
-"""The one environment variable naming the database, read by the CLI and the server alike."""
 
 DEFAULT_URL = "sqlite:///sluice.db"
 
@@ -58,7 +51,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, after_command: bool) 
     parser.add_argument(
         "--db",
         default=default(None),
-        help=f"database URL or SQLite path (env {ENV_URL}; default {DEFAULT_URL})",
+        help=f"database URL or SQLite path (env {ENV}; default {DEFAULT_URL})",
     )
     parser.add_argument(
         "--json", action="store_true", default=default(False), help="print JSON for scripts"
@@ -97,7 +90,7 @@ class Target:
 
     def describe(self) -> str:
         """The database for a person: its URL without a password."""
-        return display_url(self.url)
+        return shown_url(self.url)
 
 
 def target(args: argparse.Namespace, default: str = DEFAULT_URL) -> Target:
@@ -106,26 +99,12 @@ def target(args: argparse.Namespace, default: str = DEFAULT_URL) -> Target:
     if getattr(args, "db", None):
         return Target(args.db, "--db")
     if from_env:
-        return Target(from_env, ENV_URL)
+        return Target(from_env, ENV)
     return Target(default, "default")
 
 
-def display_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``: safe to print and log."""
-    return shown_url(url)
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The file of a SQLite URL or path (None: not SQLite)."""
-    if "://" not in url:
-        return Path(url)
-    if url.startswith("sqlite:///"):
-        return Path(urlsplit(url).path[1:])
-    return None
-
-
-def configure_logging(args: argparse.Namespace) -> int:
-    """Send logs to stderr at the level the options ask for; the level chosen.
+def configure_logging(args: argparse.Namespace) -> None:
+    """Send logs to stderr at the level the options ask for.
 
     sluice's own loggers log at that level; other libraries' only from WARNING up unless
     ``--log-level DEBUG``, so that ``-v`` shows sluice's detail and not py4j's.
@@ -148,7 +127,6 @@ def configure_logging(args: argparse.Namespace) -> int:
     root.handlers[:] = [handler]
     root.setLevel(level if args.log_level == "DEBUG" else max(level, logging.WARNING))
     logging.getLogger("sluice").setLevel(level)
-    return level
 
 
 def add_progress_option(parser: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from sluice.expr.nodes import Node
 _R = TypeVar("_R", bound=tuple[Any, ...])
 
 __all__ = [
+    "COUNTED_STATES",
     "MESSAGE_COLUMNS",
     "SLOTS",
     "STREAM_LEASE",
@@ -274,6 +275,10 @@ class IdempotentRequest:
     status: int | None
     answer: str | None
     started_at: float
+
+
+COUNTED_STATES = ("ready", "delayed", "pending", "claimed", "expired", "failed", "done")
+"""The keys of ``stats()`` counts, in the order they are shown."""
 
 
 @dataclass(frozen=True, slots=True)

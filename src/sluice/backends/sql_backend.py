@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from sluice.backends.records import (
+    COUNTED_STATES,
     Duplicate,
     Effect,
     Lane,
@@ -335,12 +336,9 @@ class SqlBackend(ABC):
         return True
 
 
-_COUNTED = ("ready", "delayed", "pending", "claimed", "expired", "failed", "done")
-
-
 def state_counts(rows: Sequence[Row]) -> dict[str, int]:
     """``stats()`` from the stats statement's (state, delayed, count) rows."""
-    counts = dict.fromkeys(_COUNTED, 0)
+    counts = dict.fromkeys(COUNTED_STATES, 0)
     for state, delayed, n in rows:
         name = _STATE_NAMES[state]
         counts["delayed" if name == "ready" and delayed else name] += n
@@ -355,7 +353,7 @@ def queue_counts(rows: Sequence[Row]) -> dict[str, QueueCounts]:
     for queue, state, delayed, n, earliest in rows:
         name = _STATE_NAMES[state]
         ready = name == "ready" and not delayed
-        into = counts.setdefault(queue, dict.fromkeys(_COUNTED, 0))
+        into = counts.setdefault(queue, dict.fromkeys(COUNTED_STATES, 0))
         into["delayed" if name == "ready" and delayed else name] += int(n)
         if ready:  # READY and WAITING rows are both ready: the earlier of the two
             oldest[queue] = min(oldest.get(queue, float(earliest)), float(earliest))

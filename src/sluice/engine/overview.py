@@ -8,17 +8,12 @@ not due), as ``Queue.stats`` counts them: a consumer of the subscription will re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from sluice.backends.records import COUNTED_STATES, QueueCounts
 from sluice.catalog import QueueSpec
 from sluice.engine.topics import Subscription
 
-if TYPE_CHECKING:
-    from sluice.backends.records import QueueCounts
-
 __all__ = ["QueueOverview", "overview"]
-
-_STATES = ("ready", "delayed", "pending", "claimed", "expired", "failed", "done")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +69,7 @@ def overview(
     rows = []
     for spec in specs:
         found = stats.get(spec.name)
-        counts = dict.fromkeys(_STATES, 0) | (dict(found.counts) if found else {})
+        counts = dict.fromkeys(COUNTED_STATES, 0) | (dict(found.counts) if found else {})
         oldest = found.oldest_ready if found else None
         sub = subs.get(spec.name)
         if sub is not None:

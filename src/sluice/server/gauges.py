@@ -19,8 +19,6 @@ __all__ = ["JOBS_SHOWN", "Gauges"]
 JOBS_SHOWN = 100
 """Open jobs with series, the newest first: a label per job must stay a bounded set."""
 
-_STATES = ("ready", "delayed", "pending", "claimed", "expired", "failed", "done")
-
 
 class Gauges:
     """The database's series that ``who`` may see (a prometheus_client collector)."""
@@ -92,8 +90,8 @@ class Gauges:
             waiting.add_metric((spec.name,), blocked.get(spec.name, 0))
             info.add_metric((spec.name, spec.kind, spec.error_queue or ""), 1)
             paused.add_metric((spec.name,), 1 if spec.paused else 0)
-            for state in _STATES:
-                messages.add_metric((spec.name, state), row.counts[state])
+            for state, count in row.counts.items():  # every counted state (COUNTED_STATES)
+                messages.add_metric((spec.name, state), count)
             age.add_metric((spec.name,), row.oldest_age(now))
             if spec.error_queue is not None and self._who.allows(spec.error_queue, "browse"):
                 errors.add_metric((spec.name, spec.error_queue), row.error_ready or 0)
