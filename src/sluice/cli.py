@@ -407,11 +407,6 @@ def _subscribe_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exist-ok", action="store_true", help="succeed if it exists already")
 
 
-# Commands that open no Database themselves: they are given the URL (or, as the worker, use
-# the app's own Database).
-_OWN_DATABASE = ("db", "pipeline", "worker", "completion")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     _complete(parser)
@@ -446,15 +441,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     args.db, args.target = where.url, where
     if getattr(args, "extra", None):  # before the database is opened, or even made
         extras.require(args.extra, f"sluice {args.command}")
-    if args.command in _OWN_DATABASE:
+    if not getattr(args, "needs_db", True):  # given the URL: it opens no Database itself
         return int(args.func(args))
     # connect's own reading of the URL: it refuses what connect would refuse, the same way.
     scheme, file, _ = _split(where.url)
-    path = Path(file) if scheme == "sqlite" else None
-    new = path is not None and not path.exists()
+    new = Path(file) if scheme == "sqlite" and not Path(file).exists() else None
     with sluice.connect(where.url) as db:
-        if new and path is not None:
-            _say_new(where, path)
+        if new is not None:
+            _say_new(where, new)
         return int(args.func(args, db))
 
 
