@@ -632,7 +632,7 @@ class Campaign:
         # An order's outcome is its actions or its error message: by the order's id, the
         # orders' queue, whole transactions, in the writers' order.
         outcomes = [(m.properties["trigger_id"], m.body) for m in routed]
-        outcomes += [(e["trigger"]["id"], e["trigger"]["body"]) for e in errors]
+        outcomes += [(e["trigger"]["seq"], e["trigger"]["body"]) for e in errors]
         outcomes.sort(key=lambda outcome: int(outcome[0]))
         bad = check_stream("orders", [body for _, body in outcomes], committed, committing)
         bad += check_order("routed", [m.body for m in routed])

@@ -382,7 +382,9 @@ class _Checker(RulesChecker):
             return Column(head, COLUMNS[head])
         if head in self.scope.properties:
             return Prop(head, self.scope.properties[head])
-        names = [*COLUMNS, *self.scope.properties, *self.vars]
+        if (named := self.trigger_name(head)) is not None:
+            return named
+        names = [*COLUMNS, *self.trigger_names(), *self.scope.properties, *self.vars]
         close = nearest(head, names)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise ExpressionError(

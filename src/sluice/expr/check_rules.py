@@ -71,6 +71,9 @@ class Relations:
     """Declared rule properties: property('p') reads the triggering message's, and
     ``props.p`` (of any message) reads as this type. The system properties are read
     only if they are listed here too."""
+    trigger_queue: str | None = None
+    """The queue of the triggering message, read as the name ``queue`` (a constant per
+    queue: rules are compiled for each queue they process, those for a slicing too)."""
 
 
 def slice_key(property: str, type: Type) -> Node:
@@ -192,6 +195,16 @@ class RulesChecker(ABC):
                 "the name: xmlelement(name e, xmlattributes(v AS a), ...)"
             )
         return self.xpath_nodes(args, e)
+
+    def trigger_name(self, head: str) -> Node | None:
+        """A name rules give the triggering message besides a message's own (``queue``),
+        or None."""
+        queue = None if self.relations is None else self.relations.trigger_queue
+        return Lit(queue, "text") if head == "queue" and queue is not None else None
+
+    def trigger_names(self) -> tuple[str, ...]:
+        """The names ``trigger_name`` knows here (for a mistyped name's hint)."""
+        return ("queue",) if self.relations and self.relations.trigger_queue else ()
 
     def now(self) -> Node:
         """now() in rules: the engine clock, bound as the parameter ``now``."""

@@ -138,6 +138,8 @@ def _rule_scope(app: Application, slicing: SlicingDef | None, triggers: list[str
             slice_type=PROPERTY_TYPES[slice_property.type] if slice_property else None,
             slice_property=slice_property.name if slice_property else None,
             properties=readable,
+            # Checked as one of them: ``queue`` is text whichever it is.
+            trigger_queue=triggers[0] if triggers else None,
         )
     )
 

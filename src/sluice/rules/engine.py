@@ -30,6 +30,7 @@ from sluice.errors import (
     StorageError,
 )
 from sluice.rules import codec
+from sluice.rules.arrival import Group, arrival_groups
 from sluice.rules.check import apply_statements
 from sluice.rules.fast import ActionKey, FastInsert, build_fast
 from sluice.rules.language import parse_statements
@@ -58,6 +59,8 @@ class _Compiled:
     version: int = -1
     app: Application = field(default_factory=Application)
     plans: tuple[QueuePlan, ...] = ()
+    groups: tuple[Group, ...] = ()
+    """The plans as batches take them (rules/arrival.py), highest PRIORITY first."""
     fast: Mapping[str, Mapping[ActionKey, FastInsert]] = field(default_factory=dict)
     queue_ids: Mapping[str, int] = field(default_factory=dict)
     missing: str | None = None
@@ -86,7 +89,13 @@ class RunStats:
 
 
 OnBatch = Callable[[str, BatchResult], None]
-"""Told of each committed batch: its queue and what it did."""
+"""Told of each committed batch: its queue (an arrival group's queues joined by '+') and
+what it did."""
+
+
+def _key(group: Group) -> str:
+    """A batch's name: its queue's, or an arrival group's queues' joined by '+'."""
+    return "+".join(plan.name for plan in group)
 
 
 def _retention(seconds: float) -> float | None:
@@ -262,14 +271,15 @@ class Rules:
             ids = {str(name): int(ref) for name, ref in backend.rules_read("rules_queue_ids", {})}
             plans = compile_application(app, backend, ids)
             fast = {p.name: build_fast(app, backend, p) for p in plans}
-            for plan in plans:
-                self._turns.setdefault(plan.name, Turns())
+            groups = tuple(arrival_groups(plans))
+            for group in groups:
+                self._turns.setdefault(_key(group), Turns())
             try:
                 require_extras(app, plans, self._context.types)
                 missing = None
             except MissingDependency as exc:  # raised by the next batch, not by every look
                 missing = str(exc)
-            self._compiled = _Compiled(version, app, tuple(plans), fast, ids, missing)
+            self._compiled = _Compiled(version, app, tuple(plans), groups, fast, ids, missing)
         return True
 
     # --- running -----------------------------------------------------------------------
@@ -325,35 +335,38 @@ class Rules:
     def _round(
         self, batch: int, idle: set[str], stats: RunStats, on_batch: OnBatch | None = None
     ) -> bool:
-        """One batch of the highest-priority queue with work; False if none had any.
+        """One batch of the highest-priority queue (or arrival group: rules/arrival.py)
+        with work; False if none had any.
 
         Queues of one priority take turns (the one after the last served goes first),
-        so a busy queue does not starve another of its priority.
+        so a busy queue does not starve another of its priority. ``idle``: the keys of
+        groups found without work, until a batch produces into one of their queues.
         """
         compiled = self._compiled
         if compiled.missing is not None:
             raise MissingDependency(compiled.missing)
-        plans = compiled.plans
-        turn = self._turn % len(plans) if plans else 0
+        groups = compiled.groups
+        turn = self._turn % len(groups) if groups else 0
         order = sorted(
-            range(len(plans)),
-            key=lambda n: (-plans[n].definition.priority, (n - turn) % len(plans)),
+            range(len(groups)),
+            key=lambda n: (-groups[n][0].definition.priority, (n - turn) % len(groups)),
         )
         for n in order:
-            plan = plans[n]
-            if plan.name in idle:
+            group = groups[n]
+            key = _key(group)
+            if key in idle:
                 continue
             self._turn = n + 1
             try:
                 result = process_batch(
                     self._context,
                     compiled.app,
-                    plan,
+                    group,
                     batch,
                     compiled.version,
-                    compiled.fast.get(plan.name, {}),
+                    compiled.fast,
                     compiled.queue_ids,
-                    self._turns[plan.name],
+                    self._turns[key],
                 )
             except StalePlan:
                 self.reload()
@@ -364,10 +377,12 @@ class Rules:
             with self._counting:
                 stats.add(result)
             if on_batch is not None and (result.processed or result.deferred):
-                on_batch(plan.name, result)
+                on_batch(key, result)
             if result.processed + result.deferred < batch:
-                idle.add(plan.name)
-            idle.difference_update(result.produced)
+                idle.add(key)
+            idle.difference_update(
+                _key(g) for g in groups if any(p.name in result.produced for p in g)
+            )
             if result.processed:
                 return True  # from the top again: higher priorities first
         return False

@@ -299,6 +299,7 @@ def _rule(  # noqa: PLR0917  (one rule's part of its queue's plan)
             slice_type=None if prop is None else PROPERTY_TYPES[prop.type],
             slice_property=None if prop is None else prop.name,
             properties=types,
+            trigger_queue=plan.name,
         ),
     )
     compiler = backend.rules_compiler(relations, prefix=f"r{n}_")

@@ -12,6 +12,7 @@ that message's actions alone and puts an error message in its error queue instea
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from sluice.engine.enqueue import property_value, typed_envelope
 from sluice.errors import MessageError, QueueNotFound, SluiceError, StorageError
 from sluice.expr.xml import parse_xml
 from sluice.message import JSON, XML, decode_json, encode_json, is_json, is_xml
+from sluice.rules.arrival import Group
 from sluice.rules.failures import Failure, failure_of
 from sluice.rules.fast import ActionKey, FastInsert, made_bodies, usable
 from sluice.rules.model import Application, RuleDef
@@ -166,6 +168,44 @@ class _Batch:
         self._processed(ids)
         return self.result
 
+    def run_group(
+        self, group: Group, fast: Mapping[str, Mapping[ActionKey, FastInsert]], limit: int
+    ) -> BatchResult:
+        """A batch of an arrival group (rules/arrival.py): the next due messages of its
+        queues in arrival order, each run of consecutive messages of one queue processed
+        as a batch of that queue, after the runs before it. One engine at a time takes
+        the group: what one run joins or resets, the next one's rules read."""
+        unit = self.unit
+        by_id = {plan.queue_id: plan for plan in group}
+        for key in sorted(set(by_id).union(*(plan.locks for plan in group))):
+            unit.exclusive(key)
+        params = {"ids": unit.ids(sorted(by_id)), "now": self.now, "limit": limit}
+        with self.turns.taking() as self.ticket:
+            taken = unit.statement_rows("rules_take_group", params)
+        if taken and int(taken[0][3] or 0) != self.version:
+            raise StalePlan("the rules changed")
+        for queue_id, run in itertools.groupby(taken, key=lambda row: int(row[4])):
+            self.plan = by_id[queue_id]
+            self.fast = fast.get(self.plan.name, {})
+            self._run([row[:4] for row in run])
+        return self.result
+
+    def _run(self, taken: Sequence[Sequence[Any]]) -> None:
+        """One run of an arrival group's batch: ``taken`` as rules_take gives them."""
+        plan = self.plan
+        if not self.fast or plan.sequential:
+            self._taken(taken)
+            return
+        # As _at_once, for messages taken already: evaluated by one SELECT, written by the
+        # SQL enqueue (process_group does the batch again by Python if that is refused).
+        ids = [int(r[0]) for r in taken]
+        self._join(ids)
+        omit = made_bodies(plan, self.fast)
+        params = {**plan.params, "now": self.now, "ids": self.unit.ids(ids)}
+        columns = {"columns": plan.columns_sql(omit)}
+        self._write_at_once(self.unit.template_rows("rules_evaluate_lean", columns, params), ids)
+        self._processed(ids)
+
     def run_given(self, refs: list[int]) -> BatchResult:
         """As ``run``, for the messages ``refs`` read elsewhere (a Spark micro-batch): those
         still due and unprocessed, in delivery order; the plan's evaluation by
@@ -224,9 +264,9 @@ class _Batch:
             self._done(ids)  # no branch made anything
 
     def _processed(self, ids: list[int]) -> None:
-        self.result.processed = len(ids)
+        self.result.processed += len(ids)
         if self.plan.removes:
-            self.result.removed = len(ids)
+            self.result.removed += len(ids)
 
     def _join(self, ids: list[int]) -> None:
         """``ids`` join the slices of their queue's slicings."""
@@ -597,7 +637,8 @@ class _Batch:
             "message": str(failure),
             "at": self.now,
             "trigger": {
-                "id": trigger.id,
+                "id": self._message_id(trigger.id),
+                "seq": trigger.id,
                 "queue": trigger.queue,
                 "content_type": trigger.content_type,
                 "body": trigger.body if not isinstance(trigger.body, bytes) else None,
@@ -626,6 +667,12 @@ class _Batch:
                         trigger.queue, queue, failure, exc_info=failure.__cause__)  # fmt: skip
             return
         raise StorageError(f"no error queue took the error of message {trigger.id}: {failure}")
+
+    def _message_id(self, ref: int) -> str:
+        """The message ``ref`` as its readers know it (Message.id): its row number is the
+        error message's ``seq`` (the ``trigger_id`` of what its rules made)."""
+        ((session, tx, num),) = self.unit.statement_rows("rules_message_id", {"id": ref})
+        return f"{session}/{tx}/{num}"
 
     # --- echo ------------------------------------------------------------------------
     def _echo_due(self, taken: Sequence[Sequence[Any]]) -> list[int]:
@@ -796,27 +843,31 @@ def _canonical_xml(text: Any) -> str:
 def process_batch(  # noqa: PLR0917  (what one batch needs)
     context: EngineContext,
     app: Application,
-    plan: QueuePlan,
+    group: Group,
     limit: int,
     version: int,
-    fast: Mapping[ActionKey, FastInsert],
+    fast: Mapping[str, Mapping[ActionKey, FastInsert]],
     queue_ids: Mapping[str, int],
     turns: Turns,
 ) -> BatchResult:
-    """Process up to ``limit`` due messages of ``plan``'s queue in one transaction;
-    StalePlan if the applied version is not ``version`` any more. ``turns``: the queue's,
-    shared by the workers of this engine (see turns.py)."""
+    """Process up to ``limit`` due messages of ``group``'s queues in one transaction: a
+    queue taken alone, or an arrival group's queues in arrival order (rules/arrival.py).
+    StalePlan if the applied version is not ``version`` any more. ``fast``: the SQL
+    enqueues by queue; ``turns``: the group's, shared by the workers of this engine (see
+    turns.py)."""
     backend: Backend = context.backend
-    durable = plan.definition.mode == "persistent"
+    durable = any(plan.definition.mode == "persistent" for plan in group)
 
-    def attempt(fast: Mapping[ActionKey, FastInsert]) -> BatchResult:
+    def attempt(fast: Mapping[str, Mapping[ActionKey, FastInsert]]) -> BatchResult:
         batches: list[_Batch] = []
 
         def work(unit: RuleUnit) -> BatchResult:
-            batch = _Batch(context, app, plan, unit, now=context.clock.now(), version=version,
-                           fast=fast, queue_ids=queue_ids, turns=turns)  # fmt: skip
+            first = group[0]
+            batch = _Batch(context, app, first, unit, now=context.clock.now(), version=version,
+                           fast=fast.get(first.name, {}), queue_ids=queue_ids,
+                           turns=turns)  # fmt: skip
             batches.append(batch)
-            return batch.run(limit)
+            return batch.run(limit) if len(group) == 1 else batch.run_group(group, fast, limit)
 
         rolled_back = True
         try:
@@ -834,7 +885,7 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
     try:
         result = attempt(fast)
     except StorageError:
-        if not fast:
+        if not any(fast.get(plan.name) for plan in group):
             raise
         # The SQL enqueue's batch failed as a whole (it has no savepoint): again by Python,
         # which finds the message at fault and makes its error message.

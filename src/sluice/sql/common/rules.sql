@@ -77,6 +77,11 @@ FROM {schema}.messages AS m
 WHERE m.id {rules_ids}
 ORDER BY m.priority DESC, m.id;
 
+-- name: rules_message_id
+-- The parts of a message's id (Message.id, "session/transaction/number"), for the
+-- trigger of an error message.
+SELECT p_session, p_tx, p_num FROM {schema}.messages WHERE id = :id;
+
 -- name: rules_join
 -- The processed messages join the slices of their queue's slicing ({value}: the key).
 INSERT INTO {schema}.slice_members (slicing, key, message_id)

@@ -31,6 +31,18 @@ FOR UPDATE SKIP LOCKED;
 -- lock held until the transaction ends. key: a queue id, or a slicing's negative key.
 SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s::integer);
 
+-- name: rules_take_group
+-- rules_take for an arrival group (rules/arrival.py): the next due messages of the
+-- queues ids (none paused), in delivery order across them, each with its queue.
+SELECT id, properties, enqueued_at,
+       (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version, queue_id
+FROM {schema}.messages
+WHERE queue_id IN (SELECT id FROM {schema}.queues WHERE id {rules_ids} AND NOT paused)
+  AND state = 1 AND available_at <= %(now)s
+ORDER BY priority DESC, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
 -- name: rules_insert
 -- As SQLite's (see there); the rows go to the current partition. And the batch's
 -- triggers (ids) are settled in the same statement (one round trip less): done is

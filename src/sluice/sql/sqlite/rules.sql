@@ -22,6 +22,17 @@ WHERE queue_id = (SELECT id FROM queues WHERE id = :queue_id AND NOT paused)
 ORDER BY priority DESC, id
 LIMIT :limit;
 
+-- name: rules_take_group
+-- rules_take for an arrival group (rules/arrival.py): the next due messages of the
+-- queues ids (none paused), in delivery order across them, each with its queue.
+SELECT id, properties, enqueued_at,
+       (SELECT version FROM rules_catalog WHERE id = 1) AS version, queue_id
+FROM messages
+WHERE queue_id IN (SELECT id FROM queues WHERE id {rules_ids} AND NOT paused)
+  AND state = 1 AND available_at <= :now
+ORDER BY priority DESC, id
+LIMIT :limit;
+
 -- name: rules_insert
 -- The fast way a batch's rules enqueue: every message its actions make, built by SQL
 -- from their triggering messages, in one statement. parts: per action a materialized
