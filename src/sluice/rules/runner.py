@@ -49,6 +49,7 @@ __all__ = [
     "StalePlan",
     "process_batch",
     "process_given",
+    "process_group_given",
     "split_waves",
 ]
 
@@ -176,14 +177,41 @@ class _Batch:
         as a batch of that queue, after the runs before it. One engine at a time takes
         the group: what one run joins or resets, the next one's rules read."""
         unit = self.unit
-        by_id = {plan.queue_id: plan for plan in group}
-        for key in sorted(set(by_id).union(*(plan.locks for plan in group))):
-            unit.exclusive(key)
-        params = {"ids": unit.ids(sorted(by_id)), "now": self.now, "limit": limit}
+        self._exclude(group)
+        params = {"ids": unit.ids(sorted(p.queue_id for p in group)), "now": self.now,
+                  "limit": limit}  # fmt: skip
         with self.turns.taking() as self.ticket:
             taken = unit.statement_rows("rules_take_group", params)
+        return self._runs(group, fast, taken)
+
+    def run_group_given(
+        self, group: Group, fast: Mapping[str, Mapping[ActionKey, FastInsert]], refs: list[int]
+    ) -> BatchResult:
+        """``run_group`` for the messages ``refs`` read elsewhere (a Spark micro-batch):
+        those still due and unprocessed, in arrival order across the group's queues."""
+        unit = self.unit
+        self._exclude(group)
+        params = {"ids": unit.ids(refs), "now": self.now,
+                  "queues": unit.ids(sorted(p.queue_id for p in group))}  # fmt: skip
+        return self._runs(group, fast, unit.statement_rows("rules_take_group_given", params))
+
+    def _exclude(self, group: Group) -> None:
+        """One engine at a time takes the group: what one run joins or resets, the next
+        one's rules read."""
+        keys = {plan.queue_id for plan in group}.union(*(plan.locks for plan in group))
+        for key in sorted(keys):  # in one order everywhere: no deadlocks
+            self.unit.exclusive(key)
+
+    def _runs(
+        self,
+        group: Group,
+        fast: Mapping[str, Mapping[ActionKey, FastInsert]],
+        taken: Sequence[Sequence[Any]],
+    ) -> BatchResult:
+        """Process ``taken`` (rules_take's rows with their queue's id last) run by run."""
         if taken and int(taken[0][3] or 0) != self.version:
             raise StalePlan("the rules changed")
+        by_id = {plan.queue_id: plan for plan in group}
         for queue_id, run in itertools.groupby(taken, key=lambda row: int(row[4])):
             self.plan = by_id[queue_id]
             self.fast = fast.get(self.plan.name, {})
@@ -193,7 +221,7 @@ class _Batch:
     def _run(self, taken: Sequence[Sequence[Any]]) -> None:
         """One run of an arrival group's batch: ``taken`` as rules_take gives them."""
         plan = self.plan
-        if not self.fast or plan.sequential:
+        if not self.fast or plan.sequential or self.evaluate is not None:
             self._taken(taken)
             return
         # As _at_once, for messages taken already: evaluated by one SELECT, written by the
@@ -917,23 +945,65 @@ def process_given(  # noqa: PLR0917  (what one batch needs)
     uses them: the messages a batch makes built by the database from their triggers, the
     branches chosen by the evaluated columns. StalePlan if the applied version is not
     ``version`` any more."""
-    backend: Backend = context.backend
-    durable = plan.definition.mode == "persistent"
+    return _given(context, app, (plan,), refs, version, queue_ids, now=now,
+                  evaluate=evaluate, record=record, fast={plan.name: fast or {}})  # fmt: skip
 
-    def attempt(fast: Mapping[ActionKey, FastInsert]) -> BatchResult:
+
+def process_group_given(  # noqa: PLR0917  (what one batch needs)
+    context: EngineContext,
+    app: Application,
+    group: Group,
+    refs: list[int],
+    version: int,
+    queue_ids: Mapping[str, int],
+    *,
+    now: float,
+    evaluate: Evaluate,
+    record: Callable[[RuleUnit], None],
+    fast: Mapping[str, Mapping[ActionKey, FastInsert]],
+) -> BatchResult:
+    """``process_given`` for an arrival group (rules/arrival.py): ``refs`` of its queues,
+    processed in arrival order across them, as ``process_batch`` processes the group;
+    ``evaluate`` is called with each run's plan; ``fast``: the SQL enqueues by queue."""
+    return _given(context, app, group, refs, version, queue_ids, now=now,
+                  evaluate=evaluate, record=record, fast=fast)  # fmt: skip
+
+
+def _given(  # noqa: PLR0917  (what one batch needs)
+    context: EngineContext,
+    app: Application,
+    group: Group,
+    refs: list[int],
+    version: int,
+    queue_ids: Mapping[str, int],
+    *,
+    now: float,
+    evaluate: Evaluate,
+    record: Callable[[RuleUnit], None],
+    fast: Mapping[str, Mapping[ActionKey, FastInsert]],
+) -> BatchResult:
+    backend: Backend = context.backend
+    durable = any(plan.definition.mode == "persistent" for plan in group)
+
+    def attempt(fast: Mapping[str, Mapping[ActionKey, FastInsert]]) -> BatchResult:
         def work(unit: RuleUnit) -> BatchResult:
-            batch = _Batch(context, app, plan, unit, now=now, version=version, fast=fast,
-                           queue_ids=queue_ids, turns=Turns(), evaluate=evaluate)  # fmt: skip
-            result = batch.run_given(refs)
+            first = group[0]
+            batch = _Batch(context, app, first, unit, now=now, version=version,
+                           fast=fast.get(first.name, {}), queue_ids=queue_ids, turns=Turns(),
+                           evaluate=evaluate)  # fmt: skip
+            if len(group) == 1:
+                result = batch.run_given(refs)
+            else:
+                result = batch.run_group_given(group, fast, refs)
             record(unit)
             return result
 
         return backend.rules_unit(work, durable=durable)
 
     try:
-        result = attempt(fast or {})
+        result = attempt(fast)
     except StorageError:
-        if not fast:
+        if not any(fast.get(plan.name) for plan in group):
             raise
         result = attempt({})  # the SQL enqueue refused the batch: by Python, as process_batch
     for queue, count in result.produced.items():

@@ -103,6 +103,17 @@ WHERE id {rules_ids} AND state = 1 AND available_at <= :now
   AND queue_id = (SELECT id FROM {schema}.queues WHERE id = :queue_id AND NOT paused)
 ORDER BY priority DESC, id;
 
+-- name: rules_take_group_given
+-- rules_take_given for an arrival group (rules/arrival.py): those of the messages ids
+-- still due and unprocessed in the group's queues (queues, none paused), in delivery
+-- order across them, each with its queue.
+SELECT id, properties, enqueued_at,
+       (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version, queue_id
+FROM {schema}.messages
+WHERE id {rules_ids} AND state = 1 AND available_at <= :now
+  AND queue_id IN (SELECT id FROM {schema}.queues WHERE id {rules_in_queues} AND NOT paused)
+ORDER BY priority DESC, id;
+
 -- name: rules_stream_rows
 -- A rules stream's messages of a queue up to a position: every one still unprocessed
 -- and due at the batch's time, so that what came back behind the position is read too.

@@ -3,6 +3,11 @@
 -- statistics or none (IN (SELECT unnest(...)) became a hash join over a scan without).
 = ANY(%(ids)s::bigint[])
 
+-- fragment: rules_in_queues
+-- "is one of a list of queue ids" (an arrival group's), bound as queues as rules_ids
+-- binds ids.
+= ANY(%(queues)s::bigint[])
+
 -- fragment: rules_keys
 -- "is one of a list of slice keys", the list bound as a JSON array of texts.
 IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb))

@@ -2,6 +2,11 @@
 -- "is one of a list of message ids", the list bound as a JSON array.
 IN (SELECT value FROM json_each(:ids))
 
+-- fragment: rules_in_queues
+-- "is one of a list of queue ids" (an arrival group's), bound as queues as rules_ids
+-- binds ids.
+IN (SELECT value FROM json_each(:queues))
+
 -- fragment: rules_keys
 -- "is one of a list of slice keys", the list bound as a JSON array of texts.
 IN (SELECT value FROM json_each(:keys))
