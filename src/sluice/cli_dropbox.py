@@ -18,8 +18,8 @@ __all__ = ["add_commands"]
 
 
 def cmd_dropbox(args: argparse.Namespace, db: sluice.Database) -> int:
-    # Checked before any directory is made: a misspelt --in would otherwise make a dropbox
-    # whose first file ends in an error, with the user's file left in processing/.
+    # Checked before any directory is made (Dropbox.run checks again): a misspelt --in
+    # would otherwise make a dropbox whose files could never be stored.
     for name in [*args.inbound, *args.outbound]:
         db.queue(name)
     for name in [*args.topic_in, *args.topic_out]:
@@ -91,7 +91,8 @@ def add_commands(add: Callable[[str, Callable[..., int], str], argparse.Argument
         action="append",
         default=[],
         metavar="TOPIC",
-        help="write each subscription's messages into .subscriptions/<name>",
+        help="write each subscription's messages into .subscriptions/<name> (the same "
+        "topic may be given with --topic-in: DropboxMQ's topic distributor)",
     )
     p.add_argument(
         "--consumer-id",

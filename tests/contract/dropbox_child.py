@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 import sluice
-from sluice.dropbox import Dropbox, files, inbound
+from sluice.dropbox import Dropbox, inbound
 
 
 def _die() -> None:
@@ -38,14 +38,11 @@ def main() -> None:
 
         inbound.Inbound._claim = claim_then_die  # type: ignore[method-assign,assignment]
     elif crash == ["committed"]:
-        move = files.move
 
         def die_before_processed(*args: Any, **kwargs: Any) -> None:
-            if args[2] == "processed":
-                _die()
-            move(*args, **kwargs)
+            _die()
 
-        inbound.move = die_before_processed  # type: ignore[attr-defined]
+        inbound.Inbound._processed = die_before_processed  # type: ignore[method-assign]
     stored = box.recover(queue) + box.ingest(queue)
     print(stored, flush=True)
     db.close()

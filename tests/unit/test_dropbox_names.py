@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.dropbox.names import MessageName, encode_value, parse_name
+from sluice.dropbox.names import MessageName, encode_value, fit_name, parse_name
 from sluice.errors import MessageError
 
 ID = "1140429201295000-1234567890"
@@ -74,7 +74,7 @@ def test_property_types(letter: str, text: str, value: object) -> None:
     assert parse_name(f"4.{ID}.T.....p{letter}={text}").properties == {"p": value}
 
 
-@pytest.mark.parametrize("pair", ["bY=128", "cI=x", "dD=", "noletter", "=3", "S=x"])
+@pytest.mark.parametrize("pair", ["bY=128", "cI=x", "dD=", "noletter", "=3", "jJ=[1"])
 def test_a_property_its_type_refuses_is_an_error(pair: str) -> None:
     with pytest.raises(MessageError):
         parse_name(f"4.{ID}.T.....{pair}")
@@ -120,7 +120,7 @@ def test_values_are_url_encoded_with_dots_as_2e() -> None:
 
 def test_property_values_take_their_type_letter() -> None:
     meta = MessageName(id=ID, properties={"b": True, "i": 3, "l": 2**40, "d": 0.5, "s": "x"})
-    assert meta.format().endswith(".bB=true&iI=3&lL=1099511627776&dD=0%2E5&sS=x")
+    assert meta.format().endswith(".bB=true&dD=0%2E5&iI=3&lL=1099511627776&sS=x")  # by name
     assert parse_name(meta.format()).properties == meta.properties
 
 
@@ -150,3 +150,43 @@ def test_names_round_trip(  # noqa: PLR0917 (hypothesis gives each drawn field)
     assert back == meta
     assert "/" not in meta.format()
     assert "\0" not in meta.format()
+
+
+def test_json_values_and_empty_names_round_trip() -> None:
+    props = {"": "empty name", "l": [1, {"a": None}], "n": None, "big": 2**70, "o": {"k": "v"}}
+    name = MessageName(id=ID, properties=props).format()
+    assert "jJ=" not in name  # no property is named "j"
+    assert parse_name(name).properties == props
+    assert parse_name(f"4.{ID}.T.....S=x").properties == {"": "x"}
+
+
+def test_a_priority_past_32_bits_is_no_name() -> None:
+    with pytest.raises(MessageError, match="32 bits"):
+        MessageName(priority=2**31, id=ID).format()
+
+
+def test_too_long_metadata_drops_whole_fields_by_a_fixed_rule() -> None:
+    props = {"a": "x" * 60, "b": "y" * 100, "c": "z" * 60, "d": 1}
+    meta = MessageName(id=ID, correlation="c" * 40, reply_to="Q" + "r" * 40, type="t" * 30,
+                       expiration=1_900_000_000_000, properties=props)  # fmt: skip
+    name, dropped = fit_name(meta)
+    assert len(name.encode()) <= 255
+    # The longest property first, then of equal length the last by name: b, then c.
+    assert dropped == ["property 'b'", "property 'c'"]
+    back = parse_name(name)
+    assert back.properties == {"a": "x" * 60, "d": 1}  # whole values, never cut
+    assert (back.correlation, back.type, back.expiration) == ("c" * 40, "t" * 30, 1_900_000_000_000)
+    huge = MessageName(id=ID, correlation="c" * 200, reply_to="Q" + "r" * 200, type="t" * 200)
+    name, dropped = fit_name(huge)
+    assert dropped == ["type", "reply-to"]
+    assert parse_name(name).correlation == "c" * 200
+    assert fit_name(MessageName(id=ID, properties={"a": 1})) == (f"4.{ID}.T.....aI=1", [])
+
+
+_json = st.recursive(st.none() | _scalar, lambda inner: st.lists(inner, max_size=2)
+                     | st.dictionaries(_text, inner, max_size=2), max_leaves=4)  # fmt: skip
+
+
+@given(properties=st.dictionaries(_text, _json | st.integers(), max_size=4))
+def test_every_json_property_round_trips(properties: dict[str, object]) -> None:
+    assert parse_name(MessageName(id=ID, properties=properties).format()).properties == properties

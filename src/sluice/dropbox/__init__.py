@@ -12,6 +12,7 @@ from sluice.dropbox.dropbox import DEFAULT_POLL, Dropbox
 from sluice.dropbox.layout import STATES, TOPIC_ROOT, Box, Layout
 from sluice.dropbox.names import MessageName, encode_value, parse_name
 from sluice.dropbox.outbound import file_of
+from sluice.dropbox.stats import DropboxStats
 
 __all__ = [
     "DEFAULT_POLL",
@@ -19,6 +20,7 @@ __all__ = [
     "TOPIC_ROOT",
     "Box",
     "Dropbox",
+    "DropboxStats",
     "Layout",
     "MessageName",
     "encode_value",

@@ -12,6 +12,7 @@ from typing import Any
 from sluice.dropbox.inbound import Inbound
 from sluice.dropbox.layout import Box, Layout
 from sluice.dropbox.outbound import Outbound
+from sluice.dropbox.stats import DropboxStats
 from sluice.dropbox.watch import Watcher
 from sluice.engine.database import Engine
 from sluice.errors import ConfigurationError, SluiceError
@@ -22,28 +23,6 @@ DEFAULT_POLL = 0.3
 """Seconds between two listings of a dropbox with no event (DropboxMQ's polling interval)."""
 
 log = logging.getLogger("sluice.dropbox")
-
-
-class DropboxStats:
-    """Counts of a running dropbox, added to by its threads and read by a progress timer."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.stored = 0
-        """Files stored as messages."""
-        self.written = 0
-        """Messages written out as files."""
-        self.failures = 0
-        """Rounds that failed and were tried again after the poll interval."""
-
-    def add(self, what: str, count: int) -> None:
-        """Add ``count`` to ``stored``, ``written`` or ``failures``."""
-        if count:
-            with self._lock:
-                setattr(self, what, getattr(self, what) + count)
-
-    def as_dict(self) -> dict[str, int]:
-        return {"stored": self.stored, "written": self.written, "failures": self.failures}
 
 
 class Dropbox:
@@ -71,10 +50,12 @@ class Dropbox:
         self.layout = Layout(root)
         self.consumer_id = consumer_id or socket.gethostname()
         self.poll = poll
-        self._in = Inbound(db, self.consumer_id, keep_processed=keep_processed)
-        self._out = Outbound(db)
         self.stats = DropboxStats()
-        """What ``run`` has moved so far, for progress lines."""
+        """What ``run`` has moved so far, for progress lines; files moved to ``error/``
+        and written with metadata left out, whoever moved them."""
+        self._in = Inbound(db, self.consumer_id, keep_processed=keep_processed,
+                           stats=self.stats)  # fmt: skip
+        self._out = Outbound(db, self.stats)
 
     # --- in ---------------------------------------------------------------------------
     def ingest(self, queue: str, limit: int | None = None) -> int:
@@ -133,12 +114,15 @@ class Dropbox:
         writes messages as they are committed (woken by the queue). A failure is
         logged and retried after ``poll`` seconds. ``events=False`` only polls.
         """
-        both = (set(inbound) & set(outbound)) | (set(topics_in) & set(topics_out))
+        # A topic may be both (DropboxMQ's topic distributor): its files come in through
+        # .incoming/ and go out through .subscriptions/. A queue has one target/.
+        both = set(inbound) & set(outbound)
         if both:
             raise ConfigurationError(
                 f"{sorted(both)} cannot be both inbound and outbound: its files would come "
                 "straight back in; use two queues"
             )
+        self._check_exist(inbound, outbound, topics_in, topics_out)
         boxes = [(self.layout.queue(q), q) for q in inbound]
         boxes += [(self.layout.topic_incoming(t), t) for t in topics_in]
         threads = [threading.Thread(target=self._inbound_loop, args=(boxes, stop, events))]
@@ -149,6 +133,25 @@ class Dropbox:
             thread.start()
         for thread in threads:
             thread.join()
+
+    def _check_exist(
+        self,
+        inbound: Sequence[str],
+        outbound: Sequence[str],
+        topics_in: Sequence[str],
+        topics_out: Sequence[str],
+    ) -> None:
+        """QueueNotFound (with the names closest to it) before anything starts: a misspelt
+        queue would otherwise take its first file into processing/ and fail there."""
+        context = self.db.context
+        for name in [*inbound, *outbound]:
+            context.spec(name)
+        for name in [*topics_in, *topics_out]:
+            kind = context.spec(name).kind
+            if kind != "topic":
+                raise ConfigurationError(
+                    f"{name!r} is a {kind}, not a topic: give it as a queue (inbound/outbound)"
+                )
 
     def _inbound_loop(
         self, boxes: list[tuple[Box, str]], stop: threading.Event, events: bool

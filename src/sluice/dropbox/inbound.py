@@ -9,24 +9,33 @@ neither). A file found in ``processing/`` after a restart whose record has an
 answer was stored already and is only moved on; any other is stored. Two processes
 that store the same file (one recovering what the other still works on) cannot both
 commit: the second answer finds the record answered and its commit changes nothing.
+
+Each entry's outcome is its own: one that cannot be stored (not a regular file, a
+name sluice does not take, a body or a value its queue or the database refuses)
+goes to ``error/`` with ``<name>.reason``, and the rest of its batch is stored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import sqlite3
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.backends.records import Effect
-from sluice.dropbox.files import listing, move, read_file, write_reason
-from sluice.dropbox.layout import MAX_NAME, Box
+from sluice.dropbox.files import Directory, fits, kind_of, reason_name
+from sluice.dropbox.layout import Box, OpenBox
+from sluice.dropbox.metadata import body_of, kind_of_file, options_of
 from sluice.dropbox.names import encode_value, parse_name
+from sluice.dropbox.stats import DropboxStats
 from sluice.engine.database import Engine
-from sluice.errors import Conflict, MessageError
-from sluice.message import JSON, OCTETS, TEXT, decode_json, lone_surrogate
+from sluice.errors import Conflict, ConnectionLost, MessageError, SluiceError, StorageError
+from sluice.message import lone_surrogate
 
 __all__ = ["BATCH", "Inbound"]
 
@@ -35,13 +44,25 @@ BATCH = 64
 
 _STORED = 201
 
+log = logging.getLogger("sluice.dropbox")
+
 
 @dataclass(frozen=True, slots=True)
 class _File:
-    """A claimed file: its name in processing/ and the name it came with."""
+    """A claimed entry: where it is in processing/, and the name it came with.
 
-    processing: str
+    ``where`` is "" for ``processing/`` itself, or the consumer's own subdirectory
+    ``processing/<id>~/`` that holds, under their own names, the files whose
+    ``<id>~<name>`` would be longer than a file name may be.
+    """
+
+    where: str
+    name: str
     original: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.where}/{self.name}" if self.where else self.name
 
 
 @dataclass(slots=True)
@@ -55,114 +76,132 @@ class _Ready:
 class Inbound:
     """The inbound side of one Dropbox."""
 
-    def __init__(self, db: Engine, consumer_id: str, *, keep_processed: bool) -> None:
+    def __init__(
+        self, db: Engine, consumer_id: str, *, keep_processed: bool, stats: DropboxStats
+    ) -> None:
         self._db = db
         self._prefix = encode_value(consumer_id) + "~"
         self._keep = keep_processed
+        self._stats = stats
 
     def ingest(self, box: Box, destination: str, limit: int | None) -> int:
-        """Claim and store up to ``limit`` files of ``target/``; the messages stored."""
+        """Claim and store up to ``limit`` entries of ``target/``; the messages stored."""
+        self._db.context.spec(destination)  # QueueNotFound before anything is claimed
         stored = 0
-        names = listing(box.dir("target"))
+        with box.opened().all() as dirs:
+            names = dirs["target"].names()
         if limit is not None:
             names = names[: max(limit, 0)]
         for start in range(0, len(names), BATCH):
-            claimed = [f for n in names[start : start + BATCH] if (f := self._claim(box, n))]
-            stored += self._store(box, destination, claimed)
+            # Each batch opens its directories afresh: one swapped for a link since is
+            # refused now, not written through.
+            with box.opened().all() as dirs:
+                claimed = [f for n in names[start : start + BATCH] if (f := self._claim(dirs, n))]
+                stored += self._store(dirs, destination, claimed)
         return stored
 
     def recover(self, box: Box, destination: str) -> int:
         """Store (once) what this consumer left in ``processing/``; the messages stored."""
-        mine = [
-            _File(n, n[len(self._prefix) :])
-            for n in listing(box.dir("processing"))
-            if n.startswith(self._prefix)
-        ]
-        return sum(
-            self._store(box, destination, mine[i : i + BATCH]) for i in range(0, len(mine), BATCH)
-        )
+        self._db.context.spec(destination)
+        with box.opened().all() as dirs:
+            mine = self._mine(dirs)
+        stored = 0
+        for start in range(0, len(mine), BATCH):
+            with box.opened().all() as dirs:
+                stored += self._store(dirs, destination, mine[start : start + BATCH])
+        return stored
 
-    def _claim(self, box: Box, name: str) -> _File | None:
-        processing = self._prefix + name
+    def _mine(self, dirs: OpenBox) -> list[_File]:
+        """What this consumer claimed, in processing/ and in its own subdirectory."""
+        prefix = self._prefix
+        names = dirs["processing"].names()
+        mine = [_File("", n, n[len(prefix) :]) for n in names if n.startswith(prefix)]
+        if prefix in names:
+            mine = [f for f in mine if f.name != prefix]
+            found = dirs["processing"].lstat(prefix)
+            if found is not None and stat.S_ISDIR(found.st_mode):
+                mine += [_File(prefix, n, n) for n in dirs.sub("processing", prefix).names()]
+            else:  # something else under the subdirectory's name: refused like any entry
+                mine.append(_File("", prefix, prefix))
+        return mine
+
+    def _claim(self, dirs: OpenBox, name: str) -> _File | None:
+        claimed = _File("", self._prefix + name, name)
         # A name that is not UTF-8 is listed with its bytes as surrogates (PEP 383):
-        # measured as the bytes it has on disk, as layout.check_file_name measures it.
-        if len(processing.encode("utf-8", "surrogateescape")) > MAX_NAME:
-            # As DropboxMQ: the bare name, which two consumers on NFS might both win.
-            processing = name
+        # measured as the bytes it has on disk.
+        if not fits(claimed.name):
+            # Not the bare name (DropboxMQ's way, which recovery cannot tell from another
+            # consumer's): the consumer's own subdirectory, under its own name.
+            claimed = _File(self._prefix, name, name)
+        holder = self._holder(dirs, claimed, make=True)
         try:
-            os.rename(box.file("target", name), box.file("processing", processing))
-        except FileNotFoundError:
-            return None  # another consumer won the race
-        return _File(processing, name)
+            if not dirs["target"].rename(name, holder, claimed.name):
+                return None  # another consumer won the race
+        except OSError as exc:
+            # An entry of another kind under the claim's name in processing/: left in
+            # target/ until that is cleared (told once per round).
+            log.warning("sluice.dropbox cannot claim %r into %s: %s", name, holder.path,
+                        exc.strerror)  # fmt: skip
+            return None
+        return claimed
 
-    def _store(self, box: Box, destination: str, files: Sequence[_File]) -> int:
+    def _holder(self, dirs: OpenBox, file: _File, *, make: bool = False) -> Directory:
+        return dirs.sub("processing", file.where, make=make) if file.where else dirs["processing"]
+
+    def _store(self, dirs: OpenBox, destination: str, files: Sequence[_File]) -> int:
         """Store each claimed file once, then move it on; the messages stored."""
         if not files:
             return 0
         now = self._db.clock.now()
         max_size = self._db.context.spec(destination).max_size
+        kinds: dict[str, str | None] = {}
         ready: list[_Ready] = []
         for file in files:
             try:
-                item = self._prepare(box, file, now, max_size)
+                item = self._prepare(dirs, file, now, max_size, kinds)
             except MessageError as exc:
-                self._fail(box, file, str(exc))
+                self._fail(dirs, file, str(exc))
                 continue
             if item is not None:
                 ready.append(item)
-        owner = self._owner(box)
+        owner = f"dropbox:{dirs.box.path}"
         todo, done = self._claim_records(owner, ready, now)
-        stored = 0
-        while todo:
-            try:
-                committed, failed = self._commit(owner, destination, todo)
-            except Conflict:
-                # Another process stored some of them meanwhile: those are done.
-                todo, answered = self._unanswered(owner, todo)
-                done += answered
-                continue
-            for item, reason in failed:
-                self._fail(box, item.file, reason)
-            done += committed
-            stored += len(committed)
-            break
-        for item in done:
-            path = box.file("processing", item.file.processing)
-            move(box, path, "processed", item.file.original, keep=self._keep)
-        return stored
+        committed, failed, answered = self._commit_each(owner, destination, todo)
+        for item, reason in failed:
+            self._fail(dirs, item.file, reason)
+        for item in [*done, *answered, *committed]:
+            self._processed(dirs, item.file)
+        self._tidy(dirs, files)
+        return len(committed)
 
-    def _owner(self, box: Box) -> str:
-        return f"dropbox:{box.path}"
-
-    def _prepare(self, box: Box, file: _File, now: float, max_size: int) -> _Ready | None:
-        path = box.file("processing", file.processing)
-        try:
-            found = os.lstat(path)
-        except FileNotFoundError:
+    def _prepare(
+        self, dirs: OpenBox, file: _File, now: float, max_size: int, kinds: dict[str, str | None]
+    ) -> _Ready | None:
+        holder = self._holder(dirs, file)
+        found = holder.lstat(file.name)
+        if found is None:
             return None
-        if stat.S_ISLNK(found.st_mode):
-            raise MessageError("the file is a symbolic link; drop the file itself")
-        if lone_surrogate(file.processing) is not None:
-            # Bytes that are not UTF-8 are listed as surrogates, which no database takes
-            # (its idempotency record, the metadata): to error/, not a crash.
-            raise MessageError("the file name is not UTF-8; rename it in UTF-8 and drop it again")
+        if not stat.S_ISREG(found.st_mode):
+            raise MessageError(
+                f"it is {kind_of(found.st_mode)}, not a regular file; drop a file (sluice "
+                "follows no link)"
+            )
+        _check_name(file.original)
         meta = parse_name(file.original)
         if meta.expiration is not None and meta.expiration <= now * 1000:
-            move(box, path, "expired", file.original)
+            holder.place(file.name, dirs["expired"], file.original)
             return None
-        body, content_type = _body(meta.kind, read_file(path, max_size))
-        options: dict[str, Any] = {"content_type": content_type, "priority": meta.priority}
-        if meta.properties:
-            options["properties"] = meta.properties
-        if meta.expiration is not None:
-            options["ttl"] = meta.expiration / 1000 - now
-        if meta.correlation:
-            options["correlation_id"] = meta.correlation
-        if meta.reply_destination:
-            options["reply_to"] = meta.reply_destination
-        if meta.type:
-            options["type"] = meta.type
-        key = f"{file.processing}:{found.st_ino}:{found.st_mtime_ns}:{found.st_size}"
+        body, content_type = body_of(kind_of_file(meta, file.original),
+                                     holder.read(file.name, max_size))  # fmt: skip
+
+        def type_kind(name: str) -> str | None:
+            if name not in kinds:
+                found = self._db.context.types.get(name)
+                kinds[name] = None if found is None else found.kind
+            return kinds[name]
+
+        options = options_of(meta, content_type, now, type_kind)
+        key = f"{file.key}:{found.st_ino}:{found.st_mtime_ns}:{found.st_size}"
         return _Ready(file, key, body, options)
 
     def _claim_records(
@@ -194,6 +233,45 @@ class Inbound:
             (done if found is not None and found.status is not None else todo).append(item)
         return todo, done
 
+    def _commit_each(
+        self, owner: str, destination: str, items: list[_Ready]
+    ) -> tuple[list[_Ready], list[tuple[_Ready, str]], list[_Ready]]:
+        """Commit the items' messages: those committed, those refused with the reason, and
+        those another process stored meanwhile.
+
+        One transaction for the batch; if the database refuses it for a value of one
+        file (PostgreSQL's checks run at commit), each file is tried alone, so that
+        only the file at fault is refused.
+        """
+        committed: list[_Ready] = []
+        failed: list[tuple[_Ready, str]] = []
+        answered: list[_Ready] = []
+        todo = items
+        while todo:
+            try:
+                ok, bad = self._commit(owner, destination, todo)
+            except Conflict:
+                # Another process stored some of them meanwhile: those are done.
+                todo, done = self._unanswered(owner, todo)
+                answered += done
+                continue
+            except SluiceError as exc:
+                if not _refuses_data(exc):
+                    raise
+                if len(todo) == 1:
+                    failed.append((todo[0], f"the database refused its message: {exc}"))
+                else:
+                    for item in todo:
+                        ok, bad, done = self._commit_each(owner, destination, [item])
+                        committed += ok
+                        failed += bad
+                        answered += done
+                break
+            committed += ok
+            failed += bad
+            break
+        return committed, failed, answered
+
     def _commit(
         self, owner: str, destination: str, items: list[_Ready]
     ) -> tuple[list[_Ready], list[tuple[_Ready, str]]]:
@@ -212,26 +290,51 @@ class Inbound:
                 committed.append(item)
         return committed, failed
 
-    def _fail(self, box: Box, file: _File, reason: str) -> None:
-        write_reason(box, file.original, reason)
-        move(box, box.file("processing", file.processing), "error", file.original)
+    def _processed(self, dirs: OpenBox, file: _File) -> None:
+        holder = self._holder(dirs, file)
+        if self._keep:
+            holder.place(file.name, dirs["processed"], file.original)
+        else:
+            holder.unlink(file.name)
+
+    def _fail(self, dirs: OpenBox, file: _File, reason: str) -> None:
+        """Move the entry itself (never what a link points to) to error/, with its reason."""
+        placed = self._holder(dirs, file).place(file.name, dirs["error"], file.original)
+        if placed is None:
+            return
+        dirs["error"].write_new(reason_name(placed), reason + "\n")
+        self._stats.add("errors", 1)
+        log.warning("sluice.dropbox moved %r to %s: %s", file.original, dirs["error"].path,
+                    reason)  # fmt: skip
+
+    def _tidy(self, dirs: OpenBox, files: Sequence[_File]) -> None:
+        """Remove this consumer's subdirectory of processing/ once it is empty."""
+        if any(f.where for f in files):
+            with contextlib.suppress(OSError):  # not empty: a file in it is still claimed
+                os.rmdir(self._prefix, dir_fd=dirs["processing"].fd)
 
 
-def _body(kind: str, data: bytes) -> tuple[Any, str]:
-    """A file's body as its class letter says it is."""
-    if kind == "B":
-        return data, OCTETS
-    if kind == "M":
-        try:
-            return decode_json(data.decode("utf-8")), JSON
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise MessageError(f"its class M says JSON, but it is not: {exc}") from None
-    if kind in ("O", "S"):
-        what = "a Java object" if kind == "O" else "a JMS stream"
+def _check_name(name: str) -> None:
+    """MessageError for a name sluice does not take (it goes to error/, once)."""
+    if lone_surrogate(name) is not None:
+        # Bytes that are not UTF-8 are listed as surrogates, which no database takes
+        # (its idempotency record, the metadata).
+        raise MessageError("the file name is not UTF-8; rename it in UTF-8 and drop it again")
+    if "\\" in name:
         raise MessageError(
-            f"its class {kind} ({what}) cannot be stored in sluice; send it as B (bytes)"
+            "the file name holds a backslash, which sluice does not take in a name (a "
+            "separator on Windows and SMB shares); rename it without one and drop it again"
         )
-    try:
-        return data.decode("utf-8"), TEXT
-    except UnicodeDecodeError as exc:
-        raise MessageError(f"its class T says UTF-8 text, but it is not: {exc}") from None
+
+
+def _refuses_data(exc: SluiceError) -> bool:
+    """Whether the database refused a value (the file's fault), rather than failed."""
+    if isinstance(exc, MessageError):
+        return True
+    if not isinstance(exc, StorageError) or isinstance(exc, ConnectionLost):
+        return False
+    cause = exc.__cause__
+    if isinstance(cause, sqlite3.DataError | sqlite3.IntegrityError):
+        return True
+    # PostgreSQL's SQLSTATE class 22, data exception (a NUL in text or jsonb, say).
+    return str(getattr(cause, "sqlstate", "") or "").startswith("22")

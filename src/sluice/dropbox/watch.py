@@ -25,7 +25,10 @@ log = logging.getLogger("sluice.dropbox")
 _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
 _IN_CREATE = 0x00000100
-_MASK = _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
+_IN_DONT_FOLLOW = 0x02000000
+# A target/ swapped for a link is not watched through it (events are only a hint: the
+# listing that follows opens the directory without following links, and refuses it).
+_MASK = _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE | _IN_DONT_FOLLOW
 
 
 def _inotify(directories: Iterable[Path]) -> int | None:
