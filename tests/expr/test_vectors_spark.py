@@ -9,6 +9,7 @@ one vector at a time, so a failure names its vector.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,15 +18,21 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from sluice.expr import Node, compile_python, parse
+from sluice.expr.failing import reason_in
 from sluice.expr.spark import SparkCompiler
+from sluice.expr.spark_rules import SparkRulesCompiler
 
+from .test_rule_vectors import body_of, checked
 from .vectors import (
     MESSAGE_DEFAULTS,
     VECTORS_FILE,
+    RuleVector,
     Vector,
+    load_rule_vectors,
     load_vectors,
     normalise,
     python_row,
+    same_json,
     same_value,
     stored,
 )
@@ -114,6 +121,7 @@ OWN: Final = [
 
 VECTORS: Final = load_vectors() if VECTORS_FILE.exists() else []
 VALUES: Final = [v for v in VECTORS if v.error is None] + OWN
+RULE_VECTORS: Final = load_rule_vectors() if VECTORS_FILE.exists() else []
 
 _SCHEMA: Final = (
     "n int, body string, properties string, content_type string, priority bigint, "
@@ -122,6 +130,7 @@ _SCHEMA: Final = (
 )
 _BATCH: Final = 60
 _VIEW: Final = "sluice_vector_messages"
+_RULES_VIEW: Final = "sluice_rule_vector_messages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +146,13 @@ def _checked(vector: Vector) -> Node:
     return node
 
 
-def _run(spark: SparkSession, batch: list[tuple[int, str]], params: dict[str, Any]) -> list[Any]:
+def _run(
+    spark: SparkSession, batch: list[tuple[int, str]], params: dict[str, Any], view: str = _VIEW
+) -> list[Any]:
     """The answers of ``(row number, SQL)`` pairs, each on its own row, in one query."""
     columns = ", ".join(f"CASE WHEN m.n = {n:d} THEN {sql} END AS c{n:d}" for n, sql in batch)
     rows = ", ".join(str(n) for n, _ in batch)
-    query = f"SELECT m.n, {columns} FROM {_VIEW} AS m WHERE m.n IN ({rows})"
+    query = f"SELECT m.n, {columns} FROM {view} AS m WHERE m.n IN ({rows})"
     found = {row["n"]: row[f"c{row['n']}"] for row in spark.sql(query, args=params).collect()}
     return [found[n] for n, _ in batch]
 
@@ -211,3 +222,48 @@ def test_spark(vector: Vector, answers: dict[str, Any]) -> None:
     assert same_value(actual, vector.expected), (
         f"{vector.id}: {vector.expr!r} gave {answer!r}, expected {vector.expected!r}"
     )
+
+
+# --- rule vectors: new bodies and run-time errors (test_rule_vectors.py's, on Spark) ------
+@pytest.fixture(scope="module")
+def rule_answers(spark: SparkSession) -> dict[str, Any]:
+    """Every rule vector's body on Spark, the bodies in one query; a vector that must raise
+    alone (it fails its query), as ``_Failed`` with Spark's message."""
+    rows = [(n, *stored(v.message).columns().values()) for n, v in enumerate(RULE_VECTORS)]
+    spark.createDataFrame(rows, _SCHEMA).createOrReplaceTempView(_RULES_VIEW)
+    bodies: list[tuple[int, str]] = []
+    params: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    for n, vector in enumerate(RULE_VECTORS):
+        compiler = SparkRulesCompiler(prefix=f"r{n}_")
+        sql = compiler.compile(checked(vector))
+        if vector.raises is None:
+            bodies.append((n, sql))
+            params.update(compiler.params)
+            continue
+        try:
+            results[vector.id] = _run(spark, [(n, sql)], compiler.params, _RULES_VIEW)[0]
+        except Exception as exc:  # the run-time error: its test reads the message
+            results[vector.id] = _Failed(str(exc))
+    values = _run(spark, bodies, params, _RULES_VIEW)
+    for (n, _), value in zip(bodies, values, strict=True):
+        results[RULE_VECTORS[n].id] = value
+    return results
+
+
+@pytest.mark.usefixtures("spark")
+@pytest.mark.parametrize("vector", [v for v in RULE_VECTORS if not v.raises], ids=lambda v: v.id)
+def test_spark_rule_body(vector: RuleVector, rule_answers: dict[str, Any]) -> None:
+    assert vector.body is not None
+    answer = rule_answers[vector.id]
+    assert same_json(body_of(checked(vector), answer), json.loads(vector.body)), (
+        f"{vector.id}: {vector.rule!r} made {answer!r}"
+    )
+
+
+@pytest.mark.usefixtures("spark")
+@pytest.mark.parametrize("vector", [v for v in RULE_VECTORS if v.raises], ids=lambda v: v.id)
+def test_spark_rule_raises(vector: RuleVector, rule_answers: dict[str, Any]) -> None:
+    answer = rule_answers[vector.id]
+    assert isinstance(answer, _Failed), f"{vector.id}: {vector.rule!r} made {answer!r}"
+    assert reason_in(answer.error) == vector.raises, answer.error

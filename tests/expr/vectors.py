@@ -1,7 +1,10 @@
 """The expression language's test vectors (vectors.json), shared by every engine's tests.
 
 A vector is an expression, a message and the value the language defines for
-it, or an expression and a fragment of the ExpressionError it must raise.
+it, or an expression and a fragment of the ExpressionError it must raise. A rule
+vector (``"rule"``) is the expression of a rule's new body, a message, and the body
+as JSON text or the run-time error the rule must raise (docs/expressions.md,
+"Numbers" and "Run-time errors").
 The Python evaluator, SQLite, PostgreSQL and Spark all run the same file;
 this module turns a vector's message into what each engine reads and decides
 whether an engine's answer is the expected one.
@@ -23,11 +26,14 @@ from sluice.message import encode_json, is_json
 __all__ = [
     "MESSAGE_DEFAULTS",
     "VECTORS_FILE",
+    "RuleVector",
     "Stored",
     "Vector",
+    "load_rule_vectors",
     "load_vectors",
     "normalise",
     "python_row",
+    "same_json",
     "same_value",
     "stored",
 ]
@@ -53,6 +59,7 @@ MESSAGE_DEFAULTS: Final[Mapping[str, Any]] = {
 
 _VALUE_KEYS: Final = frozenset({"id", "message", "expr", "expected", "want", "note"})
 _ERROR_KEYS: Final = frozenset({"id", "expr", "error", "note"})
+_RULE_KEYS: Final = frozenset({"id", "message", "rule", "body", "raises", "note"})
 _TYPES: Final = ("boolean", "number", "text")
 
 
@@ -67,6 +74,18 @@ class Vector:
     """For an error vector: a fragment of the ExpressionError's message."""
     want: Type | None = None
     """The type the expression is parsed as (``parse(..., want=)``), if the vector says."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuleVector:
+    id: str
+    rule: str
+    """A rule's ENQUEUE body expression over the triggering message."""
+    message: Mapping[str, Any]
+    body: str | None = None
+    """The new body as JSON text (XML as a JSON string); None: ``raises``."""
+    raises: str | None = None
+    """The run-time error's text (the error message's reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +115,22 @@ def load_vectors(path: Path = VECTORS_FILE) -> list[Vector]:
     raw = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(raw, list):
         raise ValueError(f"{path.name}: expected a JSON list of vectors")
-    return [_vector(case) for case in raw]
+    return [_vector(case) for case in raw if "rule" not in case]
+
+
+def load_rule_vectors(path: Path = VECTORS_FILE) -> list[RuleVector]:
+    """The file's rule vectors, checked for shape."""
+    found = []
+    for case in json.loads(path.read_text(encoding="utf-8")):
+        if "rule" not in case:
+            continue
+        ident = case.get("id")
+        if set(case) - _RULE_KEYS or ("body" in case) == ("raises" in case):
+            raise ValueError(f"rule vector {ident}: id, message, rule, and body or raises")
+        json.loads(case.get("body") or "null")  # the body is JSON text
+        message = {**MESSAGE_DEFAULTS, **case.get("message", {})}
+        found.append(RuleVector(ident, case["rule"], message, case.get("body"), case.get("raises")))
+    return found
 
 
 def _vector(case: Any) -> Vector:
@@ -193,3 +227,19 @@ def same_value(actual: Any, expected: Any, *, rel: float = 1e-9) -> bool:
             actual, expected, rel_tol=rel, abs_tol=1e-12
         )
     return type(actual) is type(expected) and bool(actual == expected)
+
+
+def same_json(actual: Any, expected: Any) -> bool:
+    """Whether two decoded JSON values are the same, number by number of the same form (8
+    is not 8.0), whatever the order of an object's keys."""
+    if type(actual) is not type(expected):
+        return False
+    if isinstance(expected, dict):
+        return actual.keys() == expected.keys() and all(
+            same_json(actual[k], v) for k, v in expected.items()
+        )
+    if isinstance(expected, list):
+        return len(actual) == len(expected) and all(
+            same_json(a, e) for a, e in zip(actual, expected, strict=True)
+        )
+    return bool(actual == expected)

@@ -11,12 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Final
 
 import sqlglot
 from sqlglot import exp
-from sqlglot import parser as sqlglot_parser
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError
 
 if TYPE_CHECKING:
@@ -25,10 +23,13 @@ if TYPE_CHECKING:
 from sluice.errors import ExpressionError
 from sluice.expr import diagnose, syntax
 from sluice.expr.check_rules import RULE_CALLS, Relations, RulesChecker, check_keys, slice_key
+from sluice.expr.coercion import CASTS as _CASTS
+from sluice.expr.coercion import INTEGER_CASTS as _INTEGER_CASTS
 from sluice.expr.coercion import SCALARS as _SCALARS
 from sluice.expr.coercion import as_type as _as
 from sluice.expr.coercion import cast_to as _cast
 from sluice.expr.coercion import common_type as _common
+from sluice.expr.failing import cast_reason, division_reason
 from sluice.expr.located import located, nearest
 from sluice.expr.nodes import (
     COLUMNS,
@@ -53,7 +54,7 @@ from sluice.expr.nodes import (
     Var,
     XPath,
 )
-from sluice.expr.syntax import quoted, refused
+from sluice.expr.syntax import Language, quoted, refused
 from sluice.message import lone_surrogate
 
 __all__ = [
@@ -118,33 +119,7 @@ _XPATH: Final[Mapping[str, Type]] = {
     "xpath_boolean": "boolean",
     "xpath_bool": "boolean",
 }
-_CASTS: Final[Mapping[str, Type]] = {
-    "DOUBLE": "number",
-    "FLOAT": "number",
-    "DECIMAL": "number",
-    "INT": "number",
-    "BIGINT": "number",
-    "TEXT": "text",
-    "VARCHAR": "text",
-    "BOOLEAN": "boolean",
-}
-_INTEGER_CASTS: Final = ("INT", "BIGINT")
 _ORDER: Final = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
-
-
-class _Dialect(Dialect):
-    """SQL as sqlglot reads it, but every function call left as a plain call.
-
-    sqlglot would otherwise check SQL's own arity (sum takes one argument) and
-    turn calls into its own node kinds; the allow-list below decides instead.
-    """
-
-    # An ORDER BY key without NULLS FIRST/LAST then parses as NULLS LAST, what the
-    # language does: only an explicit NULLS FIRST can be told apart, and refused.
-    NULL_ORDERING = "nulls_are_last"
-
-    class Parser(sqlglot_parser.Parser):
-        FUNCTIONS: ClassVar[dict[str, Any]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +193,7 @@ def _syntax(text: str) -> exp.Expression:
         raise unclosed
     tokens = _tokens(text)
     try:
-        trees = sqlglot.parse(text, read=_Dialect)
+        trees = sqlglot.parse(text, read=Language)
     except ParseError as exc:
         raise diagnose.parse_error(text, exc, tokens) from exc
     except RecursionError as exc:
@@ -245,7 +220,7 @@ def _syntax(text: str) -> exp.Expression:
 def _tokens(text: str) -> list[Token] | None:
     """``text``'s tokens with their places, for messages; None if it does not tokenize."""
     try:
-        return _Dialect().tokenize(text)
+        return Language().tokenize(text)
     except Exception:  # an unreadable token: the parse below says so
         return None
 
@@ -298,7 +273,8 @@ class _Checker(RulesChecker):
         if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
             op = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}[type(e)]
             left, right = self.typed(e.this, "number", d), self.typed(e.expression, "number", d)
-            return Binary(op, left, right, "number")  # type: ignore[arg-type]
+            fails = division_reason(quoted(e)) if op == "/" and self.relations else None
+            return Binary(op, left, right, "number", fails)  # type: ignore[arg-type]
         if isinstance(e, exp.DPipe):
             left, right = self.typed(e.this, "text", d), self.typed(e.expression, "text", d)
             return Binary("||", left, right, "text")
@@ -512,6 +488,7 @@ class _Checker(RulesChecker):
         if arg.type == "json":
             raise ExpressionError(f"{quoted(e)!r}: an object or array cannot be cast")
         target = _CASTS[name]
+        fails = cast_reason(quoted(e)) if self.relations else None  # in rules: an error
         node: Node
         if isinstance(arg, Lit) and arg.value is None:
             node = Lit(None, target)
@@ -521,11 +498,11 @@ class _Checker(RulesChecker):
             # converts between known types.
             node = Func(
                 "coalesce",
-                tuple(_cast(_as(arg, source, quoted(e)), target) for source in _SCALARS),
+                tuple(_cast(_as(arg, source, quoted(e)), target, fails) for source in _SCALARS),
                 target,
             )
         else:
-            node = _cast(arg, target)
+            node = _cast(arg, target, fails)
         if name in _INTEGER_CASTS:  # INT truncates toward zero, as SQL does
             node = Func("trunc", (node,), "number")
         return node

@@ -7,20 +7,46 @@ Shared by the checker (``sluice.expr.check``) and the rules' forms
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Final
 
 from sluice.errors import ExpressionError
 from sluice.expr.nodes import Cast, Coerce, Func, Lit, Node, Subquery, Type
 
-__all__ = ["SCALARS", "article", "as_type", "cast_to", "common_type", "text_of"]
+__all__ = [
+    "CASTS",
+    "INTEGER_CASTS",
+    "SCALARS",
+    "article",
+    "as_type",
+    "cast_to",
+    "common_type",
+    "text_of",
+]
 
 SCALARS: Final[tuple[Type, ...]] = ("number", "text", "boolean")
+CASTS: Final[Mapping[str, Type]] = {
+    "DOUBLE": "number",
+    "FLOAT": "number",
+    "DECIMAL": "number",
+    "INT": "number",
+    "BIGINT": "number",
+    "TEXT": "text",
+    "VARCHAR": "text",
+    "BOOLEAN": "boolean",
+}
+"""The types CAST converts to, by the names it takes."""
+INTEGER_CASTS: Final = ("INT", "BIGINT")
 
 
-def cast_to(arg: Node, target: Type) -> Node:
-    """``arg`` converted to ``target`` (both of known types), as CAST does."""
-    return arg if arg.type == target else Cast(arg, arg.type, target)
+def cast_to(arg: Node, target: Type, fails: str | None = None) -> Node:
+    """``arg`` converted to ``target`` (both of known types), as CAST does; ``fails``: in
+    rules, the run-time error of a text that does not convert (``Cast.fails``)."""
+    if arg.type == target:
+        return arg
+    can_fail = arg.type == "text" and target in ("number", "boolean")
+    return Cast(arg, arg.type, target, fails if can_fail else None)
 
 
 def text_of(node: Node) -> Node:

@@ -122,11 +122,15 @@ class Coerce:
 
 @dataclass(frozen=True, slots=True)
 class Cast:
-    """An explicit conversion, CAST(x AS type): NULL where the value does not convert."""
+    """An explicit conversion, CAST(x AS type): NULL where the value does not convert,
+    unless ``fails`` says why that is a run-time error (in rules)."""
 
     arg: Node
     source: Type
     type: Type
+    fails: str | None = None
+    """In rules: the run-time error a value that does not convert raises (its text
+    before the value, see ``sluice.expr.failing``); None: it is NULL."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,8 @@ class Binary:
     left: Node
     right: Node
     type: Type
+    fails: str | None = None
+    """In rules, for ``/``: the run-time error a division by zero raises; None: it is NULL."""
 
 
 @dataclass(frozen=True, slots=True)

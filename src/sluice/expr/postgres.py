@@ -174,6 +174,14 @@ class PostgresCompiler(RulesSqlCompiler):
     def divide(self, left: str, right: str) -> str:
         return f"(({left})::float8 / NULLIF({right}, 0))"
 
+    def fail(self, reason: str, kind: Type, like: str) -> str:
+        # A text that is no number is an error that quotes it. The row's value and a
+        # stable function (each as no text) keep the planner from computing the error
+        # ahead as a constant, in a branch that is not taken.
+        target = "boolean" if kind == "boolean" else "float8"
+        unfolded = f"left(({like})::text, 0) || left(statement_timestamp()::text, 0)"
+        return f"({reason} || {unfolded})::{target}"
+
     def like(self, sql: str, pattern: str) -> str:
         # No escape character: PostgreSQL's default, backslash, would make 'a\b' match 'ab'.
         return f"({sql} LIKE {self.bind(pattern)} ESCAPE '')"

@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 from sluice.errors import ExpressionError
+from sluice.expr import python_rules
 from sluice.expr.nodes import (
     ArrayAgg,
     Binary,
@@ -45,20 +46,12 @@ from sluice.expr.nodes import (
     XmlForest,
     XmlNodes,
     XPath,
-    builds_xml,
 )
-from sluice.expr.xml import escape_attribute, escape_text, select_nodes
+from sluice.expr.python_rules import Evaluator, Row
 from sluice.message import is_xml
 
 __all__ = ["Evaluator", "Row", "compile_python"]
 
-Row: TypeAlias = Mapping[str, Any]
-"""What an expression sees of a message: ``body`` (the decoded JSON value, None for a
-body that is not JSON), ``raw`` (the stored body, for XPath), ``props`` (a dict), the
-fields named in ``sluice.expr.check.COLUMNS`` and ``properties`` (declared ones).
-In rules, ``now`` too: the engine clock that now() reads (seconds since the epoch)."""
-
-Evaluator: TypeAlias = Callable[[Row, Mapping[str, Any]], Any]
 
 # ASCII digits only (re.ASCII): str's \d and int() would also take fullwidth or Arabic-Indic digits,
 # which the SQL engines do not read as numbers.
@@ -97,8 +90,14 @@ def _compile(node: Node) -> Evaluator:  # noqa: PLR0911, PLR0912  (one case per 
         return _coerce(node.arg, node.type)
     if isinstance(node, Cast):
         arg, to = _compile(node.arg), _CONVERT[node.type]
+        if node.fails is not None:
+            return python_rules.failing_cast(arg, to, node.fails, node.type)
         return lambda row, env: to(arg(row, env))
     if isinstance(node, Binary):
+        if node.fails is not None:
+            return python_rules.failing_divide(
+                _compile(node.left), _compile(node.right), node.fails
+            )
         return _binary(node.op, _compile(node.left), _compile(node.right))
     if isinstance(node, Compare):
         return _compare(node.op, _compile(node.left), _compile(node.right))
@@ -132,16 +131,8 @@ def _compile(node: Node) -> Evaluator:  # noqa: PLR0911, PLR0912  (one case per 
             "queue() and slice() are read in the database only: the rules engine runs "
             "this expression in SQL, not in Python"
         )
-    if isinstance(node, JsonObject):
-        items = [(key, _compile(value)) for key, value in node.items]
-        return lambda row, env: {key: value(row, env) for key, value in items}
-    if isinstance(node, JsonArray):
-        values = [_compile(value) for value in node.items]
-        return lambda row, env: [value(row, env) for value in values]
-    if isinstance(node, XmlElement | XmlForest | XmlConcat):
-        return _xml(node)
-    if isinstance(node, XmlNodes):
-        return _xml_nodes(node.path)
+    if isinstance(node, JsonObject | JsonArray | XmlElement | XmlForest | XmlConcat | XmlNodes):
+        return python_rules.construct(node, _compile)
     raise AssertionError(f"unknown node {node!r}")
 
 
@@ -540,47 +531,3 @@ def _param(name: str) -> Evaluator:
         return row[name]
 
     return param
-
-
-def _xml(node: XmlElement | XmlForest | XmlConcat) -> Evaluator:
-    """XML built as text, exactly as ``sluice.expr.sql_rules`` builds it in SQL."""
-    if isinstance(node, XmlConcat):
-        parts = [_xml_part(c) for c in node.items]
-        return lambda row, env: "".join(p(row, env) or "" for p in parts)
-    if isinstance(node, XmlForest):
-        forest = [(name, _xml_part(value)) for name, value in node.items]
-        return lambda row, env: "".join(
-            f"<{name}>{v}</{name}>" for name, p in forest if (v := p(row, env)) is not None
-        )
-    name = node.name
-    attributes = [(key, _compile(value)) for key, value in node.attributes]
-    content = [_xml_part(c) for c in node.content]
-
-    def element(row: Row, env: Mapping[str, Any]) -> str:
-        attrs = "".join(
-            f' {key}="{escape_attribute(v)}"'
-            for key, value in attributes
-            if (v := value(row, env)) is not None
-        )
-        inner = "".join(p(row, env) or "" for p in content)
-        return f"<{name}{attrs}>{inner}</{name}>"
-
-    return element
-
-
-def _xml_part(node: Node) -> Evaluator:
-    """Content: XML as it is, text escaped (None stays None)."""
-    fn = _compile(node)
-    if builds_xml(node):
-        return fn
-    return lambda row, env: None if (v := fn(row, env)) is None else escape_text(v)
-
-
-def _xml_nodes(path: str) -> Evaluator:
-    def nodes(row: Row, env: Mapping[str, Any]) -> str | None:
-        content_type = row.get("content_type")
-        if not (isinstance(content_type, str) and is_xml(content_type)):
-            return None
-        return select_nodes(path, row.get("raw"))
-
-    return nodes

@@ -432,6 +432,20 @@ class SparkCompiler(SqlCompiler):
     def divide(self, left: str, right: str) -> str:
         return f"try_divide({left}, {right})"
 
+    # --- run-time errors (in rules) ----------------------------------------------------
+    def fail(self, reason: str, kind: Type, like: str) -> str:
+        return f"raise_error({reason})"  # never folded: raised only where it is evaluated
+
+    def let(self, values: list[str], kind: Type, body: Callable[[list[str]], str]) -> str:
+        if len(values) == 1:
+            return self._let(values[0], _SQL_TYPES[kind], lambda v: body([v]))
+        fields = ", ".join(f"'v{n}', {v}" for n, v in enumerate(values))
+        return self._let(
+            f"named_struct({fields})",
+            _SQL_TYPES[kind],
+            lambda w: body([f"{w}.v{n}" for n in range(len(values))]),
+        )
+
     def like(self, sql: str, pattern: str) -> str:
         # Spark's LIKE escapes with a backslash; the language has no escape character.
         return f"({sql} LIKE {self.bind(pattern.replace(chr(92), chr(92) * 2))})"

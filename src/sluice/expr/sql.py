@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
 from sluice.errors import ExpressionError
+from sluice.expr.failing import END, SHOWN, START, cast_suffix
 from sluice.expr.nodes import (
     RULES_ONLY,
     ArrayAgg,
@@ -163,6 +164,48 @@ class SqlCompiler(ABC):
     def like(self, sql: str, pattern: str) -> str:
         return f"({sql} LIKE {self.bind(pattern)})"
 
+    # --- run-time errors (in rules: see sluice.expr.failing) ---------------------------
+    @abstractmethod
+    def fail(self, reason: str, kind: Type, like: str) -> str:
+        """SQL of type ``kind`` that raises an error whose message holds the text SQL
+        ``reason`` wherever it is evaluated; ``like``, a value of the row, keeps it from
+        being computed ahead as a constant."""
+
+    def let(self, values: list[str], kind: Type, body: Callable[[list[str]], str]) -> str:
+        """``body`` (of type ``kind``) over ``values``, each computed once: a subquery of
+        one row, so that a checked operand is not spelt (and computed) twice."""
+        alias = self.new_alias("l")
+        inner = ", ".join(f"{v} AS v{n}" for n, v in enumerate(values))
+        names = [f"{alias}.v{n}" for n in range(len(values))]
+        return f"(SELECT {body(names)} FROM (SELECT {inner}) AS {alias})"
+
+    def failing_divide(self, left: str, right: str, reason: str) -> str:
+        """``left / right``, a run-time error where ``right`` is 0 (NULL / 0 is NULL)."""
+
+        def checked(v: list[str]) -> str:
+            error = self.fail(self.literal(START + reason + END, "text"), "number", v[1])
+            quotient = self.divide(v[0], v[1])
+            return f"(CASE WHEN {v[1]} = 0 AND {v[0]} IS NOT NULL THEN {error} ELSE {quotient} END)"
+
+        return self.let([left, right], "number", checked)
+
+    def failing_cast(self, sql: str, node: Cast, reason: str) -> str:
+        """CAST of text, a run-time error where the text does not convert, showing it."""
+
+        def checked(v: list[str]) -> str:
+            converted = self.cast(v[0], node.source, node.type)
+            shown = (
+                f"({self.literal(START + reason, 'text')} || substr({v[0]}, 1, {SHOWN}) || "
+                f"{self.literal(cast_suffix(node.type) + END, 'text')})"
+            )
+            error = self.fail(shown, node.type, v[0])
+            return (
+                f"(CASE WHEN {v[0]} IS NOT NULL AND {converted} IS NULL THEN {error} "
+                f"ELSE {converted} END)"
+            )
+
+        return self.let([sql], node.type, checked)
+
     # --- the walk --------------------------------------------------------------------
     def bind(self, value: Any) -> str:
         name = f"{self._prefix}{len(self.params)}"
@@ -212,9 +255,13 @@ class SqlCompiler(ABC):
         if isinstance(node, Path):
             return self.json_text(node)
         if isinstance(node, Cast):
+            if node.fails is not None:
+                return self.failing_cast(self.compile(node.arg), node, node.fails)
             return self.cast(self.compile(node.arg), node.source, node.type)
         if isinstance(node, Binary):
             left, right = self.compile(node.left), self.compile(node.right)
+            if node.op == "/" and node.fails is not None:
+                return self.failing_divide(left, right, node.fails)
             if node.op == "/":
                 return self.divide(left, right)
             return f"({left} {node.op} {right})"

@@ -162,6 +162,13 @@ class SQLiteCompiler(RulesSqlCompiler):
     def divide(self, left: str, right: str) -> str:
         return f"(({left}) * 1.0 / NULLIF({right}, 0))"
 
+    def fail(self, reason: str, kind: Type, like: str) -> str:
+        # SQLite has no function that raises a text of one's own, and a Python function's
+        # exception reaches the caller as "user-defined function raised exception": a
+        # JSON path error quotes the path it was given. (A CASE branch not taken is not
+        # evaluated, constant or not.)
+        return f"json_extract('{{}}', {reason})"
+
     def like(self, sql: str, pattern: str) -> str:
         # SQLite's LIKE ignores ASCII case; GLOB is case-sensitive, so LIKE becomes GLOB.
         glob = "".join(
@@ -181,6 +188,8 @@ class SQLiteCompiler(RulesSqlCompiler):
     def json_item(self, sql: str, kind: Type) -> str:
         if kind == "json":  # JSON text, marked as JSON so that it is nested, not quoted
             return f"json({sql})"
+        if kind == "number":  # 8.0 written 8, as the other engines write it (see numbers)
+            return f"json(sluice_json_number({sql}))"
         if kind == "boolean":  # SQLite's booleans are the numbers 1 and 0
             return f"json(CASE {sql} WHEN 1 THEN 'true' WHEN 0 THEN 'false' END)"
         return sql
@@ -255,6 +264,11 @@ def _xpath_nodes(path: str, body: str | bytes, content_type: str) -> str | None:
     return select_nodes(path, body) if is_xml(content_type) else None
 
 
+def _json_number(x: float) -> str | None:
+    # JSON has no NaN or infinities: null, as Spark writes them (PostgreSQL has none).
+    return python._to_text(x) if math.isfinite(x) else None
+
+
 def _integral(fn: Callable[[float], int]) -> Callable[[float], float]:
     # From 2**52 on every double is whole (and SQLite's integers stop at 2**63).
     return lambda x: x if abs(x) >= 2**52 else fn(x)
@@ -287,6 +301,7 @@ def register_functions(conn: sqlite3.Connection) -> None:
         **{f"sluice_{name}": entry for name, entry in _REGISTERED.items()},
         "sluice_to_number": ((1,), python._to_number),
         "sluice_number_text": ((1,), python._to_text),
+        "sluice_json_number": ((1,), _json_number),
         "sluice_xpath": ((4,), _xpath),
         "sluice_xpath_nodes": ((3,), _xpath_nodes),
     }

@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from sqlglot import exp
+from sqlglot import parser as sqlglot_parser
+from sqlglot.dialects.dialect import Dialect
 
 if TYPE_CHECKING:
     from sqlglot.tokenizer_core import Token
@@ -20,6 +22,7 @@ from sluice.errors import ExpressionError
 from sluice.expr.nodes import Lit, Step
 
 __all__ = [
+    "Language",
     "arguments",
     "literal",
     "negated",
@@ -30,6 +33,32 @@ __all__ = [
     "refused",
     "span",
 ]
+
+
+class Language(Dialect):
+    """SQL as sqlglot reads it for the expression language: every function call left as
+    a plain call (sqlglot would otherwise check SQL's own arity, sum takes one argument,
+    and turn calls into its own node kinds; the checker's allow-list decides instead)."""
+
+    # An ORDER BY key without NULLS FIRST/LAST then parses as NULLS LAST, what the
+    # language does: only an explicit NULLS FIRST can be told apart, and refused.
+    NULL_ORDERING = "nulls_are_last"
+
+    class Parser(sqlglot_parser.Parser):
+        FUNCTIONS: ClassVar[dict[str, Any]] = {}
+
+        def _parse_json_key_value(self) -> exp.JSONKeyValue | None:
+            # sqlglot reads json_object's values only up to a comparison or AND, so
+            # json_object('ok', x < 10) did not parse: a value is any expression, as an
+            # argument of json_array is.
+            self._match_text_seq("KEY")
+            key = self._parse_column()
+            self._match_set(self.JSON_KEY_VALUE_SEPARATOR_TOKENS)
+            self._match_text_seq("VALUE")
+            value = self._parse_disjunction()
+            if not key and not value:
+                return None
+            return self.expression(exp.JSONKeyValue(this=key, expression=value))
 
 
 def operands(e: exp.Expression, kind: type[exp.Expression]) -> list[exp.Expression]:
