@@ -24,6 +24,7 @@ from sluice.demo_procurement import (
 from sluice.errors import ConfigurationError
 from sluice.rules.plan import SYSTEM_ERRORS
 from sluice.spark.rules import run_rules
+from tests.contract.test_rules_arrival import ACCOUNTS
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -255,3 +256,24 @@ def test_sluice_run_with_the_spark_engine(tmp_path: Path) -> None:
     )
     assert missing.returncode != 0
     assert "--checkpoint" in missing.stderr
+
+
+def test_arrival_order_across_a_slicings_queues_on_spark(
+    spark: SparkSession, shared_url: str, tmp_path: Path
+) -> None:
+    """The local engine's arrival order (rules/arrival.py) in a micro-batch too: a
+    transfer that resets the slice between two registrations is processed between them."""
+    with sluice.connect(shared_url) as db:
+        db.apply(ACCOUNTS)
+        expected, held = [], 0
+        for n in range(30):
+            if n % 7 == 3:
+                db.queue("transfers").put({"account": "A"})
+                held = 0
+            else:
+                db.queue("registrations").put({"account": "A", "who": n})
+                held += 1
+                expected.append({"who": n, "held": held})
+        stats = run_rules(spark, shared_url, checkpoint=str(tmp_path / "ck"))
+        assert stats.processed == 30
+        assert [m.body for m in db.queue("counts").browse(limit=100)] == expected

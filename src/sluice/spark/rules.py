@@ -46,13 +46,14 @@ from sluice.errors import ConfigurationError, StorageError
 from sluice.expr.spark_rules import SparkRulesCompiler, register_functions
 from sluice.expr.sql import RelationSource, Source
 from sluice.rules import codec
+from sluice.rules.arrival import arrival_groups
 from sluice.rules.check import rules_of
 from sluice.rules.engine import RunStats
 from sluice.rules.fast import ActionKey, FastInsert, build_fast, made_bodies
 from sluice.rules.model import Application, Reset
 from sluice.rules.needs import require_extras
 from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
-from sluice.rules.runner import StalePlan, process_given
+from sluice.rules.runner import StalePlan, process_group_given
 from sluice.spark.options import absolute_url
 from sluice.spark.rules_source import (
     KEPT_ARROW,
@@ -273,28 +274,33 @@ class _Engine:
             self._second = began
         now = float(pc.max(table["at"]).as_py())
         present = set(pc.unique(table["queue_id"]).to_pylist())
-        for plan in self.compiled.plans:
-            if plan.queue_id in present:
-                rows = table.filter(pc.equal(table["queue_id"], plan.queue_id))
-                self._queue(rows.drop_columns(["queue_id", "at"]), plan.name, batch_id, now)
+        for group in arrival_groups(self.compiled.plans):
+            ids = [plan.queue_id for plan in group if plan.queue_id in present]
+            if ids:
+                rows = table.filter(pc.is_in(table["queue_id"], pa.array(ids, pa.int64())))
+                queues = tuple(plan.name for plan in group)
+                self._queue(rows.drop_columns(["at"]), queues, batch_id, now)
         self.stats.batches += 1
         if steady and self._second is not None:
             self.seconds["steady_rows"] = self.seconds.get("steady_rows", 0) + table.num_rows
             self.seconds["steady_seconds"] = time.perf_counter() - self._second
 
-    def _queue(self, rows: pa.Table, queue: str, batch_id: int, now: float) -> None:
+    def _queue(self, rows: pa.Table, queues: tuple[str, ...], batch_id: int, now: float) -> None:
+        """The micro-batch's messages of one queue, or of an arrival group's queues
+        (rules/arrival.py: processed in arrival order across them), in one transaction
+        that records the part done."""
         backend = self.db.backend
-        record = f"rules:{self.name}:{queue}"
+        record = f"rules:{self.name}:{'+'.join(queues)}"
         done = backend.rules_read("rules_batch_of", {"name": record})
         if done and int(done[0][0]) >= batch_id:
-            return  # a replayed batch: this queue's part committed the first time
+            return  # a replayed batch: this part committed the first time
         ids = [int(i) for i in rows["id"].to_pylist()]
         while True:
             compiled = self.compiled
-            plan = next((p for p in compiled.plans if p.name == queue), None)
-            if plan is None:
+            group = tuple(p for p in compiled.plans if p.name in queues)
+            if not group:
                 return  # no longer processed by the rules
-            evaluation = _Evaluation(self, compiled, queue, rows, now)
+            evaluation = _Evaluations(self, compiled, group, rows, now)
 
             def mark(unit: RuleUnit) -> None:
                 params = {"name": record, "batch": batch_id, "now": now}
@@ -302,17 +308,17 @@ class _Engine:
 
             began = time.perf_counter()
             try:
-                result = process_given(
+                result = process_group_given(
                     self.db.context,
                     compiled.app,
-                    plan,
+                    group,
                     ids,
                     compiled.version,
                     compiled.queue_ids,
                     now=now,
                     evaluate=evaluation,
                     record=mark,
-                    fast=compiled.fast.get(queue),
+                    fast=compiled.fast,
                 )
             except StalePlan:
                 fresh = _compile(self.db)
@@ -338,6 +344,35 @@ def _fault_point(batch_id: int) -> None:
     micro-batch 1 has committed, the rest of the batch not yet processed."""
     if os.environ.get("SLUICE_SPARK_FAULT") == "after_rules_queue" and batch_id == 1:
         os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+class _Evaluations:
+    """The runner's ``Evaluate`` on Spark for a queue or an arrival group of one
+    micro-batch: each run's plan evaluated by its queue's ``_Evaluation``."""
+
+    def __init__(
+        self,
+        engine: _Engine,
+        compiled: _Compiled,
+        group: tuple[QueuePlan, ...],
+        rows: pa.Table,
+        now: float,
+    ) -> None:
+        self.queues = {
+            plan.name: _Evaluation(
+                engine,
+                compiled,
+                plan.name,
+                rows.filter(pc.equal(rows["queue_id"], plan.queue_id)).drop_columns(["queue_id"]),
+                now,
+            )
+            for plan in group
+        }
+
+    def __call__(
+        self, unit: RuleUnit, plan: QueuePlan, ids: list[int], omit: frozenset[int]
+    ) -> list[Sequence[Any]]:
+        return self.queues[plan.name](unit, plan, ids, omit)
 
 
 class _Evaluation:
