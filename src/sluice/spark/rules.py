@@ -2,7 +2,8 @@
 time, with the local engine's results (docs/rules.md, "On Spark").
 
 Every queue the rules process is read by one stream (``sluice_rules``, by position).
-Each micro-batch is processed queue by queue, highest PRIORITY first: Spark SQL
+Each micro-batch is processed queue by queue (an arrival group's queues together, in
+arrival order across them: rules/arrival.py), highest PRIORITY first: Spark SQL
 evaluates the queue's rules over the batch's messages (the plan's columns compiled for
 Spark, over ``queue('q')`` snapshots and the slices' members), and the local engine's
 own batch logic (sluice.rules.runner) decides the branches, builds and checks the
