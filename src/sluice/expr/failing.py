@@ -24,6 +24,8 @@ __all__ = [
     "cast_reason",
     "cast_suffix",
     "division_reason",
+    "opening",
+    "origin_in",
     "reason_in",
 ]
 
@@ -51,8 +53,25 @@ def cast_suffix(target: Type) -> str:
     return '" is not a number' if target == "number" else '" is not true or false'
 
 
+def opening(origin: str) -> str:
+    """What a compiled run-time error's text starts with: START and the compilation's
+    ``origin`` (its parameters' prefix: the rules engine tells its rules apart by it)."""
+    return f"{START}[{origin}] "
+
+
 def reason_in(text: str) -> str | None:
     """The run-time error's text in a driver's error message ``text``, or None."""
+    found = _marked(text)
+    return None if found is None else found[1]
+
+
+def origin_in(text: str) -> str | None:
+    """The origin (see ``opening``) of the run-time error in ``text``, or None."""
+    found = _marked(text)
+    return None if found is None else found[0]
+
+
+def _marked(text: str) -> tuple[str | None, str] | None:
     start = text.find(START)
     end = text.rfind(END)
     if start < 0 or end < start:
@@ -61,4 +80,7 @@ def reason_in(text: str) -> str | None:
     if start > 0 and text[start - 1] == "'":
         # SQLite quotes the path of its JSON path error with ' doubled inside.
         reason = reason.replace("''", "'")
-    return reason
+    origin, bracket, rest = reason[1:].partition("] ")
+    if reason.startswith("[") and bracket:
+        return origin, rest
+    return None, reason

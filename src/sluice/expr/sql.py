@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
 from sluice.errors import ExpressionError
-from sluice.expr.failing import END, SHOWN, START, cast_suffix
+from sluice.expr.failing import END, SHOWN, cast_suffix, opening
 from sluice.expr.nodes import (
     RULES_ONLY,
     ArrayAgg,
@@ -183,7 +183,8 @@ class SqlCompiler(ABC):
         """``left / right``, a run-time error where ``right`` is 0 (NULL / 0 is NULL)."""
 
         def checked(v: list[str]) -> str:
-            error = self.fail(self.literal(START + reason + END, "text"), "number", v[1])
+            text = opening(self._prefix) + reason + END
+            error = self.fail(self.literal(text, "text"), "number", v[1])
             quotient = self.divide(v[0], v[1])
             return f"(CASE WHEN {v[1]} = 0 AND {v[0]} IS NOT NULL THEN {error} ELSE {quotient} END)"
 
@@ -195,7 +196,8 @@ class SqlCompiler(ABC):
         def checked(v: list[str]) -> str:
             converted = self.cast(v[0], node.source, node.type)
             shown = (
-                f"({self.literal(START + reason, 'text')} || substr({v[0]}, 1, {SHOWN}) || "
+                f"({self.literal(opening(self._prefix) + reason, 'text')} || "
+                f"substr({v[0]}, 1, {SHOWN}) || "
                 f"{self.literal(cast_suffix(node.type) + END, 'text')})"
             )
             error = self.fail(shown, node.type, v[0])

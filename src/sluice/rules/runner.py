@@ -25,10 +25,11 @@ from sluice.engine.content import QueueContent
 from sluice.engine.context import EngineContext
 from sluice.engine.enqueue import property_value, typed_envelope
 from sluice.errors import MessageError, QueueNotFound, SluiceError, StorageError
+from sluice.expr.python_rules import json_number
 from sluice.expr.xml import parse_xml
 from sluice.message import JSON, XML, decode_json, encode_json, is_json, is_xml
 from sluice.rules.arrival import Group
-from sluice.rules.failures import Failure, failure_of
+from sluice.rules.failures import Failure, failure_of, rule_of
 from sluice.rules.fast import ActionKey, FastInsert, made_bodies, usable
 from sluice.rules.model import Application, RuleDef
 from sluice.rules.plan import (
@@ -658,7 +659,7 @@ class _Batch:
 
     def _fail(self, trigger: _Trigger, failure: Failure) -> None:
         """Send the error message for ``trigger``; the trigger counts as processed."""
-        rule = failure.rule
+        rule = failure.rule = rule_of(failure, [p.rule for p in self.plan.rules])
         document = {
             "error": failure.kind,
             "rule": None if rule is None else rule.name,
@@ -837,7 +838,7 @@ def _shaped(kind: str, value: Any) -> tuple[Any, str | None]:
         return _canonical_xml(value), XML
     if kind == "text" or not isinstance(value, bool | int | float):
         return str(value), None
-    return value, JSON
+    return json_number(value), JSON  # 7, not 7.0: as every engine writes a number in JSON
 
 
 def _json_value(value: Any, app: Application, name: str) -> Any:
