@@ -573,3 +573,45 @@ def test_an_expression_that_overflows_on_a_message_says_so(pg_url: str) -> None:
         assert [m.body for m in db.queue("q").browse()] == [{"n": 1e300}]
         with db.transaction() as tx:
             assert len(tx.dequeue("q", where="body.n < 1e301 AND body.n > 0")) == 1
+
+
+_STOPS_INSIDE_RECOVERY = """
+import os, signal, sys
+import sluice
+
+db = sluice.connect(sys.argv[1])
+
+def stop_here(session):  # called inside the recovery transaction, its lock held
+    print("inside", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return False
+
+db.backend.recover(stop_here)
+"""
+
+
+def test_a_process_stopped_inside_recovery_does_not_stop_everyone_elses(pg_url: str) -> None:
+    """Recovery runs one process at a time under a lock; a process frozen while it holds
+    it (SIGSTOP, a suspended VM) has its connection ended by the server after a few idle
+    seconds, and the others recover again."""
+    with subprocess.Popen(
+        [sys.executable, "-c", _STOPS_INSIDE_RECOVERY, pg_url], stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            _recover_beside(child, pg_url)
+        finally:
+            child.kill()
+
+
+def _recover_beside(child: subprocess.Popen[str], pg_url: str) -> None:
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "inside"
+    with sluice.connect(pg_url) as observer:
+        looked: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not looked and time.monotonic() < deadline:
+            # The callback runs only for the process that holds the recovery lock.
+            observer.backend.recover(lambda s: looked.append(s) or False)
+            if not looked:
+                time.sleep(0.2)  # the server's idle timeout, not an event of ours
+        assert looked, "recovery stayed locked by the stopped process"

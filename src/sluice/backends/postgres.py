@@ -318,6 +318,10 @@ class PostgresBackend(
     def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
         def work() -> list[int]:
             with self._transaction(durable=False) as conn:
+                # A process stopped inside this transaction (SIGSTOP, a frozen VM) would
+                # hold the recovery lock, and with it everyone's recovery, for as long as
+                # it is stopped: the server ends its connection after a few idle seconds.
+                conn.execute(self._q["recovery_idle_limit"])
                 locked = conn.execute(self._q["try_recovery_lock"], {"lock_class": LOCK_CLASS})
                 if not first(locked.fetchall()):
                     return []  # another node is recovering right now

@@ -49,6 +49,11 @@ SELECT {db_now};
 SELECT id, host, pid, heartbeat_at - {db_now} + %(now)s, lease FROM {schema}.sessions
 FOR UPDATE;
 
+-- name: recovery_idle_limit
+-- The recovery transaction is a few quick statements; one idle longer than this is
+-- held by a stopped process, and the server ends it (releasing the recovery lock).
+SET LOCAL idle_in_transaction_session_timeout = '5s';
+
 -- name: try_recovery_lock
 -- One recoverer at a time; the others skip instead of queueing behind it.
 SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
