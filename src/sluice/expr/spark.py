@@ -14,10 +14,12 @@ spells strings as hex (``X'...'``), so neither quotes nor the session's
 string-escaping setting can change their meaning.
 
 Spark 4 runs with ANSI mode on, where a cast that does not fit, a division by
-zero or an invalid date raises and fails the whole query. Nothing here can
-raise on any row: ``/`` is ``try_divide``, text becomes a number only after
-the same decimal grammar as Python's check and then ``try_cast``, dates are
-validated field by field before ``make_date``, floor/ceil/trunc never convert
+zero or an invalid date raises and fails the whole query. Nothing here raises
+on any row but a rule's run-time errors (``raise_error``: see
+``sluice.expr.failing``; the rules engine then evaluates the message alone):
+``/`` is ``try_divide``, text becomes a number only after the same decimal
+grammar as Python's check and then ``try_cast``, dates are validated field by
+field before ``make_date``, floor/ceil/trunc never convert
 a double that does not fit a BIGINT, substr clamps its integers, and XPath only
 reads bodies whose content type is XML (which enqueue checked to be well-formed:
 Spark's xpath raises on anything else). All numbers are DOUBLE, so no integer
