@@ -42,13 +42,14 @@ def child(url: str, root: Path, consumer: str, *crash: str) -> subprocess.Popen[
     )  # fmt: skip
 
 
-def produce(root: Path, count: int) -> None:
-    """count files by a shell producer: written in working/, moved into target/."""
+def produce(root: Path, count: int, pad: str = "") -> None:
+    """count files by a shell producer: written in working/, moved into target/; ``pad``
+    is added to each name (as a property, so that it still parses)."""
     script = (
-        'cd "$1"; i=0; while [ $i -lt "$2" ]; do n="4.$((1140429201295000 + i))-1.T"; '
+        'cd "$1"; i=0; while [ $i -lt "$2" ]; do n="4.$((1140429201295000 + i))-1.T$3"; '
         'echo "$i" > "working/$n"; mv "working/$n" "target/$n"; i=$((i + 1)); done'
     )
-    subprocess.run(["sh", "-c", script, "sh", root / "orders" / "incoming", str(count)],
+    subprocess.run(["sh", "-c", script, "sh", root / "orders" / "incoming", str(count), pad],
                    check=True)  # fmt: skip
 
 
@@ -91,6 +92,33 @@ def test_kill_9_then_restart_stores_exactly_once(
     assert bodies(shared) == list(range(100))
     assert os.listdir(box / "processing") == []
     assert os.listdir(box / "target") == []
+
+
+@pytest.mark.parametrize("step", ["claimed", "committed"])
+def test_kill_9_with_names_too_long_for_a_claim_name(
+    shared: sluice.Database, url: str, tmp_path: Path, step: str
+) -> None:
+    """``host-a~<name>`` is over 255 bytes: claimed into processing/host-a~/ instead (not
+    under the bare name, which recovery could not tell from another consumer's)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    Dropbox(shared, root).ingest("orders")
+    pad = "....." + "padS=" + "x" * (255 - len("4.1140429201295000-1.T.....padS="))
+    produce(root, 20, pad)
+    box = root / "orders" / "incoming"
+    assert all(len(n) == 255 for n in os.listdir(box / "target"))
+    killed = child(url, root, "host-a", step)
+    killed.communicate(timeout=60)
+    assert killed.returncode == -9
+    assert os.listdir(box / "processing") == ["host-a~"]
+    # One claimed; or a whole batch claimed and committed, none moved on yet.
+    assert len(os.listdir(box / "processing" / "host-a~")) == (1 if step == "claimed" else 20)
+    restarted = child(url, root, "host-a")
+    restarted.communicate(timeout=60)
+    assert restarted.returncode == 0
+    assert bodies(shared) == list(range(20))
+    assert os.listdir(box / "processing") == []
+    assert len(os.listdir(box / "processed")) == 20
 
 
 @pytest.fixture

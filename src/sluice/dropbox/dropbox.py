@@ -62,25 +62,30 @@ class Dropbox:
         """Store up to ``limit`` files dropped in ``<root>/<queue>/incoming/target/`` in
         ``queue``; the number of messages stored (expired and refused files are moved,
         not counted)."""
+        self._check(queue)
         return self._in.ingest(self.layout.queue(queue), queue, limit)
 
     def ingest_topic(self, topic: str, limit: int | None = None) -> int:
         """Publish up to ``limit`` files dropped in the topic's ``.incoming/target/``."""
+        self._check(topic, topic=True)
         return self._in.ingest(self.layout.topic_incoming(topic), topic, limit)
 
     def recover(self, queue: str) -> int:
         """Store, exactly once, what this consumer left in ``queue``'s ``processing/``
         when it stopped; the number of messages stored now."""
+        self._check(queue)
         return self._in.recover(self.layout.queue(queue), queue)
 
     def recover_topic(self, topic: str) -> int:
         """``recover`` for a topic's ``.incoming/``."""
+        self._check(topic, topic=True)
         return self._in.recover(self.layout.topic_incoming(topic), topic)
 
     # --- out --------------------------------------------------------------------------
     def emit(self, queue: str, limit: int | None = None) -> int:
         """Write up to ``limit`` of ``queue``'s messages into its ``target/``; how many.
         Files there past their expiration go to ``expired/`` first."""
+        self._check(queue)
         box = self.layout.queue(queue)
         self._out.expire(box)
         return self._out.emit(queue, box, limit)
@@ -133,6 +138,12 @@ class Dropbox:
             thread.start()
         for thread in threads:
             thread.join()
+
+    def _check(self, name: str, *, topic: bool = False) -> None:
+        """DropboxError for a name that cannot be a directory, then QueueNotFound for one
+        that is no queue: both before any directory is made."""
+        self.layout.check(name, topic=topic)
+        self.db.context.spec(name)
 
     def _check_exist(
         self,

@@ -122,11 +122,22 @@ class Layout:
         if not self.root.is_dir():
             raise DropboxError(f"the dropbox root {str(root)!r} is not a directory; create it")
 
+    def check(self, name: str, *, topic: bool = False) -> None:
+        """DropboxError if a queue's (or a topic's) name cannot be directories under the
+        root; nothing is made."""
+        if topic:
+            self._topic_parts(name)
+        else:
+            self._queue_parts(name)
+
     def queue(self, queue: str) -> Box:
         """The dropbox of a queue, made if missing."""
+        return self._made(self._queue_parts(queue))
+
+    def _queue_parts(self, queue: str) -> tuple[str, ...]:
         if _check_segment(queue, "the queue name") == TOPIC_ROOT:
             raise DropboxError(f"a queue named {TOPIC_ROOT!r} would be the topics' directory")
-        return self._made((queue, "incoming"))
+        return (queue, "incoming")
 
     def topic_incoming(self, topic: str) -> Box:
         """Where files published to ``topic`` are dropped, made if missing."""
