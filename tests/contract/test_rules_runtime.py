@@ -6,6 +6,7 @@ runs RUNTIME on Spark and compares it with what this module's engine makes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 import sluice
@@ -101,3 +102,28 @@ def test_a_run_time_error_goes_to_its_rules_error_queue(db: sluice.Database) -> 
         "split",
         "division by zero in body.total / body.parts",
     )
+
+
+def test_with_values_are_written_as_every_engine_writes_numbers(
+    db: sluice.Database, monkeypatch: Any
+) -> None:
+    """A WITH value's JSON in the properties: 2.5 * 2 is 5, not 5.0, by the SQL enqueue
+    and by the Python path alike (the SQL enqueue off: every batch by Python)."""
+    from sluice.rules import engine
+
+    text = """
+    CREATE QUEUE i; CREATE QUEUE o;
+    CREATE PROPERTY r AS real QUEUE o; CREATE PROPERTY k AS integer QUEUE o;
+    CREATE RULE x FOR i IF true THEN ENQUEUE json_object('n', body.n) INTO o
+        WITH r = body.n * 2, k = body.n * 2;
+    """
+    db.apply(text)
+    db.queue("i").put_many([{"n": 2}, {"n": 2.5}])
+    db.rules.run_until_idle()
+    monkeypatch.setattr(engine, "build_fast", lambda app, backend, plan: {})
+    db.rules.reload()
+    db.apply(text.replace("QUEUE i;", "QUEUE i RETENTION 1 s;"))  # a new version: compiled again
+    db.queue("i").put_many([{"n": 2.5}])
+    db.rules.run_until_idle()
+    written = [json.dumps({k: m.properties[k] for k in ("r", "k")}) for m in db.queue("o").browse()]
+    assert written == ['{"r": 4, "k": 4}', '{"r": 5, "k": 5}', '{"r": 5, "k": 5}']

@@ -81,12 +81,15 @@ _UNCHANGED: AbstractContextManager[None] = nullcontext()
 
 
 def _json_value(sql: str, kind: str) -> str:
-    """A SQL value as json_object takes it: SQLite's booleans are the numbers 1 and 0."""
+    """A SQL value as json_object takes it: SQLite's booleans are the numbers 1 and 0, and
+    a number is written as every engine writes it (8.0 is 8: docs/expressions.md)."""
     if kind == "boolean":
         return (
             f"(CASE WHEN ({sql}) IS NULL THEN NULL WHEN ({sql}) THEN json('true') "
             "ELSE json('false') END)"
         )
+    if kind == "number":
+        return f"json(sluice_json_number({sql}))"
     return sql
 
 

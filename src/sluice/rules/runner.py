@@ -842,11 +842,12 @@ def _shaped(kind: str, value: Any) -> tuple[Any, str | None]:
 
 
 def _json_value(value: Any, app: Application, name: str) -> Any:
-    """A WITH value as the properties JSON holds it (booleans from SQLite's 0 and 1)."""
+    """A WITH value as the properties JSON holds it (booleans from SQLite's 0 and 1;
+    numbers as every engine writes them: 8.0 is 8)."""
     prop = app.properties.get(name)
     if prop is not None and prop.type == "boolean" and isinstance(value, int):
         return bool(value)
-    return value
+    return json_number(value)
 
 
 def _echo_time(properties: Mapping[str, Any], since: float) -> float:
