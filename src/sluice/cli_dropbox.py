@@ -1,5 +1,5 @@
 """``sluice dropbox``: DropboxMQ dropbox directories joined to queues and topics
-(docs/gateways.md)."""
+(docs/dropbox.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Dropbox directories in the manner of DropboxMQ: any program that can write a file and
 rename it produces into sluice, and any that can rename a file consumes from it
-(docs/gateways.md).
+(docs/dropbox.md).
 
     from sluice.dropbox import Dropbox
     box = Dropbox(db, "/srv/dropbox", consumer_id="host-a")
