@@ -284,6 +284,18 @@ def test_a_file_whose_claim_name_is_too_long_is_recovered(
     assert os.listdir(box / "processing") == []
 
 
+def test_an_entry_in_the_way_of_a_claim_sends_it_aside(
+    db: sluice.Database, dropbox: Dropbox, root: Path
+) -> None:
+    box = incoming(root, "orders")
+    (box / "processing" / f"host-a~{NAME}").mkdir()  # not ours to move: another kind
+    (box / "processing" / f"host-a~{NAME}" / "x").write_text("x")
+    drop(box, NAME, "claimed aside")
+    assert dropbox.ingest("orders") == 1
+    assert [m.body for m in drain(db, "orders")] == ["claimed aside"]
+    assert os.listdir(box / "processed") == [NAME]
+
+
 def test_a_name_sluice_does_not_take_goes_to_error_once(
     db: sluice.Database, dropbox: Dropbox, root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -26,6 +26,7 @@ from sluice.dropbox.names import MAX_NAME, parse_name
 from sluice.errors import DropboxError, MessageError
 
 __all__ = [
+    "IN_THE_WAY",
     "MAX_NAME",
     "Directory",
     "fits",
@@ -44,7 +45,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # What a rename onto an entry of the wrong kind (a directory under the name) says.
-_IN_THE_WAY = {errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST}
+IN_THE_WAY = {errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST}
 
 
 def size(name: str) -> int:
@@ -223,7 +224,7 @@ class Directory:
         try:
             return new if self.rename(name, to, new) else None
         except OSError as exc:
-            if exc.errno not in _IN_THE_WAY:
+            if exc.errno not in IN_THE_WAY:
                 raise
         other = _beside(new)
         log.warning("sluice.dropbox: %r is in the way in %s; moved there as %r", new, to.path,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.backends.records import Effect
-from sluice.dropbox.files import Directory, fits, kind_of, reason_name
+from sluice.dropbox.files import IN_THE_WAY, Directory, fits, kind_of, reason_name
 from sluice.dropbox.layout import Box, OpenBox
 from sluice.dropbox.metadata import body_of, kind_of_file, options_of
 from sluice.dropbox.names import encode_value, parse_name
@@ -126,24 +126,28 @@ class Inbound:
         return mine
 
     def _claim(self, dirs: OpenBox, name: str) -> _File | None:
-        claimed = _File("", self._prefix + name, name)
+        """Rename the entry into processing/ as ``<id>~<name>``; or, if that would be too
+        long for a file name (not the bare name, DropboxMQ's way, which recovery cannot
+        tell from another consumer's) or an entry of another kind has it, into the
+        consumer's own ``processing/<id>~/`` under its own name. None: not claimed."""
         # A name that is not UTF-8 is listed with its bytes as surrogates (PEP 383):
-        # measured as the bytes it has on disk.
-        if not fits(claimed.name):
-            # Not the bare name (DropboxMQ's way, which recovery cannot tell from another
-            # consumer's): the consumer's own subdirectory, under its own name.
-            claimed = _File(self._prefix, name, name)
+        # ``fits`` measures the bytes it has on disk.
+        ways = [_File("", self._prefix + name, name)] if fits(self._prefix + name) else []
+        ways.append(_File(self._prefix, name, name))
+        for claimed in ways:
+            try:
+                return claimed if self._rename_in(dirs, claimed) else None
+            except OSError as exc:
+                if exc.errno not in IN_THE_WAY or claimed is ways[-1]:
+                    # Left in target/ (told once per round) until the cause is cleared.
+                    log.warning("sluice.dropbox cannot claim %r: %s", name, exc.strerror)
+                    return None
+        return None
+
+    def _rename_in(self, dirs: OpenBox, claimed: _File) -> bool:
+        """False if another consumer won the race for the file."""
         holder = self._holder(dirs, claimed, make=True)
-        try:
-            if not dirs["target"].rename(name, holder, claimed.name):
-                return None  # another consumer won the race
-        except OSError as exc:
-            # An entry of another kind under the claim's name in processing/: left in
-            # target/ until that is cleared (told once per round).
-            log.warning("sluice.dropbox cannot claim %r into %s: %s", name, holder.path,
-                        exc.strerror)  # fmt: skip
-            return None
-        return claimed
+        return dirs["target"].rename(claimed.original, holder, claimed.name)
 
     def _holder(self, dirs: OpenBox, file: _File, *, make: bool = False) -> Directory:
         return dirs.sub("processing", file.where, make=make) if file.where else dirs["processing"]
