@@ -10,7 +10,7 @@ import pytest
 import sluice
 from sluice import ManualClock
 from sluice.errors import ConfigurationError, MessageError, RuleDefinitionError
-from sluice.rules import runner
+from sluice.rules import batch, fast
 from sluice.rules.runner import BatchResult
 
 T0 = 1_700_000_000.0
@@ -432,9 +432,9 @@ def test_the_sql_enqueue_makes_what_the_python_path_makes_message_for_message(
         return made
 
     writes: list[object] = []
-    fast_write = runner._Batch._fast_write
+    fast_write = batch.Batch._fast_write
     monkeypatch.setattr(
-        runner._Batch, "_fast_write", lambda self, *a: writes.append(fast_write(self, *a))
+        batch.Batch, "_fast_write", lambda self, *a: writes.append(fast_write(self, *a))
     )
     by_sql = run()
     assert len(writes) == 1  # one batch, by SQL
@@ -446,7 +446,7 @@ def test_the_sql_enqueue_makes_what_the_python_path_makes_message_for_message(
     assert error["error"] == "message"
     assert "'label'" in error["message"]
     assert ready(db, "billing") == []
-    monkeypatch.setattr(runner, "usable", lambda *_: False)  # no target takes SQL's
+    monkeypatch.setattr(fast, "usable", lambda *_: False)  # no target takes SQL's
     by_python = run()
     assert by_sql == by_python
     assert [(q, b) for q, b, _, _ in by_sql] == [

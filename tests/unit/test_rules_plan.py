@@ -8,8 +8,7 @@ from pathlib import Path
 import sluice
 from sluice.backends.sqlite import SQLiteBackend
 from sluice.demo_procurement import application
-from sluice.rules.plan import QueuePlan, compile_application
-from sluice.rules.runner import split_waves
+from sluice.rules.plan import QueuePlan, compile_application, split_waves
 
 
 def plans(tmp_path: Path, text: str) -> dict[str, QueuePlan]:

@@ -36,8 +36,9 @@ from sluice.rules.fast import ActionKey, FastInsert, build_fast
 from sluice.rules.language import parse_statements
 from sluice.rules.model import Application, QueueDef
 from sluice.rules.needs import require_extras
+from sluice.rules.outcome import BatchResult, StalePlan
 from sluice.rules.plan import SYSTEM_ERRORS, QueuePlan, compile_application
-from sluice.rules.runner import BatchResult, StalePlan, process_batch
+from sluice.rules.runner import process_batch
 from sluice.rules.turns import Retake, Turns
 
 __all__ = ["Rules", "RunStats"]

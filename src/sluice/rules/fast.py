@@ -13,20 +13,33 @@ takes the Python path, which makes the error messages.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.backends.base import Backend
 from sluice.backends.records import StoredProperty
 from sluice.engine.content import QueueContent
+from sluice.engine.enqueue import property_value
+from sluice.errors import MessageError
 from sluice.expr import Node, parse
 from sluice.expr.coercion import as_type
 from sluice.expr.nodes import IsNull, JsonObject, Logic, Path
 from sluice.rules.model import PROPERTY_TYPES, Application
+from sluice.rules.outcome import FIXED_COLUMNS
 from sluice.rules.plan import PlannedEnqueue, QueuePlan
 
-__all__ = ["ActionKey", "FastInsert", "build_fast", "made_bodies", "usable"]
+__all__ = [
+    "ActionKey",
+    "Check",
+    "FastInsert",
+    "Shape",
+    "build_fast",
+    "fast_choice",
+    "fast_shape",
+    "made_bodies",
+    "usable",
+]
 
 ActionKey = tuple[int, int, int]
 """(rule, branch, action) in a queue's plan."""
@@ -200,3 +213,103 @@ def usable(fast: FastInsert, content: QueueContent) -> bool:
         and spec.priority_levels is None
         and tuple(p for p, _ in content.stored) == fast.stored
     )
+
+
+_Actions = list[tuple[ActionKey, "Check | None"]] | None
+Shape = list[tuple[int | None, list[tuple[int | None, _Actions]]]]
+"""A plan's rules as the SQL enqueue walks them: per rule its key column, per branch its
+condition and its actions with their checks (None: a branch that needs the Python path)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """What must hold of an action's evaluated values for its SQL enqueue to be sure to
+    be accepted by its target (else the Python path makes the message or the error). A
+    NULL or too large body the SQL leaves out itself (see rules_made)."""
+
+    declared: tuple[tuple[int, StoredProperty, str], ...]
+    """(column, the target's property a WITH sets, the target's name)."""
+    computed: tuple[int, ...] = ()
+    """Columns that hold where computed properties read off the trigger have their types."""
+
+    @classmethod
+    def of(cls, action: PlannedEnqueue, content: QueueContent, fast: FastInsert) -> Check:
+        by_name = {p.name: p for p, _ in content.stored}
+        queue = content.spec.name
+        declared = tuple(
+            (column, by_name[name], queue) for name, column in action.properties if name in by_name
+        )
+        return cls(declared, fast.checks)
+
+    def passes(self, values: Sequence[Any]) -> bool:
+        for column, prop, queue in self.declared:
+            value = values[column]
+            if value is not None:
+                if prop.type == "boolean" and isinstance(value, int):
+                    value = bool(value)  # SQLite's booleans, made JSON ones by the SQL
+                try:
+                    property_value(prop, value, queue)
+                except MessageError:
+                    return False
+        # Else the Python path makes the message, or its error message.
+        return all(values[column] for column in self.computed)
+
+
+def fast_shape(
+    plan: QueuePlan,
+    fast: Mapping[ActionKey, FastInsert],
+    contents: dict[str, QueueContent],
+    content_of: Callable[[str], QueueContent],
+) -> Shape | None:
+    """``plan``'s Shape, or None if a target does not take plain messages now.
+    ``contents``: the targets as the batch found them (filled here from ``content_of``)."""
+    for made in fast.values():
+        if made.queue not in contents:
+            content = content_of(made.queue)
+            if not usable(made, content):
+                return None
+            contents[made.queue] = content
+    shape: Shape = []
+    for r, planned in enumerate(plan.rules):
+        branches: list[tuple[int | None, _Actions]] = []
+        for b, branch in enumerate(planned.branches):
+            actions: list[tuple[ActionKey, Check | None]] | None = []
+            for a, action in enumerate(branch.actions):
+                planned_fast = fast.get((r, b, a))
+                if (
+                    planned_fast is None
+                    or not isinstance(action, PlannedEnqueue)
+                    or actions is None
+                ):
+                    actions = None
+                    continue
+                check = Check.of(action, contents[planned_fast.queue], planned_fast)
+                trivial = not (check.declared or check.computed)
+                actions.append(((r, b, a), None if trivial else check))
+            branches.append((branch.condition, actions))
+        shape.append((planned.key, branches))
+    return shape
+
+
+def fast_choice(shape: Shape, rows: Sequence[Sequence[Any]]) -> dict[ActionKey, list[int]] | None:
+    """Which triggers each action's SQL enqueue takes, or None if any message needs the
+    Python path (an action without one, or a check that fails: it makes the error
+    message)."""
+    chosen: dict[ActionKey, list[int]] = {}
+    for row in rows:
+        values = row[FIXED_COLUMNS:]
+        ref = row[0]
+        for key_column, branches in shape:
+            if key_column is not None and values[key_column] is None:
+                continue
+            for condition, actions in branches:
+                if condition is not None and not values[condition]:
+                    continue
+                if actions is None:
+                    return None
+                for key, check in actions:
+                    if check is not None and not check.passes(values):
+                        return None
+                    chosen.setdefault(key, []).append(ref)
+                break
+    return chosen

@@ -18,7 +18,7 @@ a message at a time. Each way, one transaction per batch.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -53,6 +53,7 @@ __all__ = [
     "RuleCompilers",
     "compile_application",
     "processed_queues",
+    "split_waves",
 ]
 
 SYSTEM_ERRORS = "sluice_rule_errors"
@@ -416,3 +417,19 @@ def _reset(
     if action.key is None:
         return PlannedReset(name, node_column(slice_key(prop.name, kind)))
     return PlannedReset(name, node_column(cast_to(parsed(action.key, kind, "RESET KEY"), "text")))
+
+
+def split_waves(ids: Sequence[int], keys: Mapping[int, tuple[Any, ...]]) -> list[list[int]]:
+    """``ids`` in waves: each message one wave after the last earlier one it shares a
+    key with (None shares nothing), so a wave holds at most one message per slice."""
+    waves: list[list[int]] = []
+    last: dict[tuple[int, Any], int] = {}
+    for ref in ids:
+        found = [(n, k) for n, k in enumerate(keys.get(ref, ())) if k is not None]
+        wave = max((last[f] + 1 for f in found if f in last), default=0)
+        for f in found:
+            last[f] = wave
+        if wave == len(waves):
+            waves.append([])
+        waves[wave].append(ref)
+    return waves
