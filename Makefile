@@ -49,8 +49,8 @@ test: lint typecheck
 	test $$serial -eq 0 -o $$serial -eq 5 && test $$parallel -eq 0
 
 bench: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench
-	$(BIN)/python -m bench.concurrent
+	$(BIN)/python -m bench cycle
+	$(BIN)/python -m bench concurrent
 
 # PostgreSQL at 127.0.0.1:5432 and RabbitMQ at 127.0.0.1:5672, as on this project's machines.
 bench-postgres: $(BIN)/sluice-bench-stamp

@@ -39,7 +39,10 @@ def main(argv: list[str] | None = None) -> None:
     ns = parser.parse_args(argv)
     trees = {"before": ns.before.resolve(), "after": ns.after.resolve()}
     parts = [f"# {ns.module} {' '.join(ns.args)}: before and after, {ns.rounds} rounds", ""]
-    parts += [f"- {key}: {value}" for key, value in machine_facts(Path(tempfile.gettempdir()))]
+    parts += [
+        f"- {key}: {value}"
+        for key, value in machine_facts(Path(tempfile.gettempdir()), ("sluice",))
+    ]
     parts += [f"- {label}: {tree}" for label, tree in trees.items()]
     with tempfile.TemporaryDirectory(prefix="bench-before-after-") as tmp:
         for number in range(1, ns.rounds + 1):

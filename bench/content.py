@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from sluice.demo_orders import ORDER_TYPE
+
 import sluice
 from bench.content_report import render
 from bench.content_workload import (
@@ -59,10 +61,10 @@ from bench.content_workload import (
     customer_name,
     order_batches,
 )
-from bench.harness import filesystem_of, write_report
-from bench.pg_common import (
+from bench.harness import (
     SchemaGuard,
     drop_schema,
+    filesystem_of,
     host_facts,
     is_postgres,
     one_line,
@@ -70,8 +72,8 @@ from bench.pg_common import (
     pg_conninfo,
     pg_facts,
     url_schema,
+    write_report,
 )
-from sluice.demo_orders import ORDER_TYPE
 
 
 def _log(line: str) -> None:

@@ -20,7 +20,7 @@ from bench.content_workload import (
     Settings,
     body_size,
 )
-from bench.pg_common import summarize
+from bench.harness import summarize
 
 # ------------------------------------------------------------------------------ report
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.pg_common import PG_CONNINFO
+from bench.harness import PG_CONNINFO
 
 QUEUE = "orders"  # typed, priority function, declared property: items 1 and 2
 PLAIN_QUEUE = "orders_plain"  # untyped, nothing declared: item 4

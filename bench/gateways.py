@@ -28,8 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import sluice
-from bench.harness import write_report
-from bench.pg_common import PG_CONNINFO, SchemaGuard, store_facts
+from bench.harness import PG_CONNINFO, SchemaGuard, store_facts, write_report
 from sluice.dropbox import Dropbox
 from sluice.dropbox.inbound import BATCH
 

@@ -28,8 +28,7 @@ from statistics import median
 from typing import Any, cast
 
 import sluice
-from bench.harness import make_bodies
-from bench.pg_common import PG_CONNINFO, SchemaGuard
+from bench.harness import PG_CONNINFO, SchemaGuard, make_bodies
 from bench.server_clients import QUEUE, Factory, Op, _Http, drive
 from bench.server_procs import Server, cpu_seconds, sluice_serve
 from sluice.gateways.manager import DEFAULT_POLL
@@ -362,7 +361,7 @@ def run_forwarding(system: str, s: Settings, tmp_root: Path,
                     if run == s.repeats - 1 and s.parts:
                         time_parts(where, server, s.parts, res)
         except Exception as exc:  # reported in its row; the others go on
-            from bench.pg_common import one_line
+            from bench.harness import one_line
 
             res.error = one_line(exc)
             log(f"{system} batch {batch}: {res.error}")

@@ -34,9 +34,8 @@ from typing import Any
 import psycopg
 
 import sluice
-from bench.harness import machine_facts
+from bench.harness import machine_facts, pg_facts
 from bench.isolation_peers import rabbit_drain
-from bench.pg_common import pg_facts
 
 PG_BASE = "postgresql://127.0.0.1:5432/test"
 WRITERS = 8
@@ -286,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             if seconds is not None:
                 runs.append(Run("RabbitMQ", label, args.messages, args.messages, seconds))
                 print(f"RabbitMQ   {label:28} {runs[-1].rate:9.0f} msgs/s", flush=True)
-        facts = machine_facts(Path(tmp))
+        facts = machine_facts(Path(tmp), ("sluice",))
         if "postgresql" in args.backends:
             facts += pg_facts()
         text = render(runs, facts, args)

@@ -36,9 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import filesystem_of
+from bench.harness import (
+    PG_CONNINFO,
+    filesystem_of,
+    host_facts,
+    one_line,
+    package_versions,
+    pg_facts,
+)
 from bench.jobs_peer_tasks import PG_DSN_ENV, QUEUE, REDIS_URL_ENV
-from bench.pg_common import PG_CONNINFO, host_facts, one_line, package_versions, pg_facts
 
 __all__ = [
     "CELERY_SHAPES",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sluice
-from bench.pg_common import PG_CONNINFO, host_facts, pg_facts
+from bench.harness import PG_CONNINFO, host_facts, pg_facts
 from sluice.jobs import Task
 
 __all__ = ["SPARK_BOUND_MB", "WORKER_BOUND_MB", "main", "resident_mb", "tree_mb"]

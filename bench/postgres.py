@@ -29,8 +29,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bench.harness import encode, make_bodies, write_report
-from bench.pg_common import (
+from bench.harness import (
     DEFAULT_SLUICE_URL,
     PG_CONNINFO,
     RABBIT_HOST,
@@ -39,10 +38,13 @@ from bench.pg_common import (
     RABBIT_USER,
     SchemaGuard,
     drop_schema,
+    encode,
     host_facts,
+    make_bodies,
     one_line,
     package_versions,
     pg_facts,
+    write_report,
 )
 
 QUEUE = "bench"

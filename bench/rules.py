@@ -34,11 +34,11 @@ from pathlib import Path
 
 from bench import rules_procurement as procurement
 from bench import rules_routing as routing
-from bench.harness import write_report
-from bench.pg_common import (
+from bench.harness import (
     one_line,
     package_versions,
     store_facts,
+    write_report,
 )
 from bench.rules_latency import measure
 from bench.rules_place import SYSTEMS, Place, fresh

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 import sluice
-from bench.pg_common import summarize
+from bench.harness import summarize
 
 __all__ = ["Latency", "measure"]
 

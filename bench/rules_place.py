@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sluice
-from bench.pg_common import PG_CONNINFO, drop_schema, pg_conninfo
+from bench.harness import PG_CONNINFO, drop_schema, pg_conninfo
 
 __all__ = ["SYSTEMS", "Place", "fresh"]
 

@@ -24,11 +24,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import sluice
-from bench.harness import write_report
-from bench.pg_common import PG_CONNINFO, SchemaGuard, pg_conninfo, store_facts, url_schema
-from bench.rules_routing import ROUTING, check_routed, load_orders
 from sluice.demo_procurement import queue_contents, run_procurement_workload
+
+import sluice
+from bench.harness import (
+    PG_CONNINFO,
+    SchemaGuard,
+    pg_conninfo,
+    store_facts,
+    url_schema,
+    write_report,
+)
+from bench.rules_routing import ROUTING, check_routed, load_orders
 from sluice.spark.options import close_connections
 from sluice.spark.pipeline import spark_session
 from sluice.spark.rules import run_rules

@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sluice
-from bench.harness import write_report
-from bench.pg_common import (
+from bench.harness import (
     PG_CONNINFO,
     RABBIT_HOST,
     drop_schema,
     one_line,
     package_versions,
     store_facts,
+    write_report,
 )
 from bench.server_clients import (
     BACKLOG_BODY,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sluice
-from bench.pg_common import RABBIT_HOST, RABBIT_PASSWORD, RABBIT_USER
+from bench.harness import RABBIT_HOST, RABBIT_PASSWORD, RABBIT_USER
 
 __all__ = [
     "LOG_LEVEL",

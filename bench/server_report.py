@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from bench.pg_common import summarize
+from bench.harness import summarize
 from bench.server_clients import Run
 from bench.server_profile import Parts
 

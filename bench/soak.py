@@ -31,18 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import make_bodies, write_report
-from bench.pg_common import (
+from bench.harness import (
     DEFAULT_SLUICE_URL,
     SchemaGuard,
     host_facts,
     is_postgres,
+    make_bodies,
     one_line,
     package_versions,
     pg_conninfo,
     pg_facts,
     summarize,
     url_schema,
+    write_report,
 )
 
 QUEUE = "soak"

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bench.pg_common import summarize
+from bench.harness import summarize
 
 _pause = threading.Event().wait
 _PAD = "x" * 64

@@ -41,14 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import sluice
-from bench.harness import write_report
-from bench.pg_common import (
+from bench.harness import (
     PG_CONNINFO,
     SchemaGuard,
     host_facts,
     package_versions,
     pg_conninfo,
     pg_facts,
+    write_report,
 )
 from bench.server_procs import Server, _environment, sluice_serve
 

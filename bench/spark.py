@@ -50,17 +50,18 @@ from urllib.parse import urlsplit
 import sluice
 from bench.content import _source_revision
 from bench.content_workload import MEMORY_FS
-from bench.harness import filesystem_of, write_report
-from bench.pg_common import (
+from bench.harness import (
     PG_CONNINFO,
     SchemaGuard,
     drop_schema,
+    filesystem_of,
     host_facts,
     one_line,
     package_versions,
     pg_conninfo,
     pg_facts,
     url_schema,
+    write_report,
 )
 from bench.spark_report import (
     BROWSE_LABEL,

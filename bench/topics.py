@@ -35,16 +35,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.harness import body_size, filesystem_of, write_report
-from bench.pg_common import (
+from bench.harness import (
     PG_CONNINFO,
+    body_size,
     drop_schema,
+    filesystem_of,
     host_facts,
     one_line,
     package_versions,
     pg_conninfo,
     pg_facts,
     url_schema,
+    write_report,
 )
 from bench.topics_clients import (
     EXCHANGE,

@@ -16,8 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import chunks, encode, make_bodies
-from bench.pg_common import RABBIT_HOST, RABBIT_PASSWORD, RABBIT_PORT, RABBIT_USER, one_line
+from bench.harness import (
+    RABBIT_HOST,
+    RABBIT_PASSWORD,
+    RABBIT_PORT,
+    RABBIT_USER,
+    chunks,
+    encode,
+    make_bodies,
+    one_line,
+)
 from bench.topics_report import Case, Publish
 
 __all__ = [

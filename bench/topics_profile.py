@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import chunks, make_bodies
-from bench.pg_common import PG_CONNINFO, drop_schema
+from bench.harness import PG_CONNINFO, chunks, drop_schema, make_bodies
 
 SCHEMA = "bench_topics_profile"
 PARTS = ("pull", "  state read", "claim", "commit", "whole dequeue + commit")

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import write_report
-from bench.pg_common import (
+from bench.harness import (
     DEFAULT_SLUICE_URL,
     SchemaGuard,
     host_facts,
@@ -43,6 +42,7 @@ from bench.pg_common import (
     pg_conninfo,
     pg_facts,
     summarize,
+    write_report,
 )
 
 QUEUE = "lat"

@@ -1,4 +1,5 @@
-"""Command line entry point: ``python -m bench`` runs the cycle benchmark and writes the report.
+"""The cycle benchmark (enqueue + claim + ack) of sluice against raw SQLite and SQLite-backed
+peers: ``python -m bench cycle`` (or ``python -m bench`` alone, or ``python -m bench.cycle``).
 
 The report goes to ``bench/results/cycle-<date>.md`` unless ``--out`` says otherwise.
 """
@@ -10,13 +11,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.cycle.matrix import CONTENDERS, PACKAGES, run_matrix
+from bench.cycle.report import render_report
 from bench.harness import (
-    CONTENDERS,
+    MEMORY_FS,
+    add_common_options,
     body_size,
     filesystem_of,
     machine_facts,
-    render_report,
-    run_matrix,
     write_report,
 )
 
@@ -26,13 +28,10 @@ from bench.harness import (
 # backlog grows (their claims are O(backlog)), so 20,000 there would take about ten minutes.
 DEFAULT_N = {1: 5_000, 100: 100_000}
 
-# File systems whose numbers say nothing about durability: fsync there is free.
-_MEMORY_FS = {"tmpfs", "ramfs"}
-
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m bench",
+        prog="python -m bench cycle",
         description="Cycle benchmark (enqueue + claim + ack) of sluice against raw SQLite "
         "and SQLite-backed peers.",
     )
@@ -43,21 +42,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         f"{DEFAULT_N[100]:,} at batch 100)",
     )
     parser.add_argument(
-        "--only",
-        metavar="NAME",
-        action="append",
-        choices=list(CONTENDERS),
-        help="run only this contender (repeatable)",
+        "--quick", action="store_true", help="a smoke run: 200 messages per run, 1 repeat"
     )
-    parser.add_argument("--out", type=Path, help="report path (default: bench/results/...)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per cell (median)")
-    parser.add_argument(
-        "--tmp-dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()),
-        help="where the fresh per-run directories are made; must be on disk, not tmpfs",
+    add_common_options(
+        parser,
+        repeats=3,
+        repeats_help="runs per cell (median)",
+        tmp_dir=Path(tempfile.gettempdir()),
+        only=list(CONTENDERS),
+        only_help="run only this contender (repeatable)",
     )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.repeats = args.n or 200, 1
     if args.n is not None and args.n < 1:
         parser.error("--n must be positive")
     if args.repeats < 1:
@@ -70,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     tmp_root: Path = args.tmp_dir.resolve()
     fstype = filesystem_of(tmp_root)[2]
-    if fstype in _MEMORY_FS:
+    if fstype in MEMORY_FS:
         print(
             f"{tmp_root} is on {fstype}: fsync costs nothing there; use --tmp-dir on disk",
             file=sys.stderr,
@@ -79,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     names = args.only or list(CONTENDERS)
     n_for_batch = {b: args.n or default for b, default in DEFAULT_N.items()}
-    facts = machine_facts(tmp_root)
+    facts = machine_facts(tmp_root, PACKAGES)
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """Concurrent producers at synchronous FULL: what group commit buys, against raw SQLite.
 
-Run: ``python -m bench.concurrent``. Eight threads each enqueue messages one per
+Run: ``python -m bench concurrent``. Eight threads each enqueue messages one per
 transaction into one SQLite file. raw = each thread with its own connection and
 a bare INSERT per transaction (every commit its own fsync); sluice with and
 without group commit. Writes ``bench/results/concurrent-<date>.md``.
@@ -20,7 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import sluice
-from bench.harness import encode, machine_facts, make_bodies, write_report
+from bench.cycle.matrix import PACKAGES
+from bench.harness import (
+    add_common_options,
+    encode,
+    facts_table,
+    machine_facts,
+    make_bodies,
+    write_report,
+)
 
 THREADS = (1, 4, 8)
 
@@ -81,13 +89,19 @@ CONTENDERS: dict[str, Callable[[Path, int, int], float]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.concurrent", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench concurrent", description=__doc__)
     parser.add_argument(
         "--total", type=int, default=1600, help="messages per run, over all threads"
     )
-    parser.add_argument("--repeats", type=int, default=3, help="runs per cell (median)")
-    parser.add_argument("--out", type=Path, help="report path")
+    add_common_options(
+        parser,
+        quick="a smoke run: 1 repeat (each thread still enqueues 50 or more)",
+        repeats=3,
+        repeats_help="runs per cell (median)",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.total, args.repeats = 400, 1
     tmp_root = Path(tempfile.gettempdir())
     samples: dict[tuple[str, int], list[float]] = {}
     for threads in THREADS:
@@ -99,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 samples.setdefault((name, threads), []).append(threads * per_thread / seconds)
     rates = {key: statistics.median(values) for key, values in samples.items()}
     lines = [f"# Concurrent producers at synchronous FULL, {dt.date.today().isoformat()}", ""]
-    lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in machine_facts(tmp_root)]
+    lines += facts_table(machine_facts(tmp_root, PACKAGES))
     lines += [
         "",
         "Each thread enqueues its share, one message per transaction, durable (FULL) at every "

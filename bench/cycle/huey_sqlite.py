@@ -11,7 +11,8 @@ from pathlib import Path
 
 from huey.storage import SqliteStorage
 
-from bench.harness import Unsupported, encode, make_bodies, observe
+from bench.cycle.matrix import Unsupported, observe
+from bench.harness import encode, make_bodies
 
 DRIVE = (
     "`huey.storage.SqliteStorage`: `enqueue(bytes)` N times, then `dequeue()` until None;"

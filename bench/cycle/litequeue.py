@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 import litequeue
-from bench.harness import Unsupported, encode, make_bodies, observe
+
+from bench.cycle.matrix import Unsupported, observe
+from bench.harness import encode, make_bodies
 
 DRIVE = (
     "`litequeue.LiteQueue`: `put(json_text)` N times (autocommit INSERT), then `pop()`"

@@ -12,7 +12,8 @@ from pathlib import Path
 import persistqueue
 import persistqueue.serializers.json
 
-from bench.harness import Unsupported, make_bodies, observe
+from bench.cycle.matrix import Unsupported, observe
+from bench.harness import make_bodies
 
 DRIVE = (
     "`persistqueue.SQLiteAckQueue` (JSON serializer): `put(body)` N times, then"

@@ -1,24 +1,25 @@
 """Raw SQLite on sluice's own table: the floor of sluice's schema, without sluice's Python.
 
-The same three statements per batch as ``bench.raw_sqlite``, run against the ``messages``
-table and indexes sluice itself creates (a file made by ``sluice.connect``), writing the
-columns sluice writes and claiming in sluice's delivery order (priority, then id; due and
-unexpired). What it costs above raw is what the schema costs (the row's 31 columns and the
-five-column delivery index, the partial indexes); what sluice costs above it is its Python.
+The same three statements per batch as ``bench.cycle.raw_sqlite`` (its loop, ``cycle``),
+run against the ``messages`` table and indexes sluice itself creates (a file made by
+``sluice.connect``), writing the columns sluice writes and claiming in sluice's delivery
+order (priority, then id; due and unexpired). What it costs above raw is what the schema
+costs (the row's 31 columns and the five-column delivery index, the partial indexes); what
+sluice costs above it is its Python.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import sluice
-from bench.harness import chunks, encode, make_bodies, observe
-from bench.raw_sqlite import drain
+from bench.cycle.raw_sqlite import connect, cycle
+from bench.harness import encode
 
 DRIVE = (
     "sluice's own `messages` table and indexes (made by `sluice.connect`), driven with raw"
@@ -49,7 +50,7 @@ _RETURN_ALL = (
 
 @dataclass(frozen=True)
 class Variant:
-    """sluice's schema and claim, or one with some of its parts taken away (bench.schema_cost).
+    """sluice's schema and claim, or one with some of its parts taken away (schema_cost).
 
     ``drop`` names indexes dropped after sluice made the file; ``index`` replaces the delivery
     index; ``expiry=False`` leaves the expiry test out of the claim; ``returning`` is the
@@ -80,30 +81,23 @@ class Variant:
 SLUICE = Variant()
 
 
-@cache
 def run(path: Path, n: int, batch: int, synchronous: str, variant: Variant = SLUICE) -> float:
     """Enqueue n messages, then claim and acknowledge them all; return the seconds taken."""
-    bodies = make_bodies(n)
     claim = variant.claim()
     db_file = path / "schema.db"
     with sluice.connect(f"sqlite:///{db_file}") as db:
         db.create_queue("bench")
-    conn = sqlite3.connect(db_file, isolation_level=None)
+    conn = connect(db_file, synchronous)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous}")
         variant.shape(conn)
         (queue,) = conn.execute("SELECT id FROM queues WHERE name = 'bench'").fetchone()
         tx = 0
-        start = time.perf_counter()
-        for group in chunks(bodies, batch):
+
+        def rows(group: Sequence[dict[str, object]]) -> list[tuple[Any, ...]]:
+            nonlocal tx
             tx += 1
             now = time.time()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(
-                _INSERT, [(queue, tx, i, encode(b), now, now) for i, b in enumerate(group)]
-            )
-            conn.execute("COMMIT")
+            return [(queue, tx, i, encode(b), now, now) for i, b in enumerate(group)]
 
         def take() -> list[Any]:
             nonlocal tx
@@ -111,12 +105,15 @@ def run(path: Path, n: int, batch: int, synchronous: str, variant: Variant = SLU
             now = time.time()
             return conn.execute(claim, (tx, queue, now, now, batch)).fetchall()
 
-        got = drain(conn, "messages", take)
-        elapsed = time.perf_counter() - start
-        left = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-        if got != n or left:
-            raise RuntimeError(f"raw-schema: claimed {got} of {n}, {left} rows left")
-        observe(conn)
-        return elapsed
+        return cycle(
+            conn,
+            name="raw-schema",
+            table="messages",
+            n=n,
+            batch=batch,
+            insert=_INSERT,
+            rows=rows,
+            claim=take,
+        )
     finally:
         conn.close()

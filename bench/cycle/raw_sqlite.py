@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
-from functools import cache
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.harness import chunks, encode, make_bodies, observe
+from bench.cycle.matrix import observe
+from bench.harness import chunks, encode, make_bodies
 
 DRIVE = (
     "bare table `q(id INTEGER PRIMARY KEY, body BLOB, state INTEGER)` + index on `state`;"
@@ -35,7 +35,14 @@ _CLAIM = (
 )
 
 
-@cache
+def connect(db_file: Path, synchronous: str) -> sqlite3.Connection:
+    """A connection in WAL at ``synchronous`` that opens no transaction behind our back."""
+    conn = sqlite3.connect(db_file, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    return conn
+
+
 def drain(conn: sqlite3.Connection, table: str, claim: Callable[[], list[Any]]) -> int:
     """Claim in a transaction of its own, then acknowledge (delete from ``table``) in
     another, as a consumer does, until ``claim`` finds nothing; how many were taken.
@@ -54,28 +61,52 @@ def drain(conn: sqlite3.Connection, table: str, claim: Callable[[], list[Any]]) 
         got += len(ids)
 
 
+def cycle(
+    conn: sqlite3.Connection,
+    *,
+    name: str,
+    table: str,
+    n: int,
+    batch: int,
+    insert: str,
+    rows: Callable[[Sequence[dict[str, object]]], list[tuple[Any, ...]]],
+    claim: Callable[[], list[Any]],
+) -> float:
+    """The timed cycle of a raw contender: n bodies inserted ``batch`` per transaction (the
+    parameters of a group's ``insert`` from ``rows``), then drained with ``claim``; checks
+    that every message came back and none is left, records the durability used, and
+    returns the seconds taken."""
+    bodies = make_bodies(n)
+    start = time.perf_counter()
+    for group in chunks(bodies, batch):
+        params = rows(group)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(insert, params)
+        conn.execute("COMMIT")
+    got = drain(conn, table, claim)
+    elapsed = time.perf_counter() - start
+    left = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    if got != n or left:
+        raise RuntimeError(f"{name}: claimed {got} of {n} messages, {left} rows left")
+    observe(conn)
+    return elapsed
+
+
 def run(path: Path, n: int, batch: int, synchronous: str) -> float:
     """Enqueue n messages, then claim and acknowledge them all; return the seconds taken."""
-    bodies = make_bodies(n)
-    # isolation_level=None: the sqlite3 module must not open transactions behind our back.
-    conn = sqlite3.connect(path / "raw.db", isolation_level=None)
+    conn = connect(path / "raw.db", synchronous)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous}")
         for ddl in _SCHEMA:
             conn.execute(ddl)
-        start = time.perf_counter()
-        for group in chunks(bodies, batch):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(_INSERT, [(encode(b).encode(),) for b in group])
-            conn.execute("COMMIT")
-        got = drain(conn, "q", lambda: conn.execute(_CLAIM, (batch,)).fetchall())
-        elapsed = time.perf_counter() - start
-
-        left = conn.execute("SELECT count(*) FROM q").fetchone()[0]
-        if got != n or left:
-            raise RuntimeError(f"raw: claimed {got} of {n} messages, {left} rows left")
-        observe(conn)
-        return elapsed
+        return cycle(
+            conn,
+            name="raw",
+            table="q",
+            n=n,
+            batch=batch,
+            insert=_INSERT,
+            rows=lambda group: [(encode(b).encode(),) for b in group],
+            claim=lambda: conn.execute(_CLAIM, (batch,)).fetchall(),
+        )
     finally:
         conn.close()

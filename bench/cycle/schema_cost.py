@@ -6,7 +6,7 @@ indexes, the fifth column of the delivery index, the expiry test, the wide RETUR
 and all at once ("lean"), interleaved with raw in each round. It says how far a narrower schema
 could move sluice towards raw, and what each feature's share is.
 
-    python -m bench.schema_cost [--n 100000] [--repeats 3] [--synchronous FULL]
+    python -m bench schema-cost [--quick] [--n 100000] [--repeats 3] [--synchronous FULL]
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench import raw_schema, raw_sqlite
-from bench.harness import machine_facts, write_report
+from bench.cycle import raw_schema, raw_sqlite
+from bench.cycle.matrix import PACKAGES
+from bench.harness import add_common_options, facts_table, machine_facts, write_report
 
 _PARTIAL = (
     "messages_pending",
@@ -31,8 +32,8 @@ _ID_BODY = " RETURNING id, body"
 
 # Label -> (what is taken away, variant). None is raw itself.
 _VARIANTS: dict[str, tuple[str, raw_schema.Variant | None]] = {
-    "raw": ("bench.raw_sqlite: 3 columns, one index", None),
-    "sluice schema": ("as sluice makes it (bench.raw_schema)", raw_schema.SLUICE),
+    "raw": ("bench.cycle.raw_sqlite: 3 columns, one index", None),
+    "sluice schema": ("as sluice makes it (bench.cycle.raw_schema)", raw_schema.SLUICE),
     "no partial indexes": (
         "pending, settled, expiring, lane and task-order indexes dropped",
         raw_schema.Variant(drop=_PARTIAL),
@@ -63,13 +64,16 @@ def _once(variant: raw_schema.Variant | None, n: int, synchronous: str) -> float
         return raw_schema.run(Path(tmp), n, 100, synchronous, variant)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench schema-cost", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--synchronous", default="FULL", choices=("FULL", "NORMAL"))
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    add_common_options(parser, quick="a smoke run: 1,000 messages, 1 round", repeats=3)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.repeats = 1_000, 1
 
     seconds: dict[str, list[float]] = {label: [] for label in _VARIANTS}
     for round_ in range(args.repeats):
@@ -78,8 +82,8 @@ def main() -> None:
             print(f"round {round_ + 1}: {label}: {args.n / seconds[label][-1]:,.0f}/s")
 
     rate = {label: args.n / statistics.median(s) for label, s in seconds.items()}
-    out = ["# What sluice's SQLite schema costs the batch cycle", "", "| | |", "|---|---|"]
-    out += [f"| {k} | {v} |" for k, v in machine_facts(Path.cwd())]
+    out = ["# What sluice's SQLite schema costs the batch cycle", ""]
+    out += facts_table(machine_facts(Path.cwd(), PACKAGES))
     out += [
         "",
         f"Batches of 100, WAL, synchronous={args.synchronous}, N = {args.n:,} per run; "

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Literal
 
 import sluice
-from bench.harness import chunks, make_bodies, observe_file
+from bench.cycle.matrix import observe_file
+from bench.harness import chunks, make_bodies
 
 DRIVE = (
     "`sluice.connect('sqlite:///...', synchronous=...)`; batch 1: `q.put(body)` N times, then"

@@ -1,0 +1,39 @@
+"""What every report shares: errors as one table-safe line, the facts table, and where the
+report is written (bench/results/<kind>-<date>.md unless ``--out`` says otherwise)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["RESULTS", "facts_table", "one_line", "report_path", "write_report"]
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+"""bench/results/: every report's default directory."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line that fits in a Markdown table cell."""
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ").replace("|", "/")
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def facts_table(facts: Sequence[tuple[str, str]]) -> list[str]:
+    """The machine's facts as a two-column Markdown table, one line per fact."""
+    return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in facts)]
+
+
+def report_path(kind: str, out: Path | None) -> Path:
+    """``out``, or bench/results/<kind>-<today>.md."""
+    return out or RESULTS / f"{kind}-{dt.date.today().isoformat()}.md"
+
+
+def write_report(kind: str, report: str, out: Path | None) -> None:
+    """Print a report and write it, by default to bench/results/<kind>-<date>.md."""
+    path = report_path(kind, out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report)
+    print(report)
+    print(f"report written to {path}", file=sys.stderr)
