@@ -54,8 +54,8 @@ bench: $(BIN)/sluice-bench-stamp
 
 # PostgreSQL at 127.0.0.1:5432 and RabbitMQ at 127.0.0.1:5672, as on this project's machines.
 bench-postgres: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.postgres
-	$(BIN)/python -m bench.wakeup
+	$(BIN)/python -m bench postgres
+	$(BIN)/python -m bench wakeup
 
 # A queue of 1,000,000 typed orders on SQLite and PostgreSQL (about 15 minutes).
 bench-content: $(BIN)/sluice-bench-stamp

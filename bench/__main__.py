@@ -14,6 +14,8 @@ BENCHMARKS: dict[str, str] = {
     "cycle": "bench.cycle.__main__",
     "concurrent": "bench.cycle.concurrent",
     "schema-cost": "bench.cycle.schema_cost",
+    "postgres": "bench.postgres.__main__",
+    "wakeup": "bench.postgres.wakeup",
 }
 
 

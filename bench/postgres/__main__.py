@@ -1,6 +1,6 @@
 """sluice on PostgreSQL side by side with pgqueuer, procrastinate and RabbitMQ: jobs/s.
 
-Run: ``python -m bench.postgres``. Every system does the same work for the same time, one after
+Run: ``python -m bench postgres``. Every system does the same work for the same time, one after
 the other against the same servers (PostgreSQL 127.0.0.1:5432 database ``test`` at its default
 durability, RabbitMQ 127.0.0.1:5672): one producer enqueuing batches of 10 in a loop and five
 consumers claiming up to 10 at a time and acknowledging them, with a no-op job. This is the
@@ -26,7 +26,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 from bench.harness import (
@@ -37,6 +36,7 @@ from bench.harness import (
     RABBIT_PORT,
     RABBIT_USER,
     SchemaGuard,
+    add_common_options,
     drop_schema,
     encode,
     host_facts,
@@ -877,15 +877,19 @@ def _floor_target(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.postgres",
+        prog="python -m bench postgres",
         description="sluice on PostgreSQL side by side with pgqueuer, procrastinate and "
         "RabbitMQ (1 producer x batch 10, 5 consumers x batch 10, fixed duration).",
     )
     parser.add_argument("--seconds", type=float, default=15.0, help="measured window per run")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured start per run")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per system (median)")
-    parser.add_argument(
-        "--only", metavar="NAME", action="append", choices=CONTENDERS, help="repeatable"
+    add_common_options(
+        parser,
+        quick="a smoke run: 2 s per system after 0.5 s of warm-up",
+        repeats=1,
+        repeats_help="runs per system (median)",
+        only=CONTENDERS,
+        only_help="repeatable",
     )
     parser.add_argument(
         "--sluice-url",
@@ -904,8 +908,9 @@ def main(argv: list[str] | None = None) -> int:
         help="5 workers of concurrency 1 (default) or 1 worker of concurrency 5",
     )
     parser.add_argument("--pg", default=PG_CONNINFO, help="libpq URL the peers use")
-    parser.add_argument("--out", type=Path, help="report path (default bench/results/...)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.warmup = 2.0, 0.5
     if args.seconds <= 0 or args.warmup < 0 or args.repeats < 1:
         parser.error("--seconds must be positive, --warmup >= 0, --repeats >= 1")
 

@@ -1,6 +1,6 @@
 """Idle wake-up latency: from an enqueue's commit to a blocked consumer holding the message.
 
-Run: ``python -m bench.wakeup``. A consumer process loops ``with db.transaction() as tx:
+Run: ``python -m bench wakeup``. A consumer process loops ``with db.transaction() as tx:
 msgs = tx.dequeue("lat", wait=5.0)`` and notes ``time.time()`` as soon as dequeue returns. A
 producer process, after the consumer has finished the previous message and an idle gap of a
 random 5-20 ms (so the consumer is blocked in dequeue again), enqueues one message carrying a
@@ -35,6 +35,7 @@ from typing import Any
 from bench.harness import (
     DEFAULT_SLUICE_URL,
     SchemaGuard,
+    add_common_options,
     host_facts,
     is_postgres,
     one_line,
@@ -237,7 +238,7 @@ def render(runs: list[Run], n: int, warmup: int, gap: tuple[float, float]) -> st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.wakeup",
+        prog="python -m bench wakeup",
         description="Idle wake-up latency: enqueue commit -> blocked consumer holds it.",
     )
     parser.add_argument(
@@ -251,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gap-ms", type=float, nargs=2, default=(5.0, 20.0), metavar=("MIN", "MAX")
     )
-    parser.add_argument("--out", type=Path, help="report path (default bench/results/...)")
+    add_common_options(parser, quick="a smoke run: 30 samples per URL after 5")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.warmup = 30, 5
     if args.n < 1 or args.warmup < 0 or not 0 <= args.gap_ms[0] <= args.gap_ms[1]:
         parser.error("--n must be positive, --warmup >= 0, 0 <= --gap-ms MIN <= MAX")
     gap = (args.gap_ms[0] / 1000, args.gap_ms[1] / 1000)
