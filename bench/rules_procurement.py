@@ -4,7 +4,7 @@ N offer requests (XML) go through the fork into finance, legal and the supplier,
 and legal checks, the supplier's answers (written by the bench, the same code for both) and
 the join of the three answers per request into an offer or a refusal to the customer.
 
-- rules: src/sluice/procurement.rules as it ships, run by ``db.rules.run_until_idle(batch=B)``
+- rules: src/sluice/demo/procurement.rules as it ships, run by ``db.rules.run_until_idle(batch=B)``
   once for the fork and the first two answers of every request, and once more after the
   supplier answered.
 - by hand: the same file without its rules (so the queues and the computed properties
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lxml import etree
-from sluice.demo_procurement import application
+from sluice.demo.procurement import application
 
 import sluice
 from sluice.message import XML

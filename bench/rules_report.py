@@ -237,7 +237,7 @@ def render(res: Results) -> str:
     out += _routing_table(res.routing)
     out += ["", "Targets: engine >= 2 x by hand with k = B, >= 5 x by hand with k = 1.", ""]
     out += _routing_ratios(res.routing)
-    out += ["", "## 2. Procurement (src/sluice/procurement.rules)", ""]
+    out += ["", "## 2. Procurement (src/sluice/demo/procurement.rules)", ""]
     out += _procurement_table(res.procurement)
     out += ["", "Ratios of requests/s (processing):", ""]
     out += _procurement_ratios(res.procurement)

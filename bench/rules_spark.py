@@ -4,7 +4,7 @@
   on N preloaded orders: ``run_rules`` on Spark ``local[2]`` against
   ``db.rules.run_until_idle`` in this process, each on a fresh PostgreSQL schema.
   Target: Spark >= 25,000 orders/s.
-- procurement: ``demo_procurement.run_procurement_workload`` (Demaq's process with random
+- procurement: ``sluice.demo.procurement.run_procurement_workload`` (Demaq's process with random
   outcomes) of R requests on both engines; the two databases' queues are compared message
   for message, and each phase is timed.
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sluice.demo_procurement import queue_contents, run_procurement_workload
+from sluice.demo.procurement import queue_contents, run_procurement_workload
 
 import sluice
 from bench.harness import (

@@ -1,6 +1,6 @@
 """The thesis's mailer: python examples/mass_mailing/mailing.py [DATABASE_URL] [--readers=N].
 
-A week of a throttled mailer in seconds (see src/sluice/demo_mailing.py and
+A week of a throttled mailer in seconds (see src/sluice/demo/mailing.py and
 docs/jobs.md): one job of 10,000 personalised messages, a profile of 5 an hour
 in working hours and 1,000 an hour otherwise, a later job that does not wait for
 the first once it is late, every message sent through SMTP to a local sink.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 import sluice
-from sluice.demo_mailing import format_mailing, run_mailing_demo
+from sluice.demo.mailing import format_mailing, run_mailing_demo
 
 
 def main(argv: list[str]) -> int:

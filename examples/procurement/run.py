@@ -1,8 +1,8 @@
 """Demaq's procurement process: python examples/procurement/run.py [DATABASE_URL].
 
-The application is procurement.rules beside this file (docs/rules.md); this
-script plays the customers, the supplier and a month of time on a manual clock
-(see src/sluice/demo_procurement.py) and prints what the customers received,
+The application is src/sluice/demo/procurement.rules (docs/rules.md), which the
+package ships; this script plays the customers, the supplier and a month of time on a
+manual clock (see src/sluice/demo/procurement.py) and prints what the customers received,
 what the administrators were told and what retention removed.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 import sluice
-from sluice.demo_procurement import format_procurement, run_procurement_demo
+from sluice.demo.procurement import format_procurement, run_procurement_demo
 
 
 def main(argv: list[str]) -> int:

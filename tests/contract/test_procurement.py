@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sluice
-from sluice.demo_procurement import run_procurement_demo
+from sluice.demo.procurement import run_procurement_demo
 
 
 def test_the_procurement_process_runs_as_the_paper_describes(db: sluice.Database) -> None:

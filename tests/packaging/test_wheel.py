@@ -40,7 +40,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # One of each kind of file a build must carry beside the code (the test compares every file).
 DATA = (
     "sluice/py.typed",
-    "sluice/procurement.rules",
+    "sluice/demo/procurement.rules",
     "sluice/sql/sqlite/schema.sql",
     "sluice/sql/postgresql/schema.sql",
     "sluice/server/console/templates/base.html",
@@ -302,7 +302,7 @@ def test_mail(venv: Venv, tmp_path: Path) -> None:
     assert_cli_names_extra(result, "mail")
     assert not (tmp_path / "demo.db").exists(), "the demo stored something before its check"
     mailing = """
-        from sluice.demo_mailing import run_mailing_demo
+        from sluice.demo.mailing import run_mailing_demo
         with sluice.connect("memory://") as db:
             report = run_mailing_demo(db, readers=20, subscribers=4, threads=1)
         """

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import sluice
-from sluice.demo_procurement import (
+from sluice.demo.procurement import (
     START,
     queue_contents,
     run_procurement_demo,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import sluice
 from sluice.backends.sqlite import SQLiteBackend
-from sluice.demo_procurement import application
+from sluice.demo.procurement import application
 from sluice.rules.plan import QueuePlan, compile_application, split_waves
 
 

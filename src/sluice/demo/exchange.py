@@ -4,11 +4,11 @@ Some producer transactions abort, one consumer aborts often, one consumer
 process is killed (SIGKILL) while it holds messages. The summary checks, from
 the queues themselves, that every committed message was delivered exactly once,
 nothing uncommitted ever showed, and a single reader that aborts saw the
-messages in commit order. Then the orders example (``demo_orders``) shows
+messages in commit order. Then the orders example (``orders``) shows
 content-aware queuing: typed orders, a priority function and a selective
-ordering dequeue; and the mass-mailing example (``demo_mailing``) a week of a
+ordering dequeue; and the mass-mailing example (``mailing``) a week of a
 throttled mailer: jobs, a time-of-week profile, late jobs and SMTP; and last Demaq's
-procurement process on the rules engine (``demo_procurement``).
+procurement process on the rules engine (``procurement``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 import sluice
 from sluice import extras
-from sluice.demo_mailing import MailingReport, format_mailing, run_mailing_demo
-from sluice.demo_orders import OrdersReport, format_orders, run_orders_demo
-from sluice.demo_procurement import ProcurementReport, format_procurement, run_procurement_demo
+from sluice.demo.mailing import MailingReport, format_mailing, run_mailing_demo
+from sluice.demo.orders import OrdersReport, format_orders, run_orders_demo
+from sluice.demo.procurement import ProcurementReport, format_procurement, run_procurement_demo
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -270,7 +270,3 @@ def main(argv: list[str]) -> int:
     else:
         print(format_report(report))
     return 0 if report.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,7 @@
 """Demaq's procurement process on sluice's rules engine (docs/rules.md).
 
-``procurement.rules`` (beside this module; ``examples/procurement/`` links it) is
-the application. This module plays everyone outside it: customers who ask for
+``procurement.rules`` (beside this module, package data; ``examples/procurement/``
+runs it too) is the application. This module plays everyone outside it: customers who ask for
 offers, order and pay, the supplier who answers availability requests, and time,
 on a ManualClock moved a month ahead so that the payment reminders fall due. It
 returns what every queue holds at the end, what retention removed, and the checks
@@ -37,7 +37,7 @@ DAY = 86_400.0
 
 def application() -> str:
     """The procurement application's definition text."""
-    return resources.files("sluice").joinpath("procurement.rules").read_text("utf-8")
+    return resources.files("sluice.demo").joinpath("procurement.rules").read_text("utf-8")
 
 
 @dataclass(slots=True)
