@@ -16,7 +16,7 @@ import pytest
 
 import sluice
 from sluice import ManualClock, MessageState
-from sluice.backends.base import READ_COLUMNS, CommitPlan
+from sluice.backends.records import READ_COLUMNS, CommitPlan
 from sluice.backends.sqlite import SQLiteBackend
 from sluice.engine import retention
 from sluice.jobs import Task

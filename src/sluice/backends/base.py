@@ -6,7 +6,9 @@ queue handle use) plus the capabilities every backend has: ``Sessions``,
 ``JobsStatements``, ``Expressions``, ``Topics``, ``Retention``, ``RuleStore``,
 ``KeyStore``, ``IdempotencyStore`` and ``GatewayStore``. ``Backend``
 joins them; each backend class names the protocols it implements, so mypy
-checks it against each.
+checks it against each. The Spark pair (``Streams``, ``Sinks``) is written in
+``base_spark`` and the rules engine's (``RuleStore``, ``RuleUnit``) in
+``base_rules``; both are re-exported here, with the records that cross the seam.
 The one optional capability, ``Outbox`` (a queue transaction inside the caller's
 own database transaction), is an attribute that is None where a backend has none.
 
@@ -23,12 +25,13 @@ method is called with a lock of the caller's held.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol
 
+from sluice.backends.base_rules import RuleStore, RuleUnit
+from sluice.backends.base_spark import Sinks, Streams
 from sluice.backends.records import (
     MESSAGE_COLUMNS,
+    READ_COLUMNS,
     SLOTS,
     STREAM_LEASE,
     CommitPlan,
@@ -40,6 +43,7 @@ from sluice.backends.records import (
     MessageRow,
     PropertyDef,
     QueueCounts,
+    Reached,
     Row,
     Selection,
     SessionInfo,
@@ -53,12 +57,7 @@ from sluice.backends.records import (
 from sluice.backends.topics import Backlog
 from sluice.catalog import QueueSpec
 from sluice.clock import Clock
-from sluice.expr.sql import RelationSource, SqlCompiler
-
-if TYPE_CHECKING:
-    import pyarrow as pa  # sluice-queue[spark]
-
-T = TypeVar("T")
+from sluice.expr.sql import SqlCompiler
 
 __all__ = [
     "MESSAGE_COLUMNS",
@@ -352,203 +351,6 @@ class Expressions(Protocol):
         ...
 
 
-READ_COLUMNS = (
-    "id",
-    "message_id",
-    "priority",
-    "body",
-    "body_bytes",
-    "content_type",
-    "properties",
-    "type",
-    "grp",
-    "correlation_id",
-    "reply_to",
-    "attempts",
-    "enqueued_at",
-    "available_at",
-    "expires_at",
-)
-"""The columns of a Spark read's rows (``Streams.scan``, ``stream_rows``): only what a
-Spark row shows, the message id spelled "session/tx/num" by the database, a binary
-body as bytes in ``body_bytes`` or in ``body``. Plain tuples, not named rows: a read
-of a million messages makes no object per message it does not need."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reached:
-    """How far a position stream's acknowledged micro-batches reached (``stream_settle``).
-
-    A position stream reads a queue's messages by id range, which holds still once read:
-    ids follow commit order within a queue. The queue's ``pointer`` records the end.
-    """
-
-    position: int
-    """The end of the last range acknowledged: the queue's pointer moves up to it."""
-    at: float
-    """When that range was planned: it read what was due and unexpired then."""
-    remove: bool
-    """Delete what the ranges read (an exclusive stream of a queue), from the pointer on;
-    a subscription's stream only moves its pointer past its topic's messages."""
-    select: Selection | None = None
-    """What the stream reads (its where), for ``remove``."""
-
-
-class Streams(Protocol):
-    """What the Spark source needs: streams with rounds, reads by id range, positions."""
-
-    def open_stream(self, queue: str, name: str) -> StreamState:
-        """The stream ``name`` of ``queue``, created with its session if new."""
-
-    def set_stream_round(self, session: int, round: int) -> None:
-        """Record the last round begun, durably (with the claims made before it)."""
-
-    def set_stream_acked(self, session: int, acked: int) -> None:
-        """Record the last round acknowledged."""
-
-    def stream_held(
-        self,
-        session: int,
-        queue: str,
-        after: int,
-        upto: int,
-        *,
-        part: int = 0,
-        parts: int = 1,
-        spooled: bool = True,
-    ) -> list[HeldRow]:
-        """Messages the stream holds from rounds (after, upto], id modulo ``parts`` = ``part``.
-
-        Rows in MESSAGE_COLUMNS order and then the round, by round and id; without
-        the spooled ones (stream_spooled) if ``spooled`` is false.
-        """
-
-    def stream_spooled(
-        self, session: int, after: int, upto: int, *, part: int = 0, parts: int = 1
-    ) -> list[pa.Table]:
-        """The rounds (after, upto] a backend keeps moved out of the queue, id mod parts = part.
-
-        Arrow tables of the MESSAGE_COLUMNS, ``body_bytes`` (hex text) and ``round``:
-        a reader can convert them without a Python object per message. Their rows are
-        among stream_held's too; backends that claim in place return none.
-        """
-
-    def stream_held_count(self, session: int, queue: str, after: int, upto: int) -> int:
-        """How many messages the stream holds from rounds (after, upto]."""
-
-    def stream_claim(
-        self, session: int, round: int, queue: str, limit: int, select: Selection | None
-    ) -> int:
-        """Claim up to ``limit`` ready messages in delivery order for the stream's ``round``.
-
-        How many it took. Of a lane only its head is ready: a queue with lanes gets at
-        most one message of each lane per call (the engine's claim takes their runs).
-        Not durable by itself: set_stream_round's commit makes it so.
-        """
-
-    def stream_settle(
-        self, session: int, queue: str, after: int, upto: int, *, reached: Reached | None = None
-    ) -> None:
-        """Spark committed rounds (after, upto]: settle them, in one transaction.
-
-        What the stream holds of them is deleted (kept as done where the queue has
-        ``retention``), their lanes get heads, and ``upto`` is recorded as acknowledged.
-        ``reached``: a position stream's ranges up to it are done too: ``queue``'s pointer
-        moves to it (never back), and with ``remove`` the messages those ranges read,
-        between the old pointer and it, are deleted.
-        """
-
-    def stream_pointer(self, queue: str) -> int:
-        """The queue's pointer: how far its position stream has read (a subscription's
-        place in its topic). QueueNotFound if there is no such queue."""
-
-    def stream_last(self, queue: str, after: int, ceiling: int = ...) -> int | None:
-        """The highest message id of ``queue`` in (after, ceiling] (no ceiling by default),
-        pending messages aside, or None."""
-
-    def stream_span(
-        self,
-        queue: str,
-        after: int,
-        *,
-        limit: int,
-        ceiling: int,
-        now: float,
-        select: Selection | None,
-    ) -> tuple[int, int]:
-        """The end of a position stream's next range of ``queue``'s messages after ``after``,
-        and how many messages it found (at most ``limit``: fewer, and it reached the end).
-
-        It holds up to ``limit`` messages ``select`` holds for that are ready or waiting
-        (states 1, 5) and unexpired at ``now``, none above ``ceiling``; it stops before
-        the first of them that is not yet due (delivery by position keeps order), and when
-        fewer than ``limit`` are there, it passes every message up to the last one. The
-        range (after, end] then reads the same rows whenever it is read (``stream_rows``
-        at ``now``) until it is acknowledged. The end is ``after`` when there is nothing new.
-        """
-
-    def stream_rows(
-        self,
-        queue: str,
-        after: int,
-        upto: int,
-        *,
-        at: float,
-        limit: int,
-        select: Selection | None,
-    ) -> list[Row]:
-        """Up to ``limit`` messages of a position range: ids in (after, upto], by id, as
-        rows of READ_COLUMNS.
-
-        Those ``select`` holds for that were due and unexpired at ``at``: ready or
-        waiting, or expired since (state 3 with ``expires_at`` after ``at``).
-        """
-
-    def stream_behind(
-        self, queue: str, position: int | None, *, limit: int, select: Selection | None
-    ) -> int:
-        """How many ready messages of ``queue`` (at most ``limit``) a position stream must
-        take by rounds: those with ids up to ``position`` (None: every one) that
-        ``select`` holds for. A subscription's own rows (pulled by a consumer before), or
-        in a queue messages that came back behind its position."""
-
-    def scan(
-        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
-    ) -> list[Row]:
-        """Up to ``limit`` messages in ``state`` (as browse) with ids in (after, upto], by id,
-        as rows of READ_COLUMNS."""
-
-    def id_bounds(self, queue: str) -> tuple[int, int, int]:
-        """The lowest and highest id of the queue's messages, and how many there are."""
-
-    def drop_stream(self, queue: str, name: str) -> bool:
-        """Forget a stream, giving back what it holds; False if there was none."""
-
-
-class Sinks(Protocol):
-    """What the Spark sink needs: staged messages published at once, once per batch."""
-
-    def sink_batch(self, sink: str) -> int | None:
-        """The last micro-batch the streaming sink published, or None."""
-
-    def forget_sink(self, sink: str) -> None:
-        """Forget a streaming sink's last batch (its query starts over)."""
-
-    def close_staging(self, host: str, batch: int | None = None) -> None:
-        """End every session labelled ``host`` (an aborted batch write's), dropping their rows.
-
-        With ``batch``: only those of that micro-batch (an aborted streaming batch's).
-        """
-
-    def publish_staged(
-        self, parts: Sequence[StagedPart], sink: str | None = None, batch: int = 0
-    ) -> bool:
-        """Publish staged messages at once and end their sessions; False if ``sink`` had ``batch``.
-
-        LeaseLost, and nothing published, if a part's rows are not all there.
-        """
-
-
 class JobsStatements(Protocol):
     """What jobs, tasks, profiles and schedules need (docs/jobs.md): jobs.sql's statements."""
 
@@ -606,90 +408,6 @@ class Topics(Protocol):
     def subscription_info(self, topic: str | None) -> list[Row]:
         """Per subscription: name, topic, pointer, where, durable, expire_after, used_at."""
         ...
-
-
-class RuleUnit(Protocol):
-    """One database transaction of the rules engine."""
-
-    def statement_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
-        """Run the named statement (rules.sql); its rows."""
-
-    def statement_count(self, name: str, params: Mapping[str, Any]) -> int:
-        """Run the named statement; how many rows it changed."""
-
-    def template_rows(
-        self, name: str, holes: Mapping[str, str], params: Mapping[str, Any]
-    ) -> list[Row]:
-        """Run the named template with its holes filled by compiled expressions."""
-
-    def ids(self, values: Sequence[int]) -> Any:
-        """A list of ids as this dialect binds it (the ``{rules_ids}`` fragment's ``ids``)."""
-
-    def enqueue(self, session: int, tx: int, envelopes: Sequence[Envelope]) -> None:
-        """Insert ready messages exactly as a queue transaction's commit would."""
-
-    def exclusive(self, key: int) -> None:
-        """From here to the unit's end, no other engine's unit holds ``key`` (a queue id,
-        or a slicing's negative key): a lock where engines run concurrently (PostgreSQL);
-        SQLite's writers are serial anyway."""
-
-    def insert_selected(
-        self,
-        queues: Mapping[str, int],
-        holes: Mapping[str, str],
-        params: Mapping[str, Any],
-        *,
-        done: str,
-    ) -> int:
-        """Insert ready messages built by SQL (rules.sql's rules_insert, holes filled) into
-        ``queues`` (names and ids), with the commit locks an enqueue takes, and settle the
-        batch's triggers (``params['ids']``) as the statement ``done`` does (rules_done or
-        rules_remove); how many messages it inserted."""
-
-    def savepoint(self) -> AbstractContextManager[None]:
-        """A part of the unit that a failure inside undoes alone (the error propagates)."""
-
-
-class RuleStore(Protocol):
-    """The rules engine's storage (sluice.rules; backends/rules.py, rules.sql)."""
-
-    def rules_unit(self, work: Callable[[RuleUnit], T], *, durable: bool = True) -> T:
-        """Run ``work`` in one database transaction: all of it happens, or none."""
-
-    def rules_read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
-        """Run one read-only named statement of rules.sql on its own."""
-
-    def rules_write(self, name: str, params: Mapping[str, Any]) -> int:
-        """Run one named statement of rules.sql as its own transaction."""
-
-    def rules_compiler(
-        self, relations: RelationSource | None, prefix: str = ..., alias: str = ...
-    ) -> SqlCompiler:
-        """A compiler of rule expressions over the message ``alias`` (the triggering one)."""
-
-    def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
-        """SQL of a JSON object from (key, value SQL, value type) (see backends/rules.py)."""
-
-    def rules_inherited(self, name: str) -> str:
-        """SQL of the triggering message's property ``name`` as a JSON value."""
-
-    def rules_body(self, kind: str, sql: str) -> str | None:
-        """The body columns of rules_insert for a body of ``kind``; None: Python builds it."""
-
-    def rules_made(
-        self,
-        number: int,
-        columns: str,
-        *,
-        ids: str,
-        queue_id: str,
-        max_size: str,
-        kind: str,
-    ) -> tuple[str, str]:
-        """rules_insert's part and rows for one action (see backends/rules.py)."""
-
-    def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
-        """Where a rule's relations are: ``slicing`` the one its slice() reads."""
 
 
 class KeyStore(Protocol):

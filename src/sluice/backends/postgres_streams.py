@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from sluice.backends.base import Reached
 from sluice.backends.postgres_notify import Notifier
 from sluice.backends.postgres_statements import (
     Expected,
@@ -33,6 +32,7 @@ from sluice.backends.records import (
     STREAM_LEASE,
     CommitPlan,
     HeldRow,
+    Reached,
     Row,
     Selection,
     StagedPart,

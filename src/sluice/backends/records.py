@@ -19,6 +19,7 @@ _R = TypeVar("_R", bound=tuple[Any, ...])
 __all__ = [
     "COUNTED_STATES",
     "MESSAGE_COLUMNS",
+    "READ_COLUMNS",
     "SLOTS",
     "STREAM_LEASE",
     "CommitPlan",
@@ -32,6 +33,7 @@ __all__ = [
     "MessageRow",
     "PropertyDef",
     "QueueCounts",
+    "Reached",
     "Row",
     "Selection",
     "SessionInfo",
@@ -437,6 +439,48 @@ class StagedPart(NamedTuple):
     tx: int
     rows: int
     lanes: tuple[Lane, ...] = ()
+
+
+READ_COLUMNS = (
+    "id",
+    "message_id",
+    "priority",
+    "body",
+    "body_bytes",
+    "content_type",
+    "properties",
+    "type",
+    "grp",
+    "correlation_id",
+    "reply_to",
+    "attempts",
+    "enqueued_at",
+    "available_at",
+    "expires_at",
+)
+"""The columns of a Spark read's rows (``Streams.scan``, ``stream_rows``): only what a
+Spark row shows, the message id spelled "session/tx/num" by the database, a binary
+body as bytes in ``body_bytes`` or in ``body``. Plain tuples, not named rows: a read
+of a million messages makes no object per message it does not need."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reached:
+    """How far a position stream's acknowledged micro-batches reached (``stream_settle``).
+
+    A position stream reads a queue's messages by id range, which holds still once read:
+    ids follow commit order within a queue. The queue's ``pointer`` records the end.
+    """
+
+    position: int
+    """The end of the last range acknowledged: the queue's pointer moves up to it."""
+    at: float
+    """When that range was planned: it read what was due and unexpired then."""
+    remove: bool
+    """Delete what the ranges read (an exclusive stream of a queue), from the pointer on;
+    a subscription's stream only moves its pointer past its topic's messages."""
+    select: Selection | None = None
+    """What the stream reads (its where), for ``remove``."""
 
 
 def sink_seen(sink: str, batch: int, last: int | None) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal, TypeVar
 
-from sluice.backends.base import RuleUnit
+from sluice.backends.base_rules import RuleUnit
 from sluice.backends.records import Envelope, Row
 from sluice.expr.sql import RelationSource, Source, SqlCompiler
 from sluice.sql import Template

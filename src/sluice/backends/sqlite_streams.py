@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from sluice.backends.base import Reached
 from sluice.backends.records import (
     STREAM_LEASE,
     CommitPlan,
     HeldRow,
     Lane,
+    Reached,
     Row,
     Selection,
     StagedPart,
