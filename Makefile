@@ -59,15 +59,15 @@ bench-postgres: $(BIN)/sluice-bench-stamp
 
 # A queue of 1,000,000 typed orders on SQLite and PostgreSQL (about 15 minutes).
 bench-content: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.content
+	$(BIN)/python -m bench content
 
 bench-isolation: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.isolation
+	$(BIN)/python -m bench isolation
 
 # Spark on local[2] (Java 17+), PostgreSQL at 127.0.0.1:5432, and its JDBC driver for the peer.
 bench-spark: $(BIN)/sluice-bench-stamp
 	test -f /usr/share/java/postgresql.jar || (apt-get update && apt-get install -y libpostgresql-jdbc-java)
-	$(BIN)/python -m bench.spark
+	$(BIN)/python -m bench spark
 
 # No-op tasks through 4 worker processes: sluice on SQLite and PostgreSQL, Celery, Dramatiq
 # and RQ on Redis (the shared one, and a private one with appendfsync always), procrastinate.

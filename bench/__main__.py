@@ -16,6 +16,9 @@ BENCHMARKS: dict[str, str] = {
     "schema-cost": "bench.cycle.schema_cost",
     "postgres": "bench.postgres.__main__",
     "wakeup": "bench.postgres.wakeup",
+    "content": "bench.content.__main__",
+    "isolation": "bench.isolation.__main__",
+    "spark": "bench.spark.__main__",
 }
 
 

@@ -1,6 +1,6 @@
 """Content-aware queuing at scale: selective dequeue, priority functions, and the plain-queue way.
 
-Run: ``python -m bench.content`` (``--quick`` for a smoke run of a few seconds). Per backend (a
+Run: ``python -m bench content`` (``--quick`` for a smoke run of a few seconds). Per backend (a
 SQLite file in the temp directory; PostgreSQL at 127.0.0.1:5432 in the dedicated schema
 ``bench_content``, dropped at the end), on a queue of ``--messages`` JPMQ ``OrderMessage``
 orders (the type of ``sluice demo``) with the priority function ``sum(body.lines, l -> l.price
@@ -39,14 +39,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sluice.demo_orders import ORDER_TYPE
-
 import sluice
-from bench.content_report import render
-from bench.content_workload import (
+from bench.content.report import render
+from bench.content.workload import (
     BACKENDS,
     DEFAULT_PG_URL,
-    MEMORY_FS,
     ORDER_BY,
     PLAIN_QUEUE,
     PRIORITY,
@@ -62,7 +59,9 @@ from bench.content_workload import (
     order_batches,
 )
 from bench.harness import (
+    MEMORY_FS,
     SchemaGuard,
+    add_common_options,
     drop_schema,
     filesystem_of,
     host_facts,
@@ -71,9 +70,11 @@ from bench.harness import (
     package_versions,
     pg_conninfo,
     pg_facts,
+    source_revision,
     url_schema,
     write_report,
 )
+from sluice.demo.orders import ORDER_TYPE
 
 
 def _log(line: str) -> None:
@@ -587,35 +588,6 @@ def run_backend(backend: str, url: str, s: Settings) -> BackendRun:
     return run
 
 
-def _source_revision() -> str:
-    """The git commit of the tree measured, and whether src/ had local changes."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "log", "-1", "--format=%h %s"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "src"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.split("\n")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (no git)"
-    changed = [line[3:] for line in dirty if line.strip()]
-    text = head if len(head) <= 120 else head[:117] + "..."
-    if changed:
-        text += f"; with uncommitted changes in {', '.join(changed)}"
-    return text
-
-
 # ------------------------------------------------------------------------------ main
 
 
@@ -657,7 +629,7 @@ def _pg_run(s: Settings, url: str) -> BackendRun:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m bench.content",
+        prog="python -m bench content",
         description="Selective dequeue, priority functions and the plain-queue alternative, "
         "on a queue of --messages orders, on SQLite and PostgreSQL.",
     )
@@ -665,9 +637,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--backends", default=",".join(BACKENDS), help="comma-separated: sqlite,postgresql"
     )
-    p.add_argument("--quick", action="store_true", help="a small smoke run (20,000 orders)")
     p.add_argument("--pg-url", default=DEFAULT_PG_URL, help=f"default {DEFAULT_PG_URL}")
-    p.add_argument("--tmp-dir", type=Path, default=Path(tempfile.gettempdir()))
     p.add_argument("--samples", type=int, help="item 1 dequeues per variant (default 2,000)")
     p.add_argument("--scan-samples", type=int, help="item 2 rare-value samples (default 20)")
     p.add_argument("--scan-budget", type=float, default=60.0, help="seconds per item 2 series")
@@ -687,7 +657,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--load-batch", type=int, default=5_000)
     p.add_argument("--seed", type=int, default=20261122)
-    p.add_argument("--out", type=Path, help="report path (default bench/results/...)")
+    add_common_options(
+        p, quick="a small smoke run (20,000 orders)", tmp_dir=Path(tempfile.gettempdir())
+    )
     args = p.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or any(b not in BACKENDS for b in backends):
@@ -734,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
             package_versions(("sluice", "psycopg", "jsonschema", "fastjsonschema", "sqlglot")),
         )
     )
-    facts.append(("sluice source", _source_revision()))
+    facts.append(("sluice source", source_revision()))
     runners: dict[str, Callable[[], BackendRun]] = {
         "sqlite": lambda: _sqlite_run(s, tmp_root),
         "postgresql": lambda: _pg_run(s, args.pg_url),

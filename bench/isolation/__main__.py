@@ -1,6 +1,6 @@
 """Isolation levels and ordered groups: consumer throughput against ``none``.
 
-Run: ``python -m bench.isolation`` (``--quick`` for a smoke run). Per backend (a SQLite
+Run: ``python -m bench isolation`` (``--quick`` for a smoke run). Per backend (a SQLite
 file in the temp directory, WAL at the default durability FULL; PostgreSQL at
 127.0.0.1:5432 with fsync and synchronous_commit on, in schemas ``bench_iso_*`` dropped
 at the end):
@@ -34,8 +34,8 @@ from typing import Any
 import psycopg
 
 import sluice
-from bench.harness import machine_facts, pg_facts
-from bench.isolation_peers import rabbit_drain
+from bench.harness import add_common_options, machine_facts, pg_facts, report_path
+from bench.isolation.peers import rabbit_drain
 
 PG_BASE = "postgresql://127.0.0.1:5432/test"
 WRITERS = 8
@@ -266,13 +266,15 @@ def render(runs: list[Run], facts: list[tuple[str, str]], args: argparse.Namespa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench isolation",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--large", type=int, default=1_000_000)
     parser.add_argument("--take", type=int, default=20_000)
     parser.add_argument("--backends", default="sqlite,postgresql")
-    parser.add_argument("--out", type=Path)
+    add_common_options(parser, quick="a smoke run of a few seconds")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.large, args.take = 1000, 5000, 1000
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (
         Path(tempfile.gettempdir()) / "isolation-quick.md"
         if args.quick
-        else Path(__file__).parent / "results" / f"isolation-{time.strftime('%Y-%m-%d')}.md"
+        else report_path("isolation", None)
     )
     out.write_text(text + "\n")
     print(text)

@@ -33,7 +33,6 @@ THROUGHPUT: tuple[tuple[str, dict[str, Any]], ...] = (
     ("untyped + priority function (reference)", {"priority": {"*": PRIORITY}}),
     ("untyped, nothing declared (reference)", {}),
 )
-MEMORY_FS = {"tmpfs", "ramfs"}
 
 
 # ------------------------------------------------------------------------------ the orders

@@ -1,6 +1,6 @@
 """sluice on Spark: reading a queue into a DataFrame, and pipelines queue -> Spark SQL -> queue.
 
-Run: ``python -m bench.spark`` (``--quick`` for a smoke run). One Spark session on ``local[2]``
+Run: ``python -m bench spark`` (``--quick`` for a smoke run). One Spark session on ``local[2]``
 for the whole run, with the PostgreSQL JDBC driver (``/usr/share/java/postgresql.jar``, Debian's
 ``libpostgresql-jdbc-java``) on its class path. Bodies are ~1 KB JSON orders.
 
@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import sluice
-from bench.content import _source_revision
-from bench.content_workload import MEMORY_FS
 from bench.harness import (
+    MEMORY_FS,
     PG_CONNINFO,
     SchemaGuard,
+    add_common_options,
     drop_schema,
     filesystem_of,
     host_facts,
@@ -60,10 +60,11 @@ from bench.harness import (
     package_versions,
     pg_conninfo,
     pg_facts,
+    source_revision,
     url_schema,
     write_report,
 )
-from bench.spark_report import (
+from bench.spark.report import (
     BROWSE_LABEL,
     DELETE_LABEL,
     EXCLUSIVE_LABEL,
@@ -192,7 +193,7 @@ def build_session(master: str, jar: Path | None) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sluice.spark.register(spark)
-    from bench.spark_floor import FloorSource
+    from bench.spark.floor import FloorSource
 
     spark.dataSource.register(FloorSource)
     return spark
@@ -439,7 +440,7 @@ class Reads:
         return Run(seconds, rows=rows)
 
     def spark_floor(self, n: int, batch: int | None, partitions: int) -> Run:
-        """A Python source with no database (bench.spark_floor) read into noop: Spark alone.
+        """A Python source with no database (bench.spark.floor) read into noop: Spark alone.
 
         ``batch``: a streaming read with that max_per_batch; None: a batch read.
         """
@@ -908,11 +909,10 @@ def _sqlite_durability(tmp_root: Path) -> str:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m bench.spark",
+        prog="python -m bench spark",
         description="sluice on Spark: streaming read vs Spark's JDBC source on PostgreSQL, and"
         " queue -> Spark SQL -> queue pipelines on SQLite and PostgreSQL.",
     )
-    p.add_argument("--quick", action="store_true", help="smoke run: 20,000 messages, 1 repeat")
     p.add_argument("--read-n", type=int, help="messages per read (default 500,000)")
     p.add_argument("--pipe-n", type=int, help="messages per pipeline run (default 100,000)")
     p.add_argument(
@@ -921,7 +921,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--batch", type=int, action="append", help="max_per_batch of the pipeline (repeatable)"
     )
-    p.add_argument("--repeats", type=int, help="runs per cell (default 3)")
     p.add_argument(
         "--pipe-exclusive",
         action="store_true",
@@ -934,16 +933,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="leave out the rows of the claimed rounds' statements and DELETE without Spark",
     )
     p.add_argument(
-        "--only", choices=("read", "pipeline"), action="append", help="run only this part"
-    )
-    p.add_argument(
         "--backend", choices=("sqlite", "postgresql"), action="append", help="pipeline backends"
     )
     p.add_argument("--pg-url", default=DEFAULT_PG_URL, help=f"default {DEFAULT_PG_URL}")
     p.add_argument("--jdbc-jar", type=Path, default=JDBC_JAR)
     p.add_argument("--master", default=MASTER)
-    p.add_argument("--tmp-dir", type=Path, default=Path(tempfile.gettempdir()))
-    p.add_argument("--out", type=Path, help="report path (default bench/results/spark-<date>.md)")
+    add_common_options(
+        p,
+        quick="smoke run: 20,000 messages, 1 repeat",
+        repeats=None,
+        tmp_dir=Path(tempfile.gettempdir()),
+        only=("read", "pipeline"),
+        only_help="run only this part",
+    )
+    p.add_argument("--repeats", type=int, help="runs per cell (default 3)")
     return p.parse_args(argv)
 
 
@@ -1009,7 +1012,7 @@ def _facts(s: Settings, tmp_root: Path, url: str, use_pg: bool) -> list[tuple[st
         ("Java", _java_version()),
         ("JDBC driver", _jdbc_driver()),
         ("Packages", package_versions(("sluice", "pyspark", "pyarrow", "psycopg"))),
-        ("sluice source", _source_revision()),
+        ("sluice source", source_revision()),
         (
             "Spark session",
             f"{s.master}, spark.sql.shuffle.partitions=2, UI off, spark.driver.memory=2g,"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.content_workload import (
+from bench.content.workload import (
     CUSTOMERS,
     PLAIN_QUEUE,
     PRIORITY,
