@@ -87,14 +87,14 @@ campaign: $(BIN)/sluice-bench-stamp
 # Topics with 1, 10 and 100 subscriptions against a plain queue and RabbitMQ's fanout, on a
 # SQLite file and PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672 (about 5 minutes).
 bench-topics: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.topics
+	$(BIN)/python -m bench topics
 
 # The rules engine against the same logic written with sluice's Python API (routing,
 # Demaq's procurement, latency), on a SQLite file and PostgreSQL (127.0.0.1:5432), about 5 minutes;
-# then the same rules on Spark (local[2]) against the local engine (bench/rules_spark.py).
+# then the same rules on Spark (local[2]) against the local engine (bench/rules/spark.py).
 bench-rules: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.rules
-	$(BIN)/python -m bench.rules_spark
+	$(BIN)/python -m bench rules
+	$(BIN)/python -m bench rules-spark
 
 # The HTTP server (sluice serve) against the in-process API, RabbitMQ's management API (the
 # bench enables its plugin when it is off) and a bare Starlette route, on a SQLite file and

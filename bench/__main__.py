@@ -19,6 +19,11 @@ BENCHMARKS: dict[str, str] = {
     "content": "bench.content.__main__",
     "isolation": "bench.isolation.__main__",
     "spark": "bench.spark.__main__",
+    "topics": "bench.topics.__main__",
+    "topics-profile": "bench.topics.profile",
+    "rules": "bench.rules.__main__",
+    "rules-profile": "bench.rules.profile",
+    "rules-spark": "bench.rules.spark",
 }
 
 

@@ -39,6 +39,7 @@ from bench.harness import (
     drop_schema,
     one_line,
     package_versions,
+    rabbit_params,
     store_facts,
     write_report,
 )
@@ -249,8 +250,6 @@ def run_console(system: str, tmp_root: Path, res: Results, log: Log) -> None:
 
 def run_rabbit(s: Settings, res: Results, log: Log) -> None:
     import pika
-
-    from bench.topics_clients import rabbit_params
 
     rows = [Row("rabbitmq", RABBIT, w, c) for w in ("enqueue 1", "get + ack") for c in s.clients]
     res.rows += rows

@@ -1,6 +1,6 @@
 """sluice topics against a plain sluice queue and RabbitMQ's fanout exchange, in one run.
 
-Run: ``python -m bench.topics`` (``--quick`` for a smoke run of seconds). On both sluice
+Run: ``python -m bench topics`` (``--quick`` for a smoke run of seconds). On both sluice
 backends, a SQLite file (default durability) and PostgreSQL (127.0.0.1:5432, database
 ``test``, schema ``bench_topics``, dropped after each case), a topic with 1, 10 and 100
 subscriptions (all receiving everything, or every second one with a selector that holds for
@@ -37,6 +37,7 @@ from typing import Any
 
 from bench.harness import (
     PG_CONNINFO,
+    add_common_options,
     body_size,
     drop_schema,
     filesystem_of,
@@ -45,10 +46,11 @@ from bench.harness import (
     package_versions,
     pg_conninfo,
     pg_facts,
+    rabbit_params,
     url_schema,
     write_report,
 )
-from bench.topics_clients import (
+from bench.topics.clients import (
     EXCHANGE,
     PLAIN,
     QUEUE,
@@ -57,9 +59,8 @@ from bench.topics_clients import (
     consume_main,
     publish_main,
     queue_names,
-    rabbit_params,
 )
-from bench.topics_report import SELECTOR, Case, Outcome, Publish, Sample, Settings, render
+from bench.topics.report import SELECTOR, Case, Outcome, Publish, Sample, Settings, render
 
 DEFAULT_PG_URL = f"{PG_CONNINFO}?schema=bench_topics"
 SUBSCRIPTIONS = (1, 10, 100)
@@ -500,21 +501,19 @@ def _progress(out: Outcome) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.topics",
+        prog="python -m bench topics",
         description="sluice topics (1, 10, 100 subscriptions) against a plain queue and"
         " RabbitMQ's fanout to 10 queues, on SQLite and PostgreSQL.",
     )
-    parser.add_argument("--quick", action="store_true", help="smoke run of a few seconds")
-    parser.add_argument(
-        "--only",
-        action="append",
-        choices=("sqlite", "postgresql", "rabbitmq"),
-        help="run only these systems (repeatable)",
+    add_common_options(
+        parser,
+        quick="smoke run of a few seconds",
+        tmp_dir=None,
+        only=("sqlite", "postgresql", "rabbitmq"),
+        only_help="run only these systems (repeatable)",
     )
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL, help="sluice URL of PostgreSQL")
-    parser.add_argument("--tmp-dir", type=Path, help="where the SQLite files go (on disk)")
     parser.add_argument("--deadline", type=float, default=120.0, help="seconds per phase, most")
-    parser.add_argument("--out", type=Path, help="report path")
     args = parser.parse_args(argv)
     tmp_root: Path = args.tmp_dir or Path(tempfile.gettempdir())
     settings = Settings(

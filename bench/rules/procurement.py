@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lxml import etree
-from sluice.demo.procurement import application
 
 import sluice
+from sluice.demo.procurement import application
 from sluice.message import XML
 
 __all__ = [

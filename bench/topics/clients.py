@@ -17,16 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.harness import (
-    RABBIT_HOST,
-    RABBIT_PASSWORD,
-    RABBIT_PORT,
-    RABBIT_USER,
     chunks,
     encode,
     make_bodies,
     one_line,
+    rabbit_params,
 )
-from bench.topics_report import Case, Publish
+from bench.topics.report import Case, Publish
 
 __all__ = [
     "EXCHANGE",
@@ -37,7 +34,6 @@ __all__ = [
     "consume_main",
     "publish_main",
     "queue_names",
-    "rabbit_params",
 ]
 
 TOPIC = "orders"
@@ -72,17 +68,6 @@ def queue_names(case: Case) -> list[str]:
     if case.target == "fanout":
         return [f"{EXCHANGE}_{i:03d}" for i in range(case.subscriptions)]
     return [f"sub_{i:03d}" for i in range(case.subscriptions)]
-
-
-def rabbit_params() -> Any:
-    import pika
-
-    return pika.ConnectionParameters(
-        host=RABBIT_HOST,
-        port=RABBIT_PORT,
-        credentials=pika.PlainCredentials(RABBIT_USER, RABBIT_PASSWORD),
-        heartbeat=60,
-    )
 
 
 # ---------------------------------------------------------------------- publisher

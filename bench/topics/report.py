@@ -7,6 +7,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bench.harness import percentile
+
 __all__ = [
     "DELIVERY_TARGET",
     "PUBLISH_TARGET",
@@ -107,10 +109,7 @@ class Publish:
         return self.messages / self.seconds if self.seconds > 0 else 0.0
 
     def percentile(self, q: float) -> float:
-        if not self.commit_ms:
-            return 0.0
-        ordered = sorted(self.commit_ms)
-        return ordered[min(int(q / 100 * len(ordered)), len(ordered) - 1)]
+        return percentile(self.commit_ms, q)
 
 
 @dataclass(frozen=True)

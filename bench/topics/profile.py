@@ -1,7 +1,7 @@
 """Where a subscription's consumer spends its time, next to a plain queue's: the pull (its
 state read and its write), the claim, the commit.
 
-Run: ``python -m bench.topics_profile [--url sqlite|postgresql] [--batch 10] [--subscriptions 1]``.
+Run: ``python -m bench topics-profile [--url sqlite|postgresql] [--batch 10] [--subscriptions 1]``.
 A backlog of N messages is published first, then consumers drain it (one thread per
 subscription, or per plain queue, sharing one Database) with the backend's ``pull``,
 ``claim``, ``commit`` and the pull's ``subscription_state`` read timed. Rounds alternate
@@ -122,7 +122,7 @@ def one_round(kind: str, target: str, subs: int, *, batch: int, n: int, sync: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.topics_profile", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench topics-profile", description=__doc__)
     p.add_argument("--url", choices=("sqlite", "postgresql"), default="sqlite")
     p.add_argument("--batch", type=int, default=10)
     p.add_argument("--subscriptions", type=int, default=1)

@@ -1,6 +1,6 @@
 """Rules on Spark against the local engine, side by side in one run (``make bench-rules``).
 
-- routing: ``bench.rules_routing``'s rule (one order in, three out, a computed property)
+- routing: ``bench.rules.routing``'s rule (one order in, three out, a computed property)
   on N preloaded orders: ``run_rules`` on Spark ``local[2]`` against
   ``db.rules.run_until_idle`` in this process, each on a fresh PostgreSQL schema.
   Target: Spark >= 25,000 orders/s.
@@ -10,7 +10,7 @@
 
 Writes ``bench/results/rules-spark-<date>.md``.
 
-    python -m bench.rules_spark [--orders N] [--requests R] [--per-batch B] [--backend URL]
+    python -m bench rules-spark [--orders N] [--requests R] [--per-batch B] [--backend URL]
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sluice.demo.procurement import queue_contents, run_procurement_workload
-
 import sluice
 from bench.harness import (
     PG_CONNINFO,
     SchemaGuard,
+    add_common_options,
     pg_conninfo,
     store_facts,
     url_schema,
     write_report,
 )
-from bench.rules_routing import ROUTING, check_routed, load_orders
+from bench.rules.routing import ROUTING, check_routed, load_orders
+from sluice.demo.procurement import queue_contents, run_procurement_workload
 from sluice.spark.options import close_connections
 from sluice.spark.pipeline import spark_session
 from sluice.spark.rules import run_rules
@@ -119,14 +119,18 @@ def procurement(
             "local_seconds": local_seconds, "spark_seconds": spark_seconds}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench rules-spark", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--orders", type=int, default=200_000)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--per-batch", type=int, default=100_000)
     parser.add_argument("--backend", default=f"{PG_CONNINFO}?schema=sluice_bench_rules_spark")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    add_common_options(parser, quick="a smoke run: 2,000 orders, 200 requests")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.orders, args.requests, args.per_batch = 2_000, 200, 1_000
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-rules-spark-"))
     spark = spark_session("local[2]", "sluice-bench-rules")
@@ -157,7 +161,7 @@ def _report(args: argparse.Namespace, routed: dict[str, Any], proc: dict[str, An
         "## Workloads",
         "",
         f"- routing: {args.orders:,} preloaded orders, each routed into three queues with a "
-        f"computed property (bench.rules_routing.ROUTING); Spark `local[2]` with "
+        f"computed property (bench.rules.routing.ROUTING); Spark `local[2]` with "
         f"max_per_batch {args.per_batch:,} against the local engine (batch 256) in one "
         "process; each on a fresh PostgreSQL schema, ANALYZEd after loading, durable "
         "commits.",

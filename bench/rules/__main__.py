@@ -1,24 +1,24 @@
 """The declarative rules engine against the same logic written with sluice's Python API.
 
-Run: ``python -m bench.rules`` (``--quick`` for a smoke run of seconds, ``--only sqlite`` or
+Run: ``python -m bench rules`` (``--quick`` for a smoke run of seconds, ``--only sqlite`` or
 ``--only postgresql``). Issue 20's performance targets, on a SQLite file (sluice's default
 durability, synchronous=FULL, group commit) and on PostgreSQL (127.0.0.1:5432, database
 ``test``, a schema ``bench_rules_<case>`` made fresh for every case and dropped after it):
 
-1. Routing (bench/rules_routing.py): the rule ``route`` (one order in, three enqueues out,
+1. Routing (bench/rules/routing.py): the rule ``route`` (one order in, three enqueues out,
    a computed property on the targets) run by ``db.rules.run_until_idle(batch=B)`` on N
    preloaded orders, against a loop ``dequeue(limit=k)``, three ``enqueue``, commit, over the
    same queues and property (the definition without the rule), with k = B and k = 1;
    B = 256 (the engine's default) and 64. Median of ``--repeats`` runs, interleaved.
-2. Procurement (bench/rules_procurement.py): Demaq's process from offer requests to offers,
+2. Procurement (bench/rules/procurement.py): Demaq's process from offer requests to offers,
    by the engine and by hand with the join's state kept in a queue (k = B and k = 1).
-3. Latency (bench/rules_latency.py): an order's put() to its billing message in the hands of
+3. Latency (bench/rules/latency.py): an order's put() to its billing message in the hands of
    a blocked consumer, with the engine running in its background thread; idle system.
 
 On PostgreSQL each case is measured after ``ANALYZE`` of the freshly loaded messages; the
 routing pair with k = B = 256 also on the statistics the load left (none yet: a fresh schema
 waits for autovacuum's next look), which is what a just-started system meets. The report
-ends with a cProfile of the engine's routing run on SQLite (bench/rules_profile.py). Writes
+ends with a cProfile of the engine's routing run on SQLite (bench/rules/profile.py). Writes
 ``bench/results/rules-<date>.md`` (``--quick``: the temp directory unless ``--out``).
 """
 
@@ -32,18 +32,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import rules_procurement as procurement
-from bench import rules_routing as routing
 from bench.harness import (
+    add_common_options,
     one_line,
     package_versions,
     store_facts,
     write_report,
 )
-from bench.rules_latency import measure
-from bench.rules_place import SYSTEMS, Place, fresh
-from bench.rules_profile import profile_routing
-from bench.rules_report import AsShipped, Procurement, Results, Routing, Timing, render
+from bench.rules import procurement, routing
+from bench.rules.latency import measure
+from bench.rules.place import SYSTEMS, Place, fresh
+from bench.rules.profile import profile_routing
+from bench.rules.report import AsShipped, Procurement, Results, Routing, Timing, render
 
 BATCHES = (256, 64)
 ANALYZED = "analyzed"
@@ -246,7 +246,7 @@ def workload(s: Settings) -> list[str]:
         "until the queue is empty (the hand-written messages lack the engine's system "
         "properties: less to write). msgs/s = N / seconds, median of "
         f"{s.repeats} interleaved runs (the PostgreSQL *as loaded* pair: one run).",
-        "- **Procurement**: see the docstring of bench/rules_procurement.py for the exact "
+        "- **Procurement**: see the docstring of bench/rules/procurement.py for the exact "
         "hand-written method: one loop per department, k messages per transaction; the join "
         "keeps its state in a queue `joinState` with a declared, indexed property "
         "`joinRequest` (browse and dequeue `where=\"joinRequest = '<request>'\"`), finance "
@@ -255,7 +255,7 @@ def workload(s: Settings) -> list[str]:
         "*Processing* time = both engine (or hand) phases; the bench's supplier, the same "
         "code for both, is timed apart. The engine runs the file as it ships; *as shipped* "
         "checks that an upkeep mid-run loses no answer.",
-        "- **Latency**: see the docstring of bench/rules_latency.py; "
+        "- **Latency**: see the docstring of bench/rules/latency.py; "
         f"{s.latency_n} samples after {s.warmup} of warm-up, gaps of 15-25 ms, engine batch "
         "256, engine, consumer and producer threads in one process. The target is arrival "
         "to actions committed (the engine's `on_batch` right after its commit); put to the "
@@ -276,13 +276,16 @@ NOTES = [
 
 def main(argv: Sequence[str] | None = None) -> int:
     first_line = __doc__.splitlines()[0]
-    parser = argparse.ArgumentParser(prog="python -m bench.rules", description=first_line)
-    parser.add_argument("--quick", action="store_true", help="a smoke run of seconds")
-    parser.add_argument("--only", action="append", choices=SYSTEMS, help="systems to run")
-    parser.add_argument("--repeats", type=int, default=3, help="routing runs per case (3)")
+    parser = argparse.ArgumentParser(prog="python -m bench rules", description=first_line)
+    add_common_options(
+        parser,
+        quick="a smoke run of seconds",
+        repeats=3,
+        repeats_help="routing runs per case (3)",
+        tmp_dir=None,
+        only=SYSTEMS,
+    )
     parser.add_argument("--no-profile", action="store_true", help="leave out the profile")
-    parser.add_argument("--tmp-dir", type=Path, help="where the SQLite files go (on disk)")
-    parser.add_argument("--out", type=Path, help="the report's path")
     args = parser.parse_args(argv)
     tmp_root: Path = args.tmp_dir or Path(tempfile.gettempdir())
     s = Settings.quick() if args.quick else Settings.full(args.repeats, not args.no_profile)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from bench.rules_latency import Latency
-from bench.rules_procurement import Phases
+from bench.rules.latency import Latency
+from bench.rules.procurement import Phases
 
 __all__ = [
     "AsShipped",

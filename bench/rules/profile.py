@@ -1,6 +1,6 @@
 """Where the rules engine's time goes: cProfile of the routing run on a SQLite file.
 
-Run: ``python -m bench.rules_profile`` (``--n``, ``--batch``, ``--top``, ``--sort``). Loads N
+Run: ``python -m bench rules-profile`` (``--n``, ``--batch``, ``--top``, ``--sort``). Loads N
 orders into a fresh SQLite file with the routing rule applied, then profiles
 ``db.rules.run_until_idle(batch=B)`` alone and prints the top functions. ``bench.rules``
 puts the same table (top 25 by cumulative time) at the end of its report.
@@ -16,12 +16,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.rules_place import fresh
-from bench.rules_routing import ROUTING, load_orders
+from bench.rules.place import fresh
+from bench.rules.routing import ROUTING, load_orders
 
 __all__ = ["profile_routing"]
 
-_ROOT = str(Path(__file__).resolve().parent.parent) + "/"
+_ROOT = str(Path(__file__).resolve().parents[2]) + "/"
 
 
 def profile_routing(
