@@ -72,12 +72,12 @@ bench-spark: $(BIN)/sluice-bench-stamp
 # No-op tasks through 4 worker processes: sluice on SQLite and PostgreSQL, Celery, Dramatiq
 # and RQ on Redis (the shared one, and a private one with appendfsync always), procrastinate.
 bench-jobs: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.jobs
+	$(BIN)/python -m bench jobs
 
 # Resident memory of a worker (SQLite, PostgreSQL) and a Spark stream draining 1,000,000
 # messages, against the bounds tests/reliability/test_memory.py holds (about 10 minutes).
 bench-memory: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.memory
+	$(BIN)/python -m bench memory
 
 # The fault campaign (tests/reliability/campaign.py), 5 minutes a backend: SQLite on a tmpfs it
 # fills (root mounts it), PostgreSQL on a private cluster it crashes. Report in bench/results/.
@@ -100,20 +100,20 @@ bench-rules: $(BIN)/sluice-bench-stamp
 # bench enables its plugin when it is off) and a bare Starlette route, on a SQLite file and
 # PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672, about 5 minutes.
 bench-server: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.server
+	$(BIN)/python -m bench server
 
 # Dropbox directories (sluice.dropbox): ingest and emit against the file system's floor
 # (create + write + fsync + rename), on a SQLite file and PostgreSQL (127.0.0.1:5432).
 bench-gateways: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.gateways
+	$(BIN)/python -m bench gateways
 
 soak: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench soak
 
 # Queues, topics, rules and HTTP at once for 30 minutes a backend at half the machine's maximum
 # for the mix (SQLite, then PostgreSQL at 127.0.0.1:5432); per-window figures and drift.
 soak-mixed: $(BIN)/sluice-bench-stamp
-	$(BIN)/python -m bench.soak_mixed
+	$(BIN)/python -m bench soak-mixed
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

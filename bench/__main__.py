@@ -24,6 +24,13 @@ BENCHMARKS: dict[str, str] = {
     "rules": "bench.rules.__main__",
     "rules-profile": "bench.rules.profile",
     "rules-spark": "bench.rules.spark",
+    "server": "bench.server.__main__",
+    "jobs": "bench.jobs.__main__",
+    "jobs-peers": "bench.jobs.peers",
+    "memory": "bench.memory.__main__",
+    "gateways": "bench.gateways.__main__",
+    "soak": "bench.soak.__main__",
+    "soak-mixed": "bench.soak.mixed",
 }
 
 

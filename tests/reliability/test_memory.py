@@ -1,8 +1,9 @@
 """Resident memory does not grow with the backlog a worker or a Spark stream drains.
 
-``bench/memory.py`` drains 1,000,000-message backlogs and reports the figures
+``bench/memory/__main__.py`` drains 1,000,000-message backlogs and reports the figures
 (bench/results/memory-*.md); these tests hold the same bounds on smaller
-backlogs, in processes of their own, measured from /proc.
+backlogs, in processes of their own (its probe, bench/memory/probe.py), measured from
+/proc.
 """
 
 from __future__ import annotations
@@ -15,42 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
+from bench.memory import SPARK_BOUND_MB, WORKER_BOUND_MB
+from bench.memory.probe import tree_mb
 
 import sluice
 
-CHILD = Path(__file__).with_name("memory_child.py")
-WORKER_BOUND_MB = 200  # as bench/memory.py states them
-SPARK_BOUND_MB = 2_500
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = [sys.executable, "-m", "bench.memory.probe"]  # run from ROOT, where bench is
 
 pytestmark = pytest.mark.slow
-
-
-def _resident_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0.0
-
-
-def _tree_mb(pid: int) -> float:
-    """A process's resident size with all its descendants' (Spark: the JVM, its workers)."""
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        total += _resident_mb(current)
-        try:
-            tasks = list(Path(f"/proc/{current}/task").glob("*"))
-        except FileNotFoundError:  # it ended since its parent listed it
-            continue
-        for task in tasks:
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-    return total
 
 
 def test_a_worker_taking_from_a_large_backlog_stays_within_its_bound(shared_url: str) -> None:
@@ -60,17 +34,18 @@ def test_a_worker_taking_from_a_large_backlog_stays_within_its_bound(shared_url:
         for start in range(0, backlog, 10_000):
             db.jobs.submit_tasks("noop", list(range(start, start + 10_000)))
         child = subprocess.run(
-            [sys.executable, str(CHILD), shared_url, str(taken)],
+            [*PROBE, "worker", shared_url, str(taken)],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=600,
             check=False,
         )
         assert child.returncode == 0, child.stderr
-        report = json.loads(child.stdout)
+        report = json.loads(child.stdout.splitlines()[-1])
         assert report["ran"] == taken
         # Python and sluice (~50 MB) and, on SQLite, page caches of at most 64 MiB each.
-        assert report["peak_mb"] < WORKER_BOUND_MB
+        assert report["own_peak_mb"] < WORKER_BOUND_MB
         assert db.queue("tasks.noop").stats()["ready"] == backlog - taken
 
 
@@ -83,18 +58,19 @@ def test_a_spark_stream_reading_a_backlog_stays_within_its_bound(tmp_path: Path)
         for start in range(0, backlog, 10_000):
             db.queue("feed").put_many([{"n": n} for n in range(start, start + 10_000)])
         with subprocess.Popen(
-            [sys.executable, str(CHILD), url, "spark", str(tmp_path / "checkpoint")],
+            [*PROBE, "spark", url, "feed", str(tmp_path / "checkpoint")],
+            cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
         ) as child:
             assert child.stdout is not None
-            assert json.loads(child.stdout.readline()) == {"ready": True}
+            assert "rss_mb" in json.loads(child.stdout.readline())  # its session is up
             peaks: list[float] = []
 
             def sample() -> None:
                 while child.poll() is None:
-                    peaks.append(_tree_mb(child.pid))
+                    peaks.append(tree_mb(child.pid))
                     time.sleep(0.2)  # sampling another process: nothing to wait on
 
             sampler = threading.Thread(target=sample)
@@ -102,6 +78,6 @@ def test_a_spark_stream_reading_a_backlog_stays_within_its_bound(tmp_path: Path)
             done = child.stdout.readline()
             child.wait(timeout=300)
             sampler.join()
-        assert json.loads(done) == {"rows": backlog}
+        assert json.loads(done)["ran"] == backlog
         assert len(db.queue("feed")) == 0
         assert max(peaks) < SPARK_BOUND_MB

@@ -20,14 +20,15 @@ from typing import Any
 
 import sluice
 from bench.harness import make_bodies
-from bench.server_floor import FLOOR_PATH
-from bench.server_procs import cpu_seconds, rabbit_auth
+from bench.server.floor import FLOOR_PATH
+from bench.server.procs import cpu_seconds, rabbit_auth
 
 __all__ = [
     "BACKLOG_BODY",
     "QUEUE",
     "RABBIT_QUEUE",
     "Factory",
+    "HttpClient",
     "Op",
     "Run",
     "drive",
@@ -148,7 +149,7 @@ def drive(make: Factory, clients: int, seconds: float, warmup: int, server_pid: 
 # ---------------------------------------------------------------------- HTTP
 
 
-class _Http:
+class HttpClient:
     """One keep-alive connection; a request is sent and its whole answer read."""
 
     def __init__(self, port: int, headers: dict[str, str]) -> None:
@@ -171,7 +172,7 @@ def sluice_ops(port: int, secret: str) -> dict[str, Factory]:
 
     def enqueue(body: bytes, n: int) -> Factory:
         def make() -> tuple[Op, Callable[[], None]]:
-            c = _Http(port, auth)
+            c = HttpClient(port, auth)
 
             def op() -> int:
                 c.post(f"{path}/messages", body, 201)
@@ -182,7 +183,7 @@ def sluice_ops(port: int, secret: str) -> dict[str, Factory]:
         return make
 
     def lease_ack() -> tuple[Op, Callable[[], None]]:
-        c = _Http(port, auth)
+        c = HttpClient(port, auth)
 
         def op() -> int:
             taken = json.loads(c.post(f"{path}/leases", _LEASE, 200))["messages"]
@@ -210,7 +211,7 @@ def rabbit_ops(port: int) -> dict[str, Factory]:
     get = json.dumps({"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"}).encode()
 
     def make_publish() -> tuple[Op, Callable[[], None]]:
-        c = _Http(port, auth)
+        c = HttpClient(port, auth)
 
         def op() -> int:
             answer = json.loads(c.post("/api/exchanges/%2F/amq.default/publish", publish, 200))
@@ -221,7 +222,7 @@ def rabbit_ops(port: int) -> dict[str, Factory]:
         return op, c.conn.close
 
     def make_get() -> tuple[Op, Callable[[], None]]:
-        c = _Http(port, auth)
+        c = HttpClient(port, auth)
 
         def op() -> int:
             return len(json.loads(c.post(f"/api/queues/%2F/{RABBIT_QUEUE}/get", get, 200)))
@@ -235,7 +236,7 @@ def floor_ops(port: int) -> dict[str, Factory]:
     """The bare route, driven by http.client and, for comparison, by httpx.Client."""
 
     def plain() -> tuple[Op, Callable[[], None]]:
-        c = _Http(port, {})
+        c = HttpClient(port, {})
 
         def op() -> int:
             c.post(FLOOR_PATH, _ONE, 204)

@@ -7,8 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench.harness import summarize
-from bench.server_clients import Run
-from bench.server_profile import Parts
+from bench.server.clients import Run
+from bench.server.profile import Parts
 
 __all__ = ["BATCH_RATIO", "HTTP", "IN_PROCESS", "LEAST", "P50_MS", "Results", "Row", "render"]
 
@@ -23,7 +23,7 @@ IN_PROCESS = "in-process"
 RABBIT = "RabbitMQ management API"
 FLOOR = "Starlette 204 (floor)"
 LEAST = "least server"
-"""bench/server_least.py: the steps no HTTP enqueue can skip, and nothing else."""
+"""bench/server/least.py: the steps no HTTP enqueue can skip, and nothing else."""
 
 
 @dataclass

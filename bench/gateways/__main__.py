@@ -5,13 +5,13 @@ the default) and PostgreSQL (127.0.0.1:5432, a private schema), against the bare
 the same files: create + write + fsync + rename. Target: ingest >= 0.5 x the floor.
 Writes ``bench/results/gateways-dropbox-<date>.md``.
 
-Forwarding (bench/gateways_forward.py): a backlog in database A's outgoing http gateway
+Forwarding (bench/gateways/forward.py): a backlog in database A's outgoing http gateway
 sent by ``db.gateways`` into the incoming http gateway of a real ``sluice serve`` of
 database B, in msgs/s, against B's own enqueue rate at the same batch size (one message
 per request, one client). Target: forwarding >= 0.5 x that rate. Writes
 ``bench/results/gateways-forwarding-<date>.md``.
 
-    python -m bench.gateways [--only dropbox|forwarding] [--files N] [--messages N]
+    python -m bench gateways [--only dropbox|forwarding] [--files N] [--messages N]
                              [--repeats R] [--backend sqlite|postgresql] [--out PATH]
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import sluice
-from bench.harness import PG_CONNINFO, SchemaGuard, store_facts, write_report
+from bench.harness import PG_CONNINFO, SchemaGuard, add_common_options, store_facts, write_report
 from sluice.dropbox import Dropbox
 from sluice.dropbox.inbound import BATCH
 
@@ -85,8 +85,10 @@ def dropbox_case(url: str, root: Path, n: int) -> tuple[float, float]:
         guard.cleanup()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench gateways", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--only", choices=("dropbox", "forwarding"), help="one part only")
     parser.add_argument("--files", type=int, default=2000, help="dropbox: files per run")
     parser.add_argument("--messages", type=int, default=2000,
@@ -101,9 +103,15 @@ def main() -> None:
                         help="forwarding: backends to run (both)")  # fmt: skip
     parser.add_argument("--note", action="append", default=[],
                         help="forwarding: a note for the report (repeatable)")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=3, help="runs per case")
-    parser.add_argument("--out", type=Path, help="report path (one part only)")
-    args = parser.parse_args()
+    add_common_options(
+        parser,
+        quick="a smoke run: 100 files, 100 messages, 1 s, 1 repeat",
+        repeats=3,
+        repeats_help="runs per case",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.files, args.messages, args.seconds, args.parts, args.repeats = 100, 100, 1.0, 50, 1
     if args.only != "forwarding":
         dropbox(args)
     if args.only != "dropbox":
@@ -111,7 +119,7 @@ def main() -> None:
 
 
 def forwarding(args: argparse.Namespace) -> None:
-    from bench.gateways_forward import Settings, render, run_forwarding
+    from bench.gateways.forward import Settings, render, run_forwarding
 
     s = Settings(messages=args.messages, repeats=args.repeats, seconds=args.seconds,
                  warmup=20, parts=args.parts, batches=tuple(args.batch or (1, 64)))  # fmt: skip

@@ -27,6 +27,7 @@ __all__ = [
     "RABBIT_API_PORT",
     "Server",
     "beam_pid",
+    "child_environment",
     "cpu_seconds",
     "ensure_management",
     "floor",
@@ -58,11 +59,11 @@ def _free_port() -> int:
         return port
 
 
-def _environment() -> dict[str, str]:
+def child_environment() -> dict[str, str]:
     """This process's environment, with the sluice and bench it imports first on the path:
     the child runs the same code (a worktree's, not whatever is installed)."""
     src = Path(sluice.__file__).resolve().parent.parent
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(src), str(root), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path.rstrip(os.pathsep)}
 
@@ -82,7 +83,7 @@ def _answers(port: int, method: str, path: str) -> bool:
 @contextmanager
 def _process(name: str, argv: Sequence[str], probe: tuple[str, str]) -> Iterator[Server]:
     port = _free_port()
-    proc = subprocess.Popen([*argv, "--port", str(port)], env=_environment())
+    proc = subprocess.Popen([*argv, "--port", str(port)], env=child_environment())
     try:
         deadline = time.monotonic() + _READY_SECONDS
         while not _answers(port, *probe):
@@ -109,14 +110,14 @@ def sluice_serve(url: str) -> AbstractContextManager[Server]:
 
 
 def floor() -> AbstractContextManager[Server]:
-    """The bare Starlette route on uvicorn (bench/server_floor.py)."""
-    argv = [sys.executable, "-m", "bench.server_floor", "--log-level", LOG_LEVEL]
+    """The bare Starlette route on uvicorn (bench/server/floor.py)."""
+    argv = [sys.executable, "-m", "bench.server.floor", "--log-level", LOG_LEVEL]
     return _process("the floor", argv, ("POST", "/floor"))
 
 
 def least(url: str) -> AbstractContextManager[Server]:
-    """The least server over sluice on uvicorn (bench/server_least.py)."""
-    argv = [sys.executable, "-m", "bench.server_least", "--db", url, "--log-level", LOG_LEVEL]
+    """The least server over sluice on uvicorn (bench/server/least.py)."""
+    argv = [sys.executable, "-m", "bench.server.least", "--db", url, "--log-level", LOG_LEVEL]
     return _process("the least server", argv, ("POST", "/api/queues/bench/messages"))
 
 

@@ -1,6 +1,6 @@
 """The procrastinate app of the peer benchmark: psycopg connector, one async no-op task.
 
-Workers start it with ``procrastinate --app bench.jobs_peer_tasks.procrastinate_app.app
+Workers start it with ``procrastinate --app bench.jobs.tasks.procrastinate_app.app
 worker``; the parent builds its own with :func:`make_app` for the database it created.
 """
 
@@ -10,7 +10,7 @@ import os
 
 import procrastinate
 
-from bench.jobs_peer_tasks import PG_DSN_ENV, QUEUE
+from bench.jobs.tasks import PG_DSN_ENV, QUEUE
 
 TASK = "noop"
 

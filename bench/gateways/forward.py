@@ -1,4 +1,4 @@
-"""Node-to-node forwarding (sluice.gateways.http) for ``python -m bench.gateways``: a
+"""Node-to-node forwarding (sluice.gateways.http) for ``python -m bench gateways``: a
 backlog of N messages in database A's outgoing http gateway ``outbox``, drained by
 ``db.gateways`` (a sender thread, as ``sluice run`` runs it) into the incoming http
 gateway ``inbox`` of a real ``sluice serve`` of database B (a subprocess); against, in the
@@ -29,8 +29,8 @@ from typing import Any, cast
 
 import sluice
 from bench.harness import PG_CONNINFO, SchemaGuard, make_bodies
-from bench.server_clients import QUEUE, Factory, Op, _Http, drive
-from bench.server_procs import Server, cpu_seconds, sluice_serve
+from bench.server.clients import QUEUE, Factory, HttpClient, Op, drive
+from bench.server.procs import Server, cpu_seconds, sluice_serve
 from sluice.gateways.manager import DEFAULT_POLL
 from sluice.gateways.sender import Sender
 from sluice.gateways.transports import Delivered, Outbound
@@ -160,7 +160,7 @@ def enqueue_ops(port: int, secret: str, batch: int) -> Factory:
     body = json.dumps({"messages": [{"body": b} for b in _BODIES[:batch]]}).encode()
 
     def make() -> tuple[Op, Callable[[], None]]:
-        c = _Http(port, {"Authorization": f"Bearer {secret}"})
+        c = HttpClient(port, {"Authorization": f"Bearer {secret}"})
 
         def op() -> int:
             c.post(f"/api/queues/{QUEUE}/messages", body, 201)
@@ -185,7 +185,7 @@ def gateway_ops(port: int, secret: str, batch: int) -> Factory:
             return [f"bench-{os.getpid()}-{next(counter)}" for _ in range(batch)]
 
     def make() -> tuple[Op, Callable[[], None]]:
-        c = _Http(port, {"Authorization": f"Bearer {secret}"})
+        c = HttpClient(port, {"Authorization": f"Bearer {secret}"})
 
         def one() -> int:
             c.headers["Idempotency-Key"] = keys()[0]

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import sluice
-from bench.server_clients import QUEUE, payload
-from bench.server_floor import FLOOR_PATH
-from bench.server_floor import app as floor_app
+from bench.server.clients import QUEUE, payload
+from bench.server.floor import FLOOR_PATH
+from bench.server.floor import app as floor_app
 
 __all__ = ["Parts", "measure_parts"]
 

@@ -8,7 +8,7 @@ commit must not stop the event loop), answer the ids. No keys, no metrics, no ro
 no size limit, no problem documents: its rate is a bound for ``sluice serve``'s, set
 against the in-process API in the same run.
 
-Run: ``python -m bench.server_least --db URL --port N``.
+Run: ``python -m bench.server.least --db URL --port N``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def make_app(db: sluice.Database) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.server_least", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.server.least", description=__doc__)
     parser.add_argument("--db", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="warning")

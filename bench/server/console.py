@@ -2,7 +2,7 @@
 ``sluice serve`` timed by an HTTP client, and the page's load event in headless Chromium
 (Debian's ``chromium`` through Playwright) where it is installed.
 
-Run alone: ``python -m bench.server --console-only`` (``--only sqlite`` or ``postgresql``).
+Run alone: ``python -m bench server --console-only`` (``--only sqlite`` or ``postgresql``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 
 import sluice
-from bench.server_procs import sluice_serve
+from bench.harness import percentile
+from bench.server.procs import sluice_serve
 
 QUEUES = 100
 LOADS = 30
@@ -68,7 +69,7 @@ def measure_console(system: str, url: str) -> ConsoleLoad:
     return ConsoleLoad(
         system,
         statistics.median(times) * 1000,
-        statistics.quantiles(times, n=20)[-1] * 1000,
+        percentile(times, 95) * 1000,
         None if browser is None else statistics.median(browser),
         note,
     )

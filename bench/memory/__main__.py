@@ -1,6 +1,6 @@
 """Resident memory of a worker draining a 1,000,000-task backlog and of a Spark stream reading one.
 
-``python -m bench.memory [--n N] [--only worker-sqlite,worker-postgresql,spark]``: for each
+``python -m bench memory [--n N] [--only worker-sqlite,worker-postgresql,spark]``: for each
 case the backlog is made first (tasks submitted, or messages enqueued, in transactions of
 10,000), then one process drains it at the default settings while this one samples its
 resident set (``VmRSS`` of it and, for Spark, of every process it started: the JVM and
@@ -12,9 +12,7 @@ test_memory.py asserts.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,52 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sluice
-from bench.harness import PG_CONNINFO, host_facts, pg_facts
-from sluice.jobs import Task
+from bench.harness import PG_CONNINFO, add_common_options, host_facts, pg_facts, report_path
+from bench.memory import SPARK_BOUND_MB, WORKER_BOUND_MB
+from bench.memory.probe import resident_mb, tree_mb
 
-__all__ = ["SPARK_BOUND_MB", "WORKER_BOUND_MB", "main", "resident_mb", "tree_mb"]
+__all__ = ["main"]
 
-WORKER_BOUND_MB = 200
-"""A worker process draining any backlog stays under this resident size (tests assert it)."""
-SPARK_BOUND_MB = 2_500
-"""A Spark stream (local[2], the driver's JVM and Python workers together) reading a
-backlog of any size, in micro-batches of 10,000, stays under this resident size."""
-
-_RESULTS = Path(__file__).with_name("results")
 _CHUNK = 10_000
 _PG_URL = f"{PG_CONNINFO}?schema=bench_memory"
-
-
-def resident_mb(pid: int, field: str = "VmRSS") -> float:
-    """A process's resident set (or its peak, ``VmHWM``) in MB; 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 1024
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0.0
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return found
-
-
-def tree_mb(pid: int) -> float:
-    """The resident sets of a process and all its descendants, summed, in MB."""
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        total += resident_mb(current)
-        todo += _children(current)
-    return total
 
 
 @dataclass
@@ -97,7 +57,7 @@ def _sample(proc: subprocess.Popen[str], whole_tree: bool, peaks: list[float]) -
 def _drain(args: list[str], whole_tree: bool) -> tuple[float, float, float, dict[str, object]]:
     """Run a child to the end: (seconds, MB when it was ready, peak MB seen, its report)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.memory", *args], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "bench.memory.probe", *args], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     ready = json.loads(proc.stdout.readline())
@@ -136,52 +96,6 @@ def fill_queue(url: str, queue: str, n: int) -> float:
                 [{"n": i, "kind": "order"} for i in range(start, min(n, start + _CHUNK))]
             )
     return time.perf_counter() - begun
-
-
-def _say(**event: object) -> None:
-    print(json.dumps(event), flush=True)
-
-
-def worker_child(url: str) -> None:
-    """Drain the noop tasks at the default settings; report the own peak resident size."""
-    db = sluice.connect(url)
-
-    @db.task("noop")
-    def noop(task: Task) -> None:
-        return None
-
-    worker = db.worker(tasks=["noop"])
-    _say(rss_mb=resident_mb(os.getpid()))
-    ran = worker.run_until_idle()
-    db.close()
-    _say(ran=ran, own_peak_mb=resident_mb(os.getpid(), "VmHWM"))
-
-
-def spark_child(url: str, queue: str, checkpoint: str) -> None:
-    """Read the queue to its end with a sluice stream (exclusive), writing to Spark's noop."""
-    from sluice.spark import spark_session
-
-    spark = spark_session("local[2]", "sluice-memory")
-    _say(rss_mb=tree_mb(os.getpid()))
-    stream = (
-        spark.readStream.format("sluice")
-        .option("url", url)
-        .option("queue", queue)
-        .option("name", "memory-reader")
-        .option("exclusive", "true")
-        .load()
-    )
-    query = (
-        stream.select("body")
-        .writeStream.format("noop")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    rows = sum(p["numInputRows"] for p in query.recentProgress)
-    spark.stop()
-    _say(ran=rows, own_peak_mb=resident_mb(os.getpid(), "VmHWM"))
 
 
 def _worker_case(name: str, url: str, n: int) -> Outcome:
@@ -259,16 +173,19 @@ def render(outcomes: list[Outcome]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench memory", description=__doc__)
     parser.add_argument("--n", type=int, default=1_000_000, help="backlog size")
     parser.add_argument(
         "--only", default="worker-sqlite,worker-postgresql,spark", help="cases, comma-separated"
     )
+    add_common_options(parser, quick="a smoke run: a backlog of 2,000, workers only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.only = 2_000, "worker-sqlite,worker-postgresql"
     outcomes = run(args.n, set(args.only.split(",")))
     text = render(outcomes)
-    _RESULTS.mkdir(exist_ok=True)
-    path = _RESULTS / f"memory-{dt.date.today().isoformat()}.md"
+    path = report_path("memory", args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     print(text)
     print(f"written to {path}")
@@ -276,9 +193,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        worker_child(sys.argv[2])
-    elif len(sys.argv) > 1 and sys.argv[1] == "spark":
-        spark_child(sys.argv[2], sys.argv[3], sys.argv[4])
-    else:
-        raise SystemExit(main())
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The sluice side of the worker-throughput benchmark: no-op tasks through worker processes.
 
-``python -m bench.jobs_sluice URL THREADS BATCH`` is one worker process: it says
+``python -m bench.jobs.sluice URL THREADS BATCH`` is one worker process: it says
 "ready" on stdout, then runs a ``noop`` worker until SIGTERM. ``run_sluice``
 starts the processes, waits until each is ready, submits the tasks in
 transactions of 1,000 and times until the last is done.
@@ -98,7 +98,7 @@ def _start(url: str, workers: int, threads: int, batch: int | None) -> list[subp
     """Worker processes, each ready (connected, task registered) when this returns."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.jobs_sluice", url, str(threads), str(batch or "")],
+            [sys.executable, "-m", "bench.jobs.sluice", url, str(threads), str(batch or "")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

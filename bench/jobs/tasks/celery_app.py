@@ -1,6 +1,6 @@
 """The Celery app of the peer benchmark: Redis broker, no result backend, late acks.
 
-Workers start it with ``celery -A bench.jobs_peer_tasks.celery_app worker``; the parent builds
+Workers start it with ``celery -A bench.jobs.tasks.celery_app worker``; the parent builds
 its own app with :func:`make_app` for the broker it is measuring.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery
 
-from bench.jobs_peer_tasks import QUEUE, REDIS_URL_ENV
+from bench.jobs.tasks import QUEUE, REDIS_URL_ENV
 
 PREFETCH_ENV = "BENCH_CELERY_PREFETCH"
 DEFAULT_PREFETCH = 4  # Celery's own default worker_prefetch_multiplier

@@ -1,8 +1,8 @@
 """The framework's floor for ``bench.server``: a bare Starlette route that reads the request
 body and answers 204, on uvicorn with the settings ``sluice serve`` gives it.
 
-Run: ``python -m bench.server_floor --port N``. ``app`` is also called directly (no socket,
-no uvicorn) by bench/server_profile.py.
+Run: ``python -m bench.server.floor --port N``. ``app`` is also called directly (no socket,
+no uvicorn) by bench/server/profile.py.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ app = Starlette(routes=[Route(FLOOR_PATH, _nothing, methods=["POST"])])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.server_floor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.server.floor", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)

@@ -1,16 +1,15 @@
 """Worker throughput of no-op tasks: sluice against Celery, Dramatiq, RQ and procrastinate.
 
-``python -m bench.jobs [--n N]`` runs sluice's workers (4 processes, SQLite at
+``python -m bench jobs [--n N]`` runs sluice's workers (4 processes, SQLite at
 FULL and PostgreSQL with fsync; the default settings, where a worker adapts how many
 tasks it settles per commit, then one and ten tasks per transaction) and then
-the peers of ``bench.jobs_peers`` in the same run, and writes
+the peers of ``bench.jobs.peers`` in the same run, and writes
 ``bench/results/jobs-DATE.md`` with ratios to the best peer of equal durability.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import tempfile
 from collections.abc import Sequence
@@ -18,21 +17,21 @@ from pathlib import Path
 
 import psycopg
 
-from bench.jobs_peers import (
+from bench.harness import add_common_options, report_path
+from bench.jobs.peers import (
     DEFAULT_N,
     DEFAULT_WORKERS,
     PeerResult,
     render,
     run_peers,
 )
-from bench.jobs_sluice import SluiceResult, run_sluice
+from bench.jobs.sluice import SluiceResult, run_sluice
 from sluice.jobs.worker import ADAPTIVE_BUDGET, ADAPTIVE_MAX
 
 __all__ = ["main"]
 
 PG_BASE = os.environ.get("SLUICE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1/test")
 _SCHEMA = "bench_jobs"
-_RESULTS = Path(__file__).with_name("results")
 _SQLITE = "SQLite WAL, synchronous=FULL: fsync per commit"
 _POSTGRES = "PostgreSQL fsync=on, synchronous_commit=on for commits"
 _BATCHES: tuple[int | None, ...] = (None, 1, 10)  # None: the default, adaptive
@@ -80,7 +79,7 @@ def _table(ours: Sequence[SluiceResult], peers: Sequence[PeerResult]) -> list[st
     out = [
         "## sluice",
         "",
-        "4 worker processes (`python -m bench.jobs_sluice`), each `db.worker(concurrency=1,"
+        "4 worker processes (`python -m bench.jobs.sluice`), each `db.worker(concurrency=1,"
         " batch=B)` with a no-op `@db.task`, started and ready before the clock; then N tasks"
         " submitted with `db.jobs.submit_tasks` in transactions of 1,000. Live: the workers"
         " take tasks while they are submitted, seconds = start of the submission to the last"
@@ -119,14 +118,17 @@ def _table(ours: Sequence[SluiceResult], peers: Sequence[PeerResult]) -> list[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench jobs", description=__doc__)
     parser.add_argument("--n", type=int, default=DEFAULT_N, help="tasks per run")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="worker processes")
     parser.add_argument(
         "--peers",
         help="comma-separated peers to run (celery, dramatiq, rq, procrastinate); all by default",
     )
+    add_common_options(parser, quick="a smoke run: 400 tasks, 2 workers")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.workers = 400, 2
     load = os.getloadavg()
     modes = ("live", "backlog")
     ours = _run_sluice(args.n, args.workers, modes)
@@ -138,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         [head.replace("of Python peers", "of sluice and Python peers"), "", *_table(ours, peers),
          "## Peers", "", rest]
     )  # fmt: skip
-    _RESULTS.mkdir(exist_ok=True)
-    path = _RESULTS / f"jobs-{dt.date.today().isoformat()}.md"
+    path = report_path("jobs", args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + "\n")
     print(text)
     print(f"\nwritten to {path}")

@@ -1,6 +1,6 @@
 """The HTTP server against sluice's Python API, RabbitMQ's HTTP API and a bare Starlette route.
 
-Run: ``python -m bench.server`` (``--quick`` for a smoke run of seconds, ``--only sqlite`` or
+Run: ``python -m bench server`` (``--quick`` for a smoke run of seconds, ``--only sqlite`` or
 ``--only postgresql``). The targets of the server's issue, in one run on the same machine:
 
 1. Enqueue 1 message per request, a batch of 10 per request, and lease (limit 1) + ack per
@@ -15,8 +15,8 @@ Run: ``python -m bench.server`` (``--quick`` for a smoke run of seconds, ``--onl
 
 1 and 16 concurrent clients: threads with one keep-alive connection each, runs of fixed
 length, in-process and HTTP interleaved. Then the parts of an HTTP enqueue are timed alone
-(bench/server_profile.py), and the web console's page load with 100 queues
-(bench/server_console.py, target <= 300 ms). Writes ``bench/results/server-<date>.md``
+(bench/server/profile.py), and the web console's page load with 100 queues
+(bench/server/console.py, target <= 300 ms). Writes ``bench/results/server-<date>.md``
 (``--quick``: the temp directory unless ``--out``).
 """
 
@@ -36,6 +36,7 @@ import sluice
 from bench.harness import (
     PG_CONNINFO,
     RABBIT_HOST,
+    add_common_options,
     drop_schema,
     one_line,
     package_versions,
@@ -43,7 +44,7 @@ from bench.harness import (
     store_facts,
     write_report,
 )
-from bench.server_clients import (
+from bench.server.clients import (
     BACKLOG_BODY,
     QUEUE,
     RABBIT_QUEUE,
@@ -54,8 +55,8 @@ from bench.server_clients import (
     rabbit_ops,
     sluice_ops,
 )
-from bench.server_console import measure_console
-from bench.server_procs import (
+from bench.server.console import measure_console
+from bench.server.procs import (
     LOG_LEVEL,
     RABBIT_API_PORT,
     beam_pid,
@@ -64,8 +65,8 @@ from bench.server_procs import (
     least,
     sluice_serve,
 )
-from bench.server_profile import measure_parts
-from bench.server_report import FLOOR, HTTP, IN_PROCESS, LEAST, RABBIT, Results, Row, render
+from bench.server.profile import measure_parts
+from bench.server.report import FLOOR, HTTP, IN_PROCESS, LEAST, RABBIT, Results, Row, render
 
 SYSTEMS = ("sqlite", "postgresql")
 SCHEMA = "bench_server"
@@ -90,7 +91,7 @@ NOTES = [
     "every queue by state, keeps within 2% of the time: with the bench's backlog of "
     "millions one sample takes a good part of a second, and on SQLite it holds the "
     "database's one connection meanwhile (before, it ran every 2 s whatever it cost).",
-    "**The least server is the bound.** `bench/server_least.py` does only what no HTTP "
+    "**The least server is the bound.** `bench/server/least.py` does only what no HTTP "
     "enqueue can skip: read the body, validate it as sluice's `Enqueue`, hand `put_many` "
     "to a thread, answer the ids; no keys, metrics, size limit or routing. With one client "
     "it reaches 0.30-0.43 x `put_many(10)` on SQLite (the two runs of 2026-11-25): the "
@@ -361,12 +362,16 @@ def workload(s: Settings) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     first_line = __doc__.splitlines()[0]
-    parser = argparse.ArgumentParser(prog="python -m bench.server", description=first_line)
-    parser.add_argument("--quick", action="store_true", help="a smoke run of seconds")
-    parser.add_argument("--only", action="append", choices=SYSTEMS, help="backends to run")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per row (3)")
-    parser.add_argument("--tmp-dir", type=Path, help="where the SQLite file goes (on disk)")
-    parser.add_argument("--out", type=Path, help="the report's path")
+    parser = argparse.ArgumentParser(prog="python -m bench server", description=first_line)
+    add_common_options(
+        parser,
+        quick="a smoke run of seconds",
+        repeats=3,
+        repeats_help="runs per row (3)",
+        tmp_dir=None,
+        only=SYSTEMS,
+        only_help="backends to run",
+    )
     parser.add_argument("--console-only", action="store_true",
                         help="only the console's page load with 100 queues, printed")  # fmt: skip
     args = parser.parse_args(argv)

@@ -14,7 +14,7 @@ The Redis peers run twice: on the shared Redis, which keeps nothing on disk, and
 durability of a PostgreSQL commit). procrastinate runs on the shared PostgreSQL, in a database
 it creates and drops.
 
-Run: ``python -m bench.jobs_peers [--n 20000] [--workers 4] [--mode live|backlog|both]``;
+Run: ``python -m bench jobs-peers [--n 20000] [--workers 4] [--mode live|backlog|both]``;
 prints a Markdown report.
 """
 
@@ -44,7 +44,7 @@ from bench.harness import (
     package_versions,
     pg_facts,
 )
-from bench.jobs_peer_tasks import PG_DSN_ENV, QUEUE, REDIS_URL_ENV
+from bench.jobs.tasks import PG_DSN_ENV, QUEUE, REDIS_URL_ENV
 
 __all__ = [
     "CELERY_SHAPES",
@@ -81,7 +81,7 @@ BULK = 1_000  # tasks per bulk call, for the peers that enqueue in bulk
 CELERY_SHAPES = ("prefork", "solo", "prefork-1")
 MODES = ("live", "backlog")
 _OWNER_KEY = "sluice-bench:owner"
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 _DISTRIBUTIONS = ("celery", "kombu", "dramatiq", "rq", "redis", "procrastinate", "psycopg")
 
 
@@ -200,11 +200,11 @@ def _claim_db(client: Any, what: str) -> None:
     """Make sure the benchmark has this Redis database to itself, then empty it."""
     if client.dbsize() and not client.exists(_OWNER_KEY):
         raise _Failed(
-            f"{what} holds keys that bench.jobs_peers did not put there; empty it or change"
-            " REDIS_DBS in bench/jobs_peers.py"
+            f"{what} holds keys that bench.jobs.peers did not put there; empty it or change"
+            " REDIS_DBS in bench/jobs/peers.py"
         )
     client.flushdb()
-    client.set(_OWNER_KEY, "bench.jobs_peers")
+    client.set(_OWNER_KEY, "bench.jobs.peers")
 
 
 # ------------------------------------------------------------------------------ processes
@@ -308,7 +308,7 @@ class _Celery(_Driver):
     def __init__(self, target: RedisTarget, workers: int, shape: str, prefetch: int | None) -> None:
         import redis
 
-        from bench.jobs_peer_tasks import celery_app
+        from bench.jobs.tasks import celery_app
 
         if shape not in CELERY_SHAPES:
             raise _Failed(f"unknown Celery shape {shape!r}: choose one of {CELERY_SHAPES}")
@@ -338,12 +338,12 @@ class _Celery(_Driver):
         _claim_db(self.client, f"Redis database {REDIS_DBS['celery']}")
 
     def env(self) -> dict[str, str]:
-        from bench.jobs_peer_tasks.celery_app import PREFETCH_ENV
+        from bench.jobs.tasks.celery_app import PREFETCH_ENV
 
         return {REDIS_URL_ENV: self.url, PREFETCH_ENV: str(self.prefetch)}
 
     def commands(self) -> list[list[str]]:
-        argv = [sys.executable, "-m", "celery", "-A", "bench.jobs_peer_tasks.celery_app"]
+        argv = [sys.executable, "-m", "celery", "-A", "bench.jobs.tasks.celery_app"]
         argv += ["worker", "-Q", QUEUE, "-l", "WARNING", "-P", self.pool]
         argv += ["-c", str(self.concurrency)]
         # Gossip, mingle and heartbeats are cluster chatter, not part of running tasks.
@@ -389,7 +389,7 @@ class _Dramatiq(_Driver):
     def __init__(self, target: RedisTarget, workers: int, threads: int) -> None:
         import redis
 
-        from bench.jobs_peer_tasks import dramatiq_app
+        from bench.jobs.tasks import dramatiq_app
 
         self.url = f"{target.url}/{REDIS_DBS['dramatiq']}"
         self.broker_obj = dramatiq_app.make_broker(self.url)
@@ -414,7 +414,7 @@ class _Dramatiq(_Driver):
         return {REDIS_URL_ENV: self.url}
 
     def commands(self) -> list[list[str]]:
-        argv = [sys.executable, "-m", "dramatiq", "bench.jobs_peer_tasks.dramatiq_app", "-Q"]
+        argv = [sys.executable, "-m", "dramatiq", "bench.jobs.tasks.dramatiq_app", "-Q"]
         argv += [QUEUE, "--processes", str(self.workers), "--threads", str(self.threads)]
         return [argv]
 
@@ -471,7 +471,7 @@ class _Rq(_Driver):
         return {REDIS_URL_ENV: self.url}
 
     def commands(self) -> list[list[str]]:
-        argv = [sys.executable, "-m", "rq.cli", "worker", "-c", "bench.jobs_peer_tasks.rq_tasks"]
+        argv = [sys.executable, "-m", "rq.cli", "worker", "-c", "bench.jobs.tasks.rq_tasks"]
         argv += ["--logging_level", "WARNING"]
         if self.simple:
             argv += ["-w", "rq.worker.SimpleWorker"]
@@ -486,7 +486,7 @@ class _Rq(_Driver):
     def enqueue(self, n: int) -> None:
         from rq import Queue
 
-        func = "bench.jobs_peer_tasks.rq_tasks.noop"
+        func = "bench.jobs.tasks.rq_tasks.noop"
         for start in range(0, n, BULK):
             batch = [Queue.prepare_data(func) for _ in range(min(BULK, n - start))]
             self.queue.enqueue_many(batch)  # one pipeline per batch
@@ -541,7 +541,7 @@ class _Procrastinate(_Driver):
     def reset(self) -> None:
         import psycopg
 
-        from bench.jobs_peer_tasks.procrastinate_app import make_app
+        from bench.jobs.tasks.procrastinate_app import make_app
 
         self._admin(f"DROP DATABASE IF EXISTS {PROCRASTINATE_DB} WITH (FORCE)")
         self._admin(f"CREATE DATABASE {PROCRASTINATE_DB}")
@@ -563,7 +563,7 @@ class _Procrastinate(_Driver):
 
     def commands(self) -> list[list[str]]:
         argv = [sys.executable, "-m", "procrastinate", "--app"]
-        argv += ["bench.jobs_peer_tasks.procrastinate_app.app", "worker", "--queues", QUEUE]
+        argv += ["bench.jobs.tasks.procrastinate_app.app", "worker", "--queues", QUEUE]
         argv += ["--concurrency", str(self.concurrency)]
         return [[*argv, "--name", f"bench-{i}"] for i in range(self.workers)]
 
@@ -931,7 +931,7 @@ def render(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.jobs_peers",
+        prog="python -m bench jobs-peers",
         description="Worker throughput of Celery, Dramatiq, RQ and procrastinate (no-op tasks).",
     )
     parser.add_argument("--n", type=int, default=DEFAULT_N, help="tasks per peer run")

@@ -1,8 +1,8 @@
 """The mixed soak: queues, topics, rules and HTTP at once, for a long time, at half their maximum.
 
-Run: ``python -m bench.soak_mixed --backend sqlite --minutes 30`` (``make soak-mixed`` runs
+Run: ``python -m bench soak-mixed --backend sqlite --minutes 30`` (``make soak-mixed`` runs
 SQLite and PostgreSQL). Four streams share one database, each producer and consumer a process
-of its own (bench/soak_actor.py):
+of its own (bench/soak/actor.py):
 
 - queue: a producer puts batches of 10 into ``orders``, a consumer takes them (batches of 10);
 - topic: a producer publishes batches of 10 to ``events``, two subscriptions each consumed;
@@ -44,13 +44,14 @@ import sluice
 from bench.harness import (
     PG_CONNINFO,
     SchemaGuard,
+    add_common_options,
     host_facts,
     package_versions,
     pg_conninfo,
     pg_facts,
     write_report,
 )
-from bench.server_procs import Server, _environment, sluice_serve
+from bench.server.procs import Server, child_environment, sluice_serve
 
 SCHEMA = "bench_soak_mixed"
 _SETTLE = 2.0
@@ -165,9 +166,9 @@ class Actors:
         self._lock = threading.Lock()
 
     def spawn(self, name: str, role: str, *args: object) -> None:
-        argv = [sys.executable, "-m", "bench.soak_actor", role, *map(str, args)]
+        argv = [sys.executable, "-m", "bench.soak.actor", role, *map(str, args)]
         argv += [str(self.width), str(self.start)]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=_environment())
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=child_environment())
         self.procs[name] = proc
         threading.Thread(target=self._read, args=(proc,), daemon=True).start()
 
@@ -263,7 +264,9 @@ def database(backend: str, tmp: Path) -> Iterator[str]:
 @contextmanager
 def rules_runner(url: str) -> Iterator[subprocess.Popen[bytes]]:
     entry = "import sys; from sluice.cli import main; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", entry, "run", "--db", url], env=_environment())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", entry, "run", "--db", url], env=child_environment()
+    )
     try:
         yield proc
     finally:
@@ -383,15 +386,19 @@ def render(soaks: list[Soak], args: argparse.Namespace) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench soak-mixed", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--backend", action="append", choices=("sqlite", "postgresql"))
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--calibrate", type=float, default=60.0)
     parser.add_argument("--load", type=float, default=0.5)
     parser.add_argument("--window", type=float, default=60.0)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    add_common_options(parser, quick="a smoke run: 5 s windows, 5 s calibration, 0.2 minutes")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.minutes, args.calibrate, args.window = 0.2, 5.0, 5.0
     soaks = [
         soak(b, args.minutes, args.calibrate, args.load, args.window)
         for b in args.backend or ["sqlite", "postgresql"]

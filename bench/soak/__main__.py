@@ -1,6 +1,6 @@
 """Claim latency under a long-running transaction elsewhere in the database.
 
-Run: ``python -m bench.soak``. A steady load runs throughout: one producer enqueuing
+Run: ``python -m bench soak``. A steady load runs throughout: one producer enqueuing
 ``--rate`` messages/s in batches of ``--batch`` (paced), and ``--consumers`` consumers each
 looping ``with db.transaction() as tx: msgs = tx.dequeue("soak", limit=batch)`` (the commit
 acknowledges them); a consumer that finds nothing sleeps ``--idle-ms`` and tries again (or,
@@ -34,6 +34,7 @@ from typing import Any
 from bench.harness import (
     DEFAULT_SLUICE_URL,
     SchemaGuard,
+    add_common_options,
     host_facts,
     is_postgres,
     make_bodies,
@@ -384,7 +385,7 @@ def render(args: argparse.Namespace, windows: list[Window], load: Load, notes: l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.soak",
+        prog="python -m bench soak",
         description="Claim latency of sluice under a long-running transaction elsewhere.",
     )
     parser.add_argument("--url", default=DEFAULT_SLUICE_URL, help="sluice URL")
@@ -397,8 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--wait", type=float, default=0.0, help="dequeue wait (0: poll)")
     parser.add_argument("--idle-ms", type=float, default=5.0, help="sleep after an empty poll")
-    parser.add_argument("--out", type=Path, help="report path (default bench/results/...)")
+    add_common_options(parser, quick="a smoke run: 3 s windows, the transaction open 6 s")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.minutes, args.baseline, args.after, args.window = 0.1, 3.0, 3.0, 3.0
     if min(args.window, args.rate, args.batch, args.consumers) <= 0 or args.minutes <= 0:
         parser.error("--window, --rate, --batch, --consumers and --minutes must be positive")
     windows, load, notes = run(args)

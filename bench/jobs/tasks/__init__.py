@@ -1,6 +1,6 @@
-"""The task modules that the peer workers of ``bench.jobs_peers`` import: one no-op task each.
+"""The task modules that the peer workers of ``bench.jobs.peers`` import: one no-op task each.
 
-The workers run as subprocesses; ``bench.jobs_peers`` tells them where the broker is through
+The workers run as subprocesses; ``bench.jobs.peers`` tells them where the broker is through
 the environment: ``BENCH_REDIS_URL`` (Celery, Dramatiq, RQ) and ``BENCH_PG_DSN``
 (procrastinate). Without them a module falls back to the servers of the benchmark machine.
 """

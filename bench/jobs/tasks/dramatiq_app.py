@@ -1,6 +1,6 @@
 """The Dramatiq broker and actor of the peer benchmark, on Redis.
 
-Workers start it with ``dramatiq bench.jobs_peer_tasks.dramatiq_app``, which uses the broker
+Workers start it with ``dramatiq bench.jobs.tasks.dramatiq_app``, which uses the broker
 this module sets as the global one; the parent declares the actor on a broker of its own with
 :func:`make_broker` and :func:`declare`.
 """
@@ -12,7 +12,7 @@ import os
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from bench.jobs_peer_tasks import QUEUE, REDIS_URL_ENV
+from bench.jobs.tasks import QUEUE, REDIS_URL_ENV
 
 NAMESPACE = "sluice-bench-dramatiq"
 ACTOR = "noop"

@@ -1,0 +1,82 @@
+"""Every benchmark family runs, at its smallest settings, so that bench code cannot rot.
+
+Each runs as ``python -m bench NAME --quick`` (plus settings that make it smaller still) in a
+process of its own, writing its report to a temporary file. A family whose servers do not
+answer on loopback (PostgreSQL at 127.0.0.1:5432, RabbitMQ, Redis) is skipped, as the
+benchmarks themselves need them; the figures are not checked, only that a report is written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bench.harness import answers
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PG = ("127.0.0.1", 5432)
+RABBIT = ("127.0.0.1", 5672)
+REDIS = ("127.0.0.1", 6379)
+
+# name -> (arguments after --quick, servers it needs, modules it needs)
+FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
+    "cycle": (["--n", "100"], [], []),
+    "concurrent": (["--total", "100"], [], []),
+    "schema-cost": ([], [], []),
+    "postgres": (["--only", "sluice", "--only", "floor", "--seconds", "1"], [PG], []),
+    "wakeup": (["--n", "10"], [PG], []),
+    "content": (
+        [
+            "--backends",
+            "sqlite",
+            "--messages",
+            "2000",
+            "--throughput-messages",
+            "500",
+            "--samples",
+            "20",
+            "--scan-samples",
+            "2",
+            "--scan-budget",
+            "2",
+            "--alt-samples",
+            "2",
+            "--alt-budget",
+            "2",
+        ],
+        [],
+        [],
+    ),
+    "isolation": (["--backends", "sqlite", "--messages", "200", "--large", "500"], [], ["pika"]),
+    "topics": (["--only", "sqlite"], [], []),
+    "rules": (["--only", "sqlite", "--no-profile"], [], []),
+    "server": (["--only", "sqlite", "--repeats", "1"], [RABBIT], ["pika"]),
+    "gateways": (["--only", "dropbox"], [], []),
+    "jobs": (["--peers", "rq"], [PG, REDIS], ["rq"]),
+    "memory": (["--n", "500", "--only", "worker-sqlite"], [], []),
+    "soak": ([], [PG], []),
+}
+"""Spark's benchmarks (spark, rules-spark) start a JVM each and the mixed soak runs minutes:
+they are left to ``make bench-spark``, ``make bench-rules`` and ``make soak-mixed``."""
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_benchmark_runs_at_its_smallest_settings(name: str, tmp_path: Path) -> None:
+    extra, servers, modules = FAMILIES[name]
+    for host, port in servers:
+        if not answers(host, port):
+            pytest.skip(f"{name} needs a server at {host}:{port}")
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{name} needs {module} (the bench extra)")
+    out = tmp_path / f"{name}.md"
+    argv = [sys.executable, "-m", "bench", name, "--quick", *extra, "--out", str(out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert out.read_text().strip(), done.stderr[-3000:]
