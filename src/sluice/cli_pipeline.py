@@ -14,8 +14,12 @@ __all__ = ["add_commands"]
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    """Run a queue-to-queue pipeline on a local Spark session (docs/spark.md)."""
+    """Run a queue-to-queue pipeline on a local Spark session (docs/spark.md).
+
+    SIGTERM and Ctrl-C stop it (exit 0, with the summary): the batch they interrupt is
+    replayed by the next run, exactly once."""
     from sluice.spark.pipeline import run_pipeline, spark_session  # noqa: PLC0415  (pyspark is an extra)
+    from sluice.spark.stopping import await_query, stop_on_signals  # noqa: PLC0415
 
     routes: dict[str, str] = {}
     for route in args.to or []:
@@ -26,6 +30,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     if bool(routes) == bool(args.sql):
         raise sluice.ConfigurationError("give either --sql or one or more --to QUEUE=SQL")
     spark = spark_session(args.master, f"sluice-pipeline-{args.name}")
+    stop = stop_on_signals()  # after the session: it installs a SIGINT handler of its own
     query = run_pipeline(
         spark,
         args.db,
@@ -34,12 +39,13 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         sql=routes or args.sql,
         where=args.where,
-        target=args.target,
+        target=args.target_queue,
         body_schema=args.body_schema,
         max_per_batch=args.max_per_batch,
         once=not args.follow,
         interval=args.interval,
         exclusive=args.exclusive,
+        stop=stop,
     )
     if args.follow:
 
@@ -48,7 +54,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
             return {"batches": len(done), "processed": sum(p["numInputRows"] for p in done)}
 
         with Progress(f"sluice pipeline {args.name}", counts, every=args.progress):
-            query.awaitTermination()  # until stopped (Ctrl-C) or failed
+            if not await_query(query, stop):  # a failed query raises here
+                query.stop()
     progress = query.recentProgress
     batches = len([p for p in progress if p["numInputRows"]])
     # Spark's count: each target's query reads the batch's messages once.
@@ -56,8 +63,10 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     emit(
         args,
         {"batches": batches, "input_rows": rows},
-        f"{batches} batch(es); Spark read {rows} input row(s)",
+        f"{batches} batch(es); Spark read {rows} input row(s)"
+        + ("; stopped" if stop.is_set() else ""),
     )
+    spark.stop()
     return 0
 
 
@@ -74,7 +83,12 @@ def _pipeline_parser(p: argparse.ArgumentParser) -> None:
         metavar="QUEUE=SQL",
         help="a target queue and the query that makes its messages; repeatable",
     )
-    p.add_argument("--target", help="the target queue of --sql rows without a queue column")
+    # Not args.target: the CLI keeps the chosen database there (cli.py's _dispatch).
+    p.add_argument(
+        "--target",
+        dest="target_queue",
+        help="the target queue of --sql rows without a queue column",
+    )
     p.add_argument("--where", help="only input messages this expression holds for")
     p.add_argument("--body-schema", help="parse input bodies as this Spark schema (DDL)")
     p.add_argument("--max-per-batch", type=int, default=10_000, help="messages per micro-batch")

@@ -15,6 +15,7 @@ from types import FrameType
 import sluice
 from sluice.cli_options import Progress, add_progress_option
 from sluice.errors import ConfigurationError
+from sluice.rules.engine import RunStats
 
 __all__ = ["add_commands"]
 
@@ -66,6 +67,12 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
             stats = db.rules.run(batch=args.batch, stop=stop, workers=args.workers)
     finally:
         db.gateways.stop()
+    _stopped(stats, db, bool(gateways))
+    return 0
+
+
+def _stopped(stats: RunStats, db: sluice.Database, gateways: bool) -> None:
+    """The last line of ``sluice run`` on either engine."""
     sent = db.gateways.stats  # every failure counts: the rules' and the deliveries'
     print(
         f"sluice run: stopped after {stats.processed} message(s) processed, "
@@ -74,13 +81,17 @@ def cmd_run(args: argparse.Namespace, db: sluice.Database) -> int:
         + (f"; gateways: {sent.delivered} delivered, {sent.failed} failed" if gateways else ""),
         file=sys.stderr,
     )
-    return 0
 
 
 def _run_on_spark(args: argparse.Namespace, db: sluice.Database) -> int:
-    """``sluice run --engine spark``: the same application on Spark (docs/rules.md)."""
+    """``sluice run --engine spark``: the same application on Spark (docs/rules.md).
+
+    SIGTERM and Ctrl-C stop it as they stop the local engine: after the transaction at
+    hand, exit 0 with the summary (sluice.spark.rules: nothing lost, nothing done twice).
+    """
     from sluice.spark.pipeline import spark_session  # noqa: PLC0415  (pyspark is an extra)
     from sluice.spark.rules import run_rules, start_rules  # noqa: PLC0415
+    from sluice.spark.stopping import await_query, stop_on_signals  # noqa: PLC0415
 
     if not args.checkpoint:
         raise ConfigurationError(
@@ -89,24 +100,20 @@ def _run_on_spark(args: argparse.Namespace, db: sluice.Database) -> int:
         )
     text = _read(args.file) if args.file else None
     spark = spark_session(args.master, f"sluice-rules-{args.name}")
+    stop = stop_on_signals()  # after the session: it installs a SIGINT handler of its own
     options = {"checkpoint": args.checkpoint, "name": args.name,
                "max_per_batch": args.max_per_batch}  # fmt: skip
     if args.once:
-        stats = run_rules(spark, args.db, text, **options)
+        stats = run_rules(spark, args.db, text, stop=stop, **options)
         print(
             f"sluice run: {stats.batches} micro-batch(es) on Spark, {stats.processed} "
             f"message(s) processed, {stats.produced} produced, {stats.errors} error(s), "
-            f"{stats.removed} removed",
+            f"{stats.removed} removed" + ("; stopped" if stop.is_set() else ""),
             file=sys.stderr,
         )
+        spark.stop()
         return 0
-    query = start_rules(spark, args.db, text, interval=args.interval, **options)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        query.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    run = start_rules(spark, args.db, text, interval=args.interval, **options)
     gateways = db.gateways.list()
     print(f"sluice run: running the rules on Spark ({args.master})"
           + (f" and {len(gateways)} gateway(s)" if gateways else "")
@@ -114,9 +121,14 @@ def _run_on_spark(args: argparse.Namespace, db: sluice.Database) -> int:
     if gateways:
         db.gateways.start(poll=args.poll)
     try:
-        query.awaitTermination()
+        await_query(run.query, stop)  # a failed query raises here, as it did
     finally:
-        db.gateways.stop()
+        try:
+            stats = run.stop()
+        finally:
+            db.gateways.stop()
+    _stopped(stats, db, bool(gateways))
+    spark.stop()
     return 0
 
 

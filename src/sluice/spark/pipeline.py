@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice.errors import ConfigurationError
 from sluice.spark.options import DEFAULT_MAX_PER_BATCH, absolute_url, connection
+from sluice.spark.stopping import await_query
 
 __all__ = ["run_pipeline", "spark_session"]
 
@@ -63,6 +65,7 @@ def run_pipeline(
     interval: float | None = None,
     partitions: int | None = None,
     exclusive: bool = False,
+    stop: threading.Event | None = None,
 ) -> Any:
     """Run ``source`` -> Spark SQL -> target queue(s) as the streaming query ``name``.
 
@@ -78,7 +81,10 @@ def run_pipeline(
     ``exclusive``: the pipeline is the source queue's only consumer, so it reads
     the queue by id range and deletes each range when its batch commits (option
     ``exclusive`` of the source) instead of claiming the messages by rounds; a
-    queue with isolation refuses it.
+    queue with isolation refuses it. ``stop``: with ``once``, set (by a signal handler,
+    say) to stop the query and return early; the batch it interrupts is replayed by the
+    next run, exactly once (the sink publishes a batch once, the source acknowledges
+    only committed batches).
     """
     if (sql is None) == (transform is None):
         raise ConfigurationError("a pipeline takes either sql or transform, not both or neither")
@@ -127,12 +133,21 @@ def run_pipeline(
     if target:
         writer = writer.option("queue", target)
     if once:
-        query = writer.trigger(availableNow=True).start()
-        query.awaitTermination()
-        return query
+        return _drain(writer, stop)
     if interval is not None:
         writer = writer.trigger(processingTime=f"{interval} seconds")
     return writer.start()
+
+
+def _drain(writer: Any, stop: threading.Event | None) -> Any:
+    """Start ``writer`` to process what is there; return its query once it ended, or
+    stopped because ``stop`` was set."""
+    query = writer.trigger(availableNow=True).start()
+    if stop is None:
+        query.awaitTermination()
+    elif not await_query(query, stop):
+        query.stop()
+    return query
 
 
 def _as_rows(made: Any, target: str | None) -> Any:

@@ -14,6 +14,13 @@ recorded done, and reads and processes the rest as it did the first time, at the
 ``now`` (the time travels in the offset). Outputs into queues the rules process are
 read by the next micro-batch.
 
+A stop (``RulesRun.stop``; SIGTERM or Ctrl-C for ``sluice run``) waits for the
+transaction at hand and begins no other: the parts of the micro-batch not processed
+keep their messages unprocessed, and the source reads every unprocessed message up to
+its position, so the next run's first micro-batch takes them. Spark's query is stopped
+only after that, as stopping it cancels the jobs of the batch it interrupts; a Spark
+failure while stopping rolls its transaction back instead of making error messages.
+
 Slices are read as the database holds them inside the batch's transaction: for each
 wave (plan.py), the members of the slices its messages are in, after the waves before
 it joined and reset theirs, become the view ``slice()`` reads; the same snapshot the
@@ -29,12 +36,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +52,7 @@ from sluice.clock import ManualClock
 from sluice.database import Database
 from sluice.errors import ConfigurationError, StorageError
 from sluice.expr.spark_rules import SparkRulesCompiler, register_functions
-from sluice.expr.sql import RelationSource, Source
+from sluice.expr.sql import Source
 from sluice.rules import codec
 from sluice.rules.arrival import arrival_groups
 from sluice.rules.check import rules_of
@@ -56,91 +63,19 @@ from sluice.rules.needs import require_extras
 from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
 from sluice.rules.runner import StalePlan, process_group_given
 from sluice.spark.options import absolute_url
-from sluice.spark.rules_source import (
-    KEPT_ARROW,
-    KEPT_SCHEMA,
-    MESSAGE_SCHEMA,
-    RulesDataSource,
-    message_values,
+from sluice.spark.rules_source import KEPT_SCHEMA, RulesDataSource, message_values
+from sluice.spark.rules_sql import (
+    BATCH_VIEW,
+    ROWS_SCHEMA,
+    SLICE_ARROW,
+    SLICE_SCHEMA,
+    SLICE_VIEW,
+    SparkRuleSQL,
+    queue_view,
 )
+from sluice.spark.stopping import until_idle
 
-__all__ = ["check", "run_rules", "start_rules"]
-
-SLICE_VIEW: Final = "sluice_rules_slice"
-_BATCH_VIEW: Final = "sluice_rules_m"
-ROWS_SCHEMA: Final = f"id BIGINT, {MESSAGE_SCHEMA}"
-SLICE_SCHEMA: Final = f"slicing STRING, key STRING, {KEPT_SCHEMA}"
-_SLICE_ARROW: Final = pa.schema(
-    [("slicing", pa.string()), ("key", pa.string()), *((f.name, f.type) for f in KEPT_ARROW)]
-)
-
-
-def queue_view(queue_id: int) -> str:
-    """The view ``queue('q')`` reads on Spark: q's kept messages, taken per batch."""
-    return f"sluice_rules_q{queue_id:d}"
-
-
-class SparkRelations(RelationSource):
-    """``queue('q')`` and ``slice()`` as the views a batch sets up."""
-
-    def __init__(self, queue_ids: Mapping[str, int], slicing: str | None) -> None:
-        self._queue_ids = queue_ids
-        self._slicing = slicing
-
-    def relation(
-        self,
-        kind: Literal["queue", "slice"],
-        queue: str | None,
-        alias: str,
-        key: str | None,
-        bind: Callable[[Any], str],
-    ) -> tuple[str, str]:
-        if kind == "queue":
-            assert queue is not None  # the checker names a declared queue
-            return f"{queue_view(self._queue_ids.get(queue, 0))} AS {alias}", "true"
-        assert self._slicing is not None
-        assert key is not None
-        return (
-            f"{SLICE_VIEW} AS {alias}",
-            f"{alias}.slicing = {bind(self._slicing)} AND {alias}.key = {key}",
-        )
-
-    def queue_name(self, alias: str) -> str:
-        return f"{alias}.queue"
-
-
-class SparkRuleSQL:
-    """The rules' compilers for Spark (``plan.RuleCompilers``); ``hoisted`` collects the
-    subqueries over the triggering message of every plan it compiles."""
-
-    def __init__(self) -> None:
-        self.hoisted: list[tuple[str, str]] = []
-
-    def rules_compiler(
-        self, relations: RelationSource | None, prefix: str = "r", alias: str = "m"
-    ) -> SparkRulesCompiler:
-        source = Source(alias=alias, relations=relations)
-        return SparkRulesCompiler(source, prefix=prefix, hoisted=self.hoisted)
-
-    def evaluation(self, plan: QueuePlan, omit: frozenset[int] = frozenset()) -> str:
-        """The SELECT of ``plan``'s columns over the view of the batch's messages: the
-        message's own parts, then the columns; the subqueries they read below them.
-        ``omit``: columns left NULL, and with them the message's parts (the runner's
-        Evaluate for the SQL enqueue: what the database builds itself is not computed)."""
-        columns = plan.columns_sql(omit)
-        used = [(n, sql) for n, sql in self.hoisted if re.search(rf"\bm\.{n}\b", columns)]
-        inner = "".join(f", {sql} AS {n}" for n, sql in used)
-        parts = (
-            "NULL, NULL, NULL, NULL"
-            if omit
-            else "m.properties, m.content_type, m.body, m.body_bytes"
-        )
-        return (
-            f"SELECT m.id, {parts}{columns} FROM (SELECT m.*{inner} FROM {_BATCH_VIEW} AS m) AS m"
-        )
-
-    def rules_relations(self, queue_ids: Mapping[str, int], slicing: str | None) -> RelationSource:
-        return SparkRelations(queue_ids, slicing)
+__all__ = ["RulesRun", "check", "run_rules", "start_rules"]
 
 
 def check(app: Application) -> None:
@@ -256,11 +191,37 @@ class _Engine:
     the micro-batches after the first (which also warms up Spark) and ``steady_seconds``
     from the second batch's start to the last one's end."""
     _second: float | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set to stop: no transaction begins (see the module's docstring)."""
+    busy: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a micro-batch is processed, so that a stop can wait for it."""
+    query: Any = None
+    """The StreamingQuery, once started: stopped by its owner, it stops this run too."""
+
+    def stopped(self) -> bool:
+        """Whether the run is stopping: asked to, or Spark's query stopped under it."""
+        if self.stopping.is_set():
+            return True
+        try:
+            return self.query is not None and not self.query.isActive
+        except Exception:  # py4j's: the JVM is gone, which stops the run too
+            return True
 
     def spent(self, part: str, began: float) -> None:
         self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - began
 
     def batch(self, frame: Any, batch_id: int) -> None:
+        with self.busy:
+            if self.stopping.is_set():
+                return  # left unprocessed: the next run's first batch reads it
+            try:
+                self._batch(frame, batch_id)
+            except Exception as exc:
+                if not isinstance(exc, _Stopped) and not (_spark_error(exc) and self.stopped()):
+                    raise
+                # Stopping: what the batch had not committed is read again, as above.
+
+    def _batch(self, frame: Any, batch_id: int) -> None:
         # Read once, into the driver: the queues' transactions change what the source
         # would read again, and on SQLite a task reading the database inside one would
         # wait for it. The query's own session (a clone of ``spark``) evaluates.
@@ -276,6 +237,8 @@ class _Engine:
         now = float(pc.max(table["at"]).as_py())
         present = set(pc.unique(table["queue_id"]).to_pylist())
         for group in arrival_groups(self.compiled.plans):
+            if self.stopping.is_set():
+                break  # the parts left: as in batch()
             ids = [plan.queue_id for plan in group if plan.queue_id in present]
             if ids:
                 rows = table.filter(pc.is_in(table["queue_id"], pa.array(ids, pa.int64())))
@@ -337,6 +300,15 @@ class _Engine:
             self.stats.produced += sum(result.produced.values())
             self.stats.removed += result.removed
             return
+
+
+class _Stopped(Exception):  # not an error: the run is stopping
+    """Spark failed because the run is stopping: the transaction rolls back. Not a
+    StorageError, which the runner takes for a message's fault (an error message)."""
+
+
+def _spark_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith(("pyspark", "py4j"))
 
 
 def _fault_point(batch_id: int) -> None:
@@ -412,7 +384,9 @@ class _Evaluation:
         except StorageError:
             raise
         except Exception as exc:  # Spark's own: the runner finds the message at fault
-            if type(exc).__module__.startswith(("pyspark", "py4j")):
+            if _spark_error(exc):
+                if self.engine.stopped():
+                    raise _Stopped from exc  # its jobs were cancelled: no message's fault
                 raise StorageError(f"Spark could not evaluate the rules: {exc}") from exc
             raise
         finally:
@@ -425,7 +399,7 @@ class _Evaluation:
         rows = self.rows
         if len(ids) != rows.num_rows:
             rows = rows.filter(pc.is_in(rows["id"], pa.array(ids, pa.int64())))
-        spark.createDataFrame(rows, ROWS_SCHEMA).createOrReplaceTempView(_BATCH_VIEW)
+        spark.createDataFrame(rows, ROWS_SCHEMA).createOrReplaceTempView(BATCH_VIEW)
         if self.slices:
             self._slices(unit, plan, ids)
         result = spark.sql(query, args={**self.plan.params, "now": self.now}).toArrow()
@@ -450,11 +424,11 @@ class _Evaluation:
             )
             rows.extend([r[0], r[1], r[2], r[3], *message_values(r[4:])] for r in members)
         columns: list[Sequence[Any]] = (
-            list(zip(*rows, strict=True)) if rows else [[]] * len(_SLICE_ARROW)
+            list(zip(*rows, strict=True)) if rows else [[]] * len(SLICE_ARROW)
         )
         table = pa.table(
-            [pa.array(list(c), f.type) for c, f in zip(columns, _SLICE_ARROW, strict=True)],
-            schema=_SLICE_ARROW,
+            [pa.array(list(c), f.type) for c, f in zip(columns, SLICE_ARROW, strict=True)],
+            schema=SLICE_ARROW,
         )
         self.spark.createDataFrame(table, SLICE_SCHEMA).createOrReplaceTempView(SLICE_VIEW)
 
@@ -469,6 +443,7 @@ def run_rules(
     max_per_batch: int = 10_000,
     now: float | None = None,
     timings: dict[str, float] | None = None,
+    stop: threading.Event | None = None,
 ) -> RunStats:
     """Run the rules application of ``url`` on Spark until nothing is due, as
     ``db.rules.run_until_idle()`` runs it locally, including what the rules produce on
@@ -480,17 +455,19 @@ def run_rules(
     exactly once). ``max_per_batch``: messages per queue and micro-batch. ``now``: a
     fixed time for every batch (tests on a manual clock); by default the database's.
     ``timings``: filled with the driver's seconds by part (see ``_Engine.seconds``).
+    ``stop``: set (by a signal handler, say) to return early, as ``RulesRun.stop`` stops.
     """
-    query, engine = _start(spark, url, app, checkpoint, name, max_per_batch, None, now)
+    run = RulesRun(*_start(spark, url, app, checkpoint, name, max_per_batch, None, now))
     try:
-        query.processAllAvailable()
+        if stop is None:
+            run.query.processAllAvailable()
+        else:
+            until_idle(run.query, stop)
     finally:
-        query.stop()
-        engine.stats.removed += engine.db.rules.remove()
-        engine.db.close()
+        run.stop()
     if timings is not None:
-        timings.update(engine.seconds)
-    return engine.stats
+        timings.update(run.seconds)
+    return run.stats
 
 
 def start_rules(
@@ -502,12 +479,52 @@ def start_rules(
     name: str = "rules",
     max_per_batch: int = 10_000,
     interval: float | None = None,
-) -> Any:
-    """As ``run_rules``, but keep running: the StreamingQuery, which takes new messages as
-    they come (``interval``: seconds between micro-batches; by default at once) until it
-    is stopped. Retention's removal runs in the engine's upkeep, as it does locally."""
-    query, _ = _start(spark, url, app, checkpoint, name, max_per_batch, interval, None)
-    return query
+) -> RulesRun:
+    """As ``run_rules``, but keep running, taking new messages as they come
+    (``interval``: seconds between micro-batches; by default at once) until stopped:
+    the RulesRun. Retention's removal runs in the engine's upkeep, as it does locally."""
+    return RulesRun(*_start(spark, url, app, checkpoint, name, max_per_batch, interval, None))
+
+
+class RulesRun:
+    """A running rules application on Spark (``start_rules``): ``query``, Spark's
+    StreamingQuery, and ``stop()``, which lets the transaction at hand finish first."""
+
+    def __init__(self, query: Any, engine: _Engine) -> None:
+        self.query = query
+        self._engine = engine
+        self._stopped = False
+
+    @property
+    def stats(self) -> RunStats:
+        """What the run has done so far."""
+        return self._engine.stats
+
+    @property
+    def seconds(self) -> Mapping[str, float]:
+        """Where the driver's time went (see ``_Engine.seconds``)."""
+        return self._engine.seconds
+
+    def stop(self) -> RunStats:
+        """Stop after the transaction at hand, then Spark's query; remove what retention
+        lets go, as ``run_rules`` does at its end; return what the run did. What the
+        micro-batch had not processed yet stays unprocessed for the next run (nothing is
+        lost, nothing is processed twice). Safe to call again."""
+        engine = self._engine
+        if self._stopped:
+            return engine.stats
+        engine.stopping.set()
+        with engine.busy:  # the micro-batch at hand is done; the next will do nothing
+            pass
+        try:
+            self.query.stop()
+        finally:
+            self._stopped = True
+            try:
+                engine.stats.removed += engine.db.rules.remove()
+            finally:
+                engine.db.close()
+        return engine.stats
 
 
 def _start(  # noqa: PLR0917  (run_rules' and start_rules' arguments)
@@ -552,7 +569,8 @@ def _start(  # noqa: PLR0917  (run_rules' and start_rules' arguments)
     )
     if interval is not None:
         writer = writer.trigger(processingTime=f"{interval} seconds")
-    return writer.start(), engine
+    engine.query = writer.start()
+    return engine.query, engine
 
 
 def _streamed(compiled: _Compiled) -> list[list[Any]]:
