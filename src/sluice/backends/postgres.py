@@ -18,6 +18,11 @@ through ``expect()``, so no second round trip is needed to decide.
   WAL flush. A server crash that undoes one of those is caught like a lost
   lease: the holder's commit finds its rows changed and fails.
 - Wake-ups: coalesced NOTIFY, with a fallback tick (``postgres_notify``).
+
+This module holds the pool, the units of work and the queue operations; the claims
+(``postgres_claims``), what the units decide before and after their round trips
+(``postgres_decisions``, shared with sluice.aio), the rules engine's dialect parts
+(``postgres_rules``) and Spark's streams (``postgres_streams``) are mixed in.
 """
 
 from __future__ import annotations
@@ -45,8 +50,6 @@ from sluice.backends.records import (
     SessionInfo,
     browse_params,
 )
-from sluice.backends.rules import SqlRules
-from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import (
     PURGEABLE,
     SqlBackend,
@@ -56,11 +59,10 @@ from sluice.backends.sql_backend import (
 )
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
-from sluice.errors import MissingDependency, QueueNotFound, StorageError
-from sluice.expr.postgres import PostgresCompiler, json_body
+from sluice.errors import MissingDependency, StorageError
+from sluice.expr.postgres import PostgresCompiler
 from sluice.expr.sql import Source
 from sluice.extras import install_hint
-from sluice.message import TEXT
 
 try:
     import psycopg
@@ -72,6 +74,8 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
         f"{install_hint('postgres')}"
     ) from _missing
 
+from sluice.backends.postgres_claims import PostgresClaims
+from sluice.backends.postgres_decisions import PostgresDecisions
 from sluice.backends.postgres_maintenance import (
     Maintainer,
     maintenance_locks,
@@ -83,19 +87,12 @@ from sluice.backends.postgres_maintenance import (
 from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_outbox import PostgresOutbox
 from sluice.backends.postgres_queries import load_queries
-from sluice.backends.postgres_schema import LOCK_CLASS, RULES_LOCK_CLASS, migrate, quote_schema
+from sluice.backends.postgres_rules import PostgresRules
+from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
 from sluice.backends.postgres_settings import PostgresSettings
 from sluice.backends.postgres_statements import (
     Expected,
-    Route,
-    abort_statements,
-    claim_answer,
-    claim_rounds,
     commit_failure,
-    commit_statements,
-    credit_limit,
-    credit_statements,
-    enqueue_statement,
     first,
     fronts,
     lane_front_statements,
@@ -112,23 +109,19 @@ __all__ = ["PostgresBackend", "PostgresSettings"]
 
 _PEER_MEMORY = 60.0  # seconds a notification from another Database counts as a peer
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's worth
-_MAX_SELECTIONS = 256
-# The statements whose selection names the messages table "m" (the others, "s").
-_ALIAS_M = frozenset(
-    {
-        "browse",
-        "browse_done",
-        "scan",
-        "claimed_in_order",
-        "failed_origins",
-        "retry_failed",
-        "discard_failed",
-    }
-)
 
 
 class PostgresBackend(
-    SqlBackend, PostgresStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, SqlGateways, Backend
+    SqlBackend,
+    PostgresDecisions,
+    PostgresClaims,
+    PostgresStreams,
+    SqlTopics,
+    PostgresRules,
+    SqlKeys,
+    SqlIdempotency,
+    SqlGateways,
+    Backend,
 ):
     """Queue storage in a PostgreSQL schema (see the module docstring)."""
 
@@ -411,83 +404,6 @@ class PostgresBackend(
     def _compiler(self, source: Source, prefix: str) -> PostgresCompiler:
         return PostgresCompiler(source, schema=self._schema_sql, prefix=prefix)
 
-    # --- the rules engine's dialect parts (backends/rules.py) --------------------------
-    @property
-    def _rules_schema(self) -> str:
-        return f"{self._schema_sql}."
-
-    _rules_insert_marks_done = True
-
-    def _rules_enqueue(
-        self, conn: psycopg.Connection[Any], session: int, tx: int, envelopes: Sequence[Envelope]
-    ) -> None:
-        plan = CommitPlan(session=session, tx=tx, enqueues=envelopes)
-        try:
-            for name, params in commit_statements(plan, in_caller_tx=True):
-                conn.execute(self._q[name], params)
-        except psycopg.Error as exc:
-            error = translate(exc)
-            if isinstance(error, Expected) and error.what == "queue not found":
-                raise self.queue_not_found(envelopes) from None
-            raise
-
-    def _rules_ids(self, values: Sequence[int]) -> str:
-        # An array literal: psycopg adapts a list of ints element by element, several
-        # times slower, and a batch sends its ids in four or five parameters.
-        return "{" + ",".join(str(int(v)) for v in values) + "}"
-
-    def _rules_translate(self, exc: Exception) -> Exception | None:
-        return translate(exc) if isinstance(exc, psycopg.Error) else None
-
-    def _rules_exclusive(self, conn: psycopg.Connection[Any], key: int) -> None:
-        conn.execute(self._q["rules_lock"], {"lock_class": RULES_LOCK_CLASS, "key": key})
-
-    def _rules_enqueue_lock(self, conn: psycopg.Connection[Any], queue_ids: Sequence[int]) -> None:
-        params = {"lock_class": LOCK_CLASS, "queue_ids": list(queue_ids)}
-        conn.execute(self._q["rules_commit_lock"], params)
-
-    def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
-        # json, not jsonb: written as text at once, where jsonb would build a tree first.
-        items = ", ".join(f"'{key}', {sql}" for key, sql, _ in pairs)
-        built = f"json_build_object({items})"
-        return f"json_strip_nulls({built})::text" if strip else f"{built}::text"
-
-    def rules_inherited(self, name: str) -> str:
-        return f"(m.properties::jsonb -> '{name}')"
-
-    def rules_body(self, kind: str, sql: str) -> str | None:
-        if kind == "same":
-            return ", m.body AS body, m.body_bytes AS body_bytes, m.content_type AS content_type"
-        if kind == "json":
-            return f", ({sql})::text AS body, NULL::bytea AS body_bytes, NULL AS content_type"
-        if kind == "scalar":
-            return (
-                f", (({sql})::jsonb -> 0)::text AS body, NULL::bytea AS body_bytes, "
-                "NULL AS content_type"
-            )
-        if kind == "text":
-            return f", ({sql})::text AS body, NULL::bytea AS body_bytes, '{TEXT}' AS content_type"
-        return None
-
-    def _rules_made_from(self, ids: str, number: int) -> str:
-        # The trigger's bit in its pick (rules_insert's t), not m.id = ANY(ids): a
-        # generic plan tests = ANY against a parameter element by element, and a batch
-        # of 25,000 spent 1.4 s per action on it.
-        return f"FROM t AS m WHERE (m.pick >> {int(number)}) & 1 = 1"
-
-    _rules_parsing = frozenset({"rules_take_evaluate"})
-
-    def _rules_parsed(self, columns: str) -> str:
-        # rules_insert's t and rules_take_evaluate's m have every trigger's JSON body
-        # parsed once, as j.
-        return columns.replace(json_body("m"), "m.j")
-
-    _rules_made_body = "n.body, n.body_bytes, n.content_type"
-    _rules_made_size = "coalesce(octet_length(n.body), octet_length(n.body_bytes), 0)"
-
-    def _rules_committed(self, queues: set[str]) -> None:
-        self._notifier.signal(queues)
-
     def _selection(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         found, params = self.selected(name, select)
         return self._q[found], params
@@ -497,31 +413,6 @@ class PostgresBackend(
         # process that made them (a CLI command) may end before that thread's turn.
         note = payload(self._notifier.origin, queues)
         self._write_rows("notify", {"channel": self.channel, "payload": note}, durable=False)
-
-    def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
-        """The name of the query shaped by ``select``, and the selection's parameters.
-
-        Values are parameters, so selections that differ only in their values
-        share one query text (and one prepared statement): the texts are
-        registered once, keyed by the text itself, and never removed.
-        """
-        if select is None:
-            return name, {}
-        key = f"{name}#{select.key}"
-        cached = self._selections.get(key)
-        if cached is None:
-            if len(self._selections) >= _MAX_SELECTIONS:
-                self._selections = {}  # selections written with inline values are each new
-            alias = "m" if name in _ALIAS_M else "s"
-            where, order, params = compile_selection(
-                select,
-                lambda source: PostgresCompiler(source, schema=self._schema_sql),
-                alias,
-            )
-            text = self._templates[name].fill_selection(where, order)
-            self._q.setdefault(text, text)
-            cached = self._selections[key] = (text, params)
-        return cached
 
     # --- messages --------------------------------------------------------------------
     def append(
@@ -554,195 +445,8 @@ class PostgresBackend(
             raise
         return route.notified
 
-    # --- what a unit of work decides before and after its round trips ----------------
-    # No IO: sluice.aio runs the same statements on asyncio connections and calls these.
-    def append_statements(
-        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
-    ) -> list[tuple[str, Any]]:
-        """The statements of ``append``."""
-        statements = [enqueue_statement(session, tx, envelopes, ready, durable)]
-        lanes = sorted({(e.queue, e.lane) for e in envelopes if e.lane is not None})
-        if ready and lanes:
-            statements.append(("promote", lanes_params(lanes)))
-        return statements
-
-    def route(
-        self, statements: list[tuple[str, Any]], envelopes: Sequence[Envelope], *, durable: bool
-    ) -> Route:
-        """How a unit runs: a single statement on its own, in one round trip (``enqueue``
-        relaxes its own commit where it may, and carries the NOTIFY when its turn
-        comes); several as one pipelined transaction."""
-        if len(statements) == 1 and statements[0][0] == "enqueue":
-            params = statements[0][1]
-            if params["ready"] and self._notifier.take_turn():
-                note = payload(self._notifier.origin, (e.queue for e in envelopes))
-                params = params | {"channel": self.channel, "payload": note}
-                return Route([("enqueue_notify", params)], True, True, True)
-            return Route(statements, True, True, False)
-        if len(statements) == 1 and durable:
-            return Route(statements, True, True, False)
-        if (
-            len(statements) == 2
-            and statements[0][0] == "enqueue"
-            and statements[1][0] == "idempotency_record"
-        ):
-            # An effect with a statement of its own joined with the enqueue
-            # (idempotency.sql): one statement, one round trip, no BEGIN and COMMIT.
-            # (psycopg costs about as much CPU per statement as the database does per
-            # small insert.)
-            joined = statements[0][1] | statements[1][1]
-            return Route([("enqueue_idempotency_record", joined)], True, True, False)
-        return Route(statements, False, durable, False)
-
-    def appended(self, envelopes: Sequence[Envelope], *, ready: bool, notified: bool) -> None:
-        """``append`` is done: other processes hear of ready messages."""
-        if ready and not notified:
-            self._notifier.signal(e.queue for e in envelopes)
-
-    def commit_unit(self, plan: CommitPlan) -> list[tuple[str, Any]]:
-        """The statements of ``commit``."""
-        statements = commit_statements(plan)
-        if (plan.session, plan.tx) in self._uncertain:
-            # Claims whose outcome was unknown go back; the known ones are settled.
-            key = {"session": plan.session, "tx": plan.tx}
-            statements += [("release", key | {"ids": None})]
-        return statements
-
-    def committed(self, plan: CommitPlan, *, notified: bool) -> None:
-        """``commit`` is done: other processes hear of what it made available."""
-        self._uncertain.discard((plan.session, plan.tx))
-        if (plan.pending or plan.rejects) and not notified:
-            self._notifier.signal(None)  # which queues gained is not known here
-        elif plan.enqueues and not notified:
-            self._notifier.signal(e.queue for e in plan.enqueues)
-        if plan.freed:  # credit freed: waiters of capped queues elsewhere may take more
-            self._notifier.signal(plan.freed)
-
-    def claim_unknown(self, session: int, tx: int) -> None:
-        """A claim's connection broke: it may have committed, so the transaction's end must
-        settle rows it never heard of."""
-        self._uncertain.add((session, tx))
-
-    def released(self) -> None:
-        """``release`` is done: other processes may take the messages."""
-        self._notifier.signal()
-
-    def abort_unit(
-        self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane]
-    ) -> list[tuple[str, Any]]:
-        """The statements of ``abort``: all it holds, known or not."""
-        key = {"session": session, "tx": tx, "ids": None}
-        return abort_statements(key, bool(held) or (session, tx) in self._uncertain, lanes)
-
-    def aborted(self, session: int, tx: int, held: Sequence[int]) -> None:
-        """``abort`` is done: other processes may take what it held."""
-        self._uncertain.discard((session, tx))
-        if held:
-            self._notifier.signal()
-
-    def queue_not_found(self, envelopes: Sequence[Envelope]) -> QueueNotFound:
-        existing = {spec.name for spec in self.list_queues()}
-        missing = sorted({e.queue for e in envelopes} - existing)
-        return QueueNotFound(f"queue {', '.join(map(repr, missing))} does not exist")
-
-    def claim(
-        self,
-        session: int,
-        tx: int,
-        queue: str,
-        limit: int,
-        *,
-        own: bool,
-        select: Selection | None = None,
-        lanes: Sequence[str] = (),
-        fill: bool = True,
-        capped: bool = False,
-    ) -> list[MessageRow]:
-        if capped:
-            return self._capped_claim(session, tx, queue, limit, own, select, lanes, fill)
-        return claim_rounds(
-            lambda name, params: self._claim(session, tx, name, params),
-            self.selected,
-            clock=self.clock,
-            session=session,
-            tx=tx,
-            queue=queue,
-            limit=limit,
-            own=own,
-            select=select,
-            lanes=lanes,
-            fill=fill,
-            suffix="",
-        )
-
-    def _claim(self, session: int, tx: int, name: str, params: dict[str, Any]) -> list[MessageRow]:
-        try:
-            # One statement that relaxes its own commit: one round trip.
-            rows = self._one(name, params)
-        except StorageError as exc:
-            if isinstance(exc, ConnectionLost):
-                self.claim_unknown(session, tx)
-            raise
-        return self.keep_due(params["queue"], rows)
-
-    def _capped_claim(  # noqa: PLR0917 (claim's arguments, passed on)
-        self,
-        session: int,
-        tx: int,
-        queue: str,
-        limit: int,
-        own: bool,
-        select: Selection | None,
-        lanes: Sequence[str],
-        fill: bool,
-    ) -> list[MessageRow]:
-        """A claim on a queue with max_in_flight: the queue's credit lock, its count and the
-        claim in one transaction, so its claimers anywhere never hold more than the cap.
-
-        Three round trips (the count, the claim, the commit) where an uncapped claim
-        takes one: the cap costs only the queues that have one.
-        """
-        try:
-            with self._conn() as conn, conn.pipeline():
-                conn.execute("BEGIN")
-                conn.execute("SET LOCAL synchronous_commit TO off")
-                for name, params in credit_statements(queue):
-                    cur = conn.execute(self._q[name], params)
-                credit = credit_limit(limit, cur.fetchall())
-                rows = []
-                if credit:
-                    rows = claim_rounds(
-                        lambda name, params: self.keep_due(
-                            queue, conn.execute(self._q[name], params).fetchall()
-                        ),
-                        self.selected,
-                        clock=self.clock,
-                        session=session,
-                        tx=tx,
-                        queue=queue,
-                        limit=credit,
-                        own=own,
-                        select=select,
-                        lanes=lanes,
-                        fill=fill,
-                        suffix="",
-                    )
-                conn.execute("COMMIT")
-        except StorageError as exc:
-            if isinstance(exc, ConnectionLost):
-                self.claim_unknown(session, tx)
-            raise
-        return rows
-
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
         return fronts(lanes, self._unit(lane_front_statements(queue, lanes), durable=False))
-
-    def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]:
-        """Claimed rows; an empty claim's answer to ``next_due`` is kept for this thread."""
-        claimed, due = claim_answer(rows)
-        if due is not None:
-            self._due.answer = (queue, due[0])
-        return claimed
 
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
@@ -811,15 +515,6 @@ class PostgresBackend(
     def remove_kept(self, limit: int) -> int:
         params = {"now": self.clock.now(), "limit": limit}
         return int(first(self._one("remove_kept", params, durable=False)))
-
-    def next_due(self, queue: str) -> float | None:
-        # Asked right after an empty claim, whose statement answered it already.
-        answer, self._due.answer = getattr(self._due, "answer", None), None
-        if answer is not None and answer[0] == queue:
-            return None if answer[1] is None else float(answer[1])
-        rows = self._one("next_due", {"queue": queue, "now": self.clock.now()})
-        value = first(rows)
-        return None if value is None else float(value)
 
     def waiting(self, wanted: bool) -> None:
         """Nothing: LISTEN goes on either way (its notifications cost nothing unread)."""
