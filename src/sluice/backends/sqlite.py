@@ -3,6 +3,9 @@
 One connection per backend behind a lock; every unit of work is one
 ``BEGIN IMMEDIATE`` transaction, so processes sharing the file serialise on
 SQLite's write lock (WAL lets readers carry on) and wait up to ``busy_timeout``.
+This module holds opening the file, the units of work and the queue operations; the
+claims (``sqlite_claims``), the rules engine's dialect parts (``sqlite_rules``) and
+Spark's streams (``sqlite_streams``) are mixed in.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from sluice.backends.records import (
     message_row,
     run_steps,
 )
-from sluice.backends.rules import SqlRules
 from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import (
     PURGEABLE,
@@ -44,11 +46,12 @@ from sluice.backends.sql_backend import (
     queue_counts,
     state_counts,
 )
+from sluice.backends.sqlite_claims import SQLiteClaims
 from sluice.backends.sqlite_file import APPLICATION_ID, check_header, check_owner, migrate
 from sluice.backends.sqlite_notify import Watcher, watch
+from sluice.backends.sqlite_rules import SQLiteRules
 from sluice.backends.sqlite_settings import SQLiteSettings, Synchronous
 from sluice.backends.sqlite_statements import (
-    capped_limit,
     delete_held,
     ids,
     is_busy,
@@ -69,7 +72,7 @@ from sluice.errors import (
 )
 from sluice.expr.sql import Source
 from sluice.expr.sqlite import SQLiteCompiler, register_functions
-from sluice.message import TEXT, MessageState
+from sluice.message import MessageState
 
 if TYPE_CHECKING:
     pass
@@ -80,21 +83,16 @@ __all__ = ["APPLICATION_ID", "SQLiteBackend", "SQLiteSettings", "Synchronous"]
 _UNCHANGED: AbstractContextManager[None] = nullcontext()
 
 
-def _json_value(sql: str, kind: str) -> str:
-    """A SQL value as json_object takes it: SQLite's booleans are the numbers 1 and 0, and
-    a number is written as every engine writes it (8.0 is 8: docs/expressions.md)."""
-    if kind == "boolean":
-        return (
-            f"(CASE WHEN ({sql}) IS NULL THEN NULL WHEN ({sql}) THEN json('true') "
-            "ELSE json('false') END)"
-        )
-    if kind == "number":
-        return f"json(sluice_json_number({sql}))"
-    return sql
-
-
 class SQLiteBackend(
-    SqlBackend, SQLiteStreams, SqlTopics, SqlRules, SqlKeys, SqlIdempotency, SqlGateways, Backend
+    SqlBackend,
+    SQLiteClaims,
+    SQLiteStreams,
+    SqlTopics,
+    SQLiteRules,
+    SqlKeys,
+    SqlIdempotency,
+    SqlGateways,
+    Backend,
 ):
     """Queue storage in a SQLite database file (see the module docstring)."""
 
@@ -316,54 +314,6 @@ class SQLiteBackend(
     def _compiler(self, source: Source, prefix: str) -> SQLiteCompiler:
         return SQLiteCompiler(source, prefix=prefix)
 
-    # --- the rules engine's dialect parts (backends/rules.py) --------------------------
-    _rules_schema = ""
-
-    def _rules_enqueue(
-        self, conn: sqlite3.Connection, session: int, tx: int, envelopes: Sequence[Envelope]
-    ) -> None:
-        self._insert(conn, session, tx, envelopes, state=MessageState.READY)
-
-    def _rules_translate(self, exc: Exception) -> Exception | None:
-        return self._translate(exc) if isinstance(exc, sqlite3.Error) else None
-
-    def _rules_ids(self, values: Sequence[int]) -> str:
-        return ids(values)
-
-    def _rules_exclusive(self, conn: sqlite3.Connection, key: int) -> None:
-        pass  # BEGIN IMMEDIATE: one writer at a time already
-
-    def _rules_enqueue_lock(self, conn: sqlite3.Connection, queue_ids: Sequence[int]) -> None:
-        pass  # one writer at a time: commits are in order already
-
-    def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
-        items = ", ".join(f"'{key}', {_json_value(sql, kind)}" for key, sql, kind in pairs)
-        built = f"json_object({items})"
-        return f"json_patch('{{}}', {built})" if strip else built
-
-    def rules_inherited(self, name: str) -> str:
-        return f"(m.properties -> '$.\"{name}\"')"
-
-    def rules_body(self, kind: str, sql: str) -> str | None:
-        if kind == "same":
-            return ", m.body AS body, m.content_type AS content_type"
-        if kind == "json":
-            return f", {sql} AS body, NULL AS content_type"
-        if kind == "scalar":
-            return f", ({sql} -> '$[0]') AS body, NULL AS content_type"
-        if kind == "text":
-            return f", {sql} AS body, '{TEXT}' AS content_type"
-        return None
-
-    def _rules_made_from(self, ids: str, number: int) -> str:
-        return f"FROM messages AS m WHERE m.id IN (SELECT value FROM json_each({ids}))"
-
-    _rules_made_body = "n.body, n.content_type"
-    _rules_made_size = "coalesce(length(CAST(n.body AS BLOB)), 0)"
-
-    def _rules_committed(self, queues: set[str]) -> None:
-        pass  # other processes hear of every commit through the WAL (sqlite_notify)
-
     def _selection(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]:
         return self._selected(name, select)
 
@@ -417,100 +367,6 @@ class SQLiteBackend(
             for e in envelopes
         ]  # fmt: skip
         conn.executemany(self._q["insert_typed_values"], full)
-
-    def claim(
-        self,
-        session: int,
-        tx: int,
-        queue: str,
-        limit: int,
-        *,
-        own: bool,
-        select: Selection | None = None,
-        lanes: Sequence[str] = (),
-        fill: bool = True,
-        capped: bool = False,
-    ) -> list[MessageRow]:
-        # Claims commit without fsync. A claim is not state worth a disk flush: a
-        # power cut that undid it also killed its session, whose claims recovery
-        # would give back anyway; and the next durable commit's fsync covers it.
-        params = {
-            "session": session,
-            "tx": tx,
-            "queue": queue,
-            "limit": limit,
-            "now": self.clock.now(),
-        }
-        one = "claim_with_own_one" if own else "claim_one"
-        if capped:
-            with self._transaction(durable=False) as conn:
-                # Counted and claimed in one BEGIN IMMEDIATE: SQLite's one writer keeps
-                # every other claimer, in any process, out until this one commits.
-                credit = capped_limit(conn, self._q["queue_credit"], queue, limit)
-                if credit == 0:
-                    return []
-                if credit == 1 and not lanes:
-                    query, extra = self._selected(one, select)
-                    params["limit"] = 1
-                    return list(map(message_row, conn.execute(query, params | extra)))
-                return self._claim_rounds(
-                    conn, params, credit, own=own, select=select, lanes=lanes, fill=fill
-                )
-        if limit == 1 and not lanes:
-            # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
-            query, extra = self._selected(one, select)
-            rows, _ = self._single(query, params | extra if extra else params, durable=False)
-            return list(map(message_row, rows))
-        with self._transaction(durable=False) as conn:
-            return self._claim_rounds(
-                conn, params, limit, own=own, select=select, lanes=lanes, fill=fill
-            )
-
-    def _claim_rounds(
-        self,
-        conn: sqlite3.Connection,
-        params: dict[str, Any],
-        limit: int,
-        *,
-        own: bool,
-        select: Selection | None,
-        lanes: Sequence[str],
-        fill: bool,
-    ) -> list[MessageRow]:
-        """Claim up to ``limit`` in the caller's transaction, a round at a time.
-
-        Of a lane only the head is claimable, or the next message for the lane's
-        holder: each round takes what is claimable now, and lanes it took from offer
-        their next message to the following round.
-        """
-        session, tx = params["session"], params["tx"]
-        name = "select_claimable_with_own" if own else "select_claimable"
-        rows: list[MessageRow] = []
-        owned = set(lanes)
-        while len(rows) < limit:
-            params["limit"] = limit - len(rows)
-            query, extra = self._selected(f"{name}_lanes" if owned else name, select)
-            if owned:
-                # A lane's run is taken whole; with a selection only its next
-                # message, the one the selection may judge without skipping any.
-                run = 1 if select is not None else params["limit"]
-                extra = extra | {
-                    "lanes": json.dumps(sorted(owned)),
-                    "run": run,
-                    "fill": int(fill or not lanes),
-                }
-            # Selected with the claimed state, which mark_claimed gives them next.
-            taken = list(map(message_row, conn.execute(query, params | extra).fetchall()))
-            if not taken:
-                break
-            params["ids"] = ids([row.id for row in taken])
-            conn.execute(self._q["mark_claimed"], params)
-            rows += taken
-            more = {r.lane for r in taken if r.lane is not None and not _own(r, session, tx)}
-            if not more:
-                break  # no lane took part: this round took all there was
-            owned |= more
-        return rows
 
     def release(
         self, session: int, tx: int, refs: Sequence[int], lanes: Sequence[Lane] = ()
@@ -725,7 +581,3 @@ if Envelope._fields[1:11] != (
     "enqueued_at", "available_at", "expires_at",
 ):  # fmt: skip
     raise ImportError("Envelope's fields moved: the SQLite insert binds e[1:11] as num..expires_at")
-
-
-def _own(row: MessageRow, session: int, tx: int) -> bool:
-    return bool(row.p_session == session and row.p_tx == tx)
