@@ -12,8 +12,9 @@ from sluice.catalog import QueueSpec
 from sluice.clock import Clock, FastClock, ManualClock, SystemClock
 from sluice.connect import connect
 from sluice.database import Database
+from sluice.engine.enqueue import EnqueueOptions
 from sluice.engine.queue import Queue
-from sluice.engine.transaction import EnqueueOptions, Transaction
+from sluice.engine.transaction import Transaction
 from sluice.errors import (
     ConfigurationError,
     Conflict,

@@ -10,9 +10,9 @@ from sluice.aio.context import AsyncContext
 from sluice.aio.message import AsyncMessage
 from sluice.aio.transaction import AsyncTransaction
 from sluice.catalog import QueueSpec
+from sluice.engine.enqueue import EnqueueOptions
 from sluice.engine.queue import Queue
 from sluice.engine.reading import BrowseState
-from sluice.engine.transaction import EnqueueOptions
 from sluice.message import Body, Position
 
 __all__ = ["AsyncQueue"]

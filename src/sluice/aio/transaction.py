@@ -16,8 +16,9 @@ from typing import Unpack
 from sluice.aio.context import AsyncContext
 from sluice.aio.message import AsyncMessage
 from sluice.backends.base import Effect, Lane
+from sluice.engine.enqueue import EnqueueOptions
 from sluice.engine.reading import BrowseState
-from sluice.engine.transaction import EnqueueOptions, Transaction, TxState
+from sluice.engine.transaction import Transaction, TxState
 from sluice.errors import SluiceError
 from sluice.message import Body, Message, Position
 

@@ -1,12 +1,13 @@
-"""Enqueue with content rules: a message's type checked, its priority computed by
-the queue's priority function and its declared properties evaluated, before it
-is stored. Plain queues never come here (see ``Transaction.enqueue_many``)."""
+"""The envelopes of an enqueue: its options checked once for a batch, and the content
+rules of a queue that has them (a message's type checked, its priority computed by the
+queue's priority function and its declared properties evaluated) before it is stored.
+Plain bodies to a plain queue take the fast path (``plain_envelopes``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from sluice.backends.base import SLOTS, Envelope, StoredProperty
 from sluice.catalog import priority_level
@@ -27,17 +28,84 @@ if TYPE_CHECKING:
     from sluice.engine.types import TypeRegistry
 
 __all__ = [
+    "EnqueueOptions",
     "check_group",
     "check_priority",
     "check_seconds",
     "check_text",
     "encode_properties",
+    "envelopes",
     "plain_bodies",
     "plain_envelopes",
     "property_value",
     "stored_values",
     "typed_envelope",
 ]
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of an enqueue; see ``Transaction.enqueue_many``."""
+
+    priority: int | None
+    properties: dict[str, Any] | None
+    delay: float
+    ttl: float | None
+    content_type: str | None
+    correlation_id: str | None
+    reply_to: str | None
+    type: str | None
+    group: str | None
+
+
+def envelopes(
+    types: TypeRegistry,
+    content: QueueContent,
+    queue: str,
+    bodies: Iterable[Body],
+    *,
+    first: int,
+    lane: str | None,
+    now: float,
+    priority: int | None,
+    properties: dict[str, Any] | None,
+    delay: float,
+    ttl: float | None,
+    content_type: str | None,
+    correlation_id: str | None,
+    reply_to: str | None,
+    type: str | None,
+    group: str | None,
+) -> list[Envelope]:
+    """The envelopes of ``Transaction.enqueue_many``'s bodies to ``queue``, numbered from
+    ``first``, enqueued at ``now``; its options are checked once for all of them."""
+    spec = content.spec
+    given = check_priority(priority)
+    options = (
+        # A leveled queue stores the level, so every claim orders by it (docs/delivery.md).
+        given if spec.priority_levels is None else priority_level(given, spec.priority_levels),
+        encode_properties(properties),
+        check_text("correlation_id", correlation_id),
+        check_text("reply_to", reply_to),
+        now,
+        now if delay == 0 else now + check_seconds("delay", delay, allow_zero=True),
+        None if ttl is None else now + check_seconds("ttl", ttl, allow_zero=False),
+    )
+    prio, props, correlation, reply, enqueued, available, expires = options
+    content_type = check_text("content_type", content_type)
+    if not isinstance(bodies, list | tuple):
+        bodies = list(bodies)
+    if not content.plain or type is not None or not plain_bodies(bodies):
+        base = Envelope(queue, 0, prio, "", content_type or "", props, correlation, reply,
+                        enqueued, available, expires, type, None, group, lane)  # fmt: skip
+        return [
+            typed_envelope(types, content, base, num=first + n, body=body,
+                           priority=priority, properties=properties)
+            for n, body in enumerate(bodies)
+        ]  # fmt: skip
+    return plain_envelopes(
+        queue, first, bodies, content_type=content_type, max_size=spec.max_size,
+        options=options, group=group, lane=lane,
+    )  # fmt: skip
 
 
 def plain_bodies(bodies: Sequence[Body]) -> bool:

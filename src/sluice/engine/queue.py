@@ -10,9 +10,9 @@ from sluice.backends.records import Selection
 from sluice.catalog import QueueSpec
 from sluice.engine import topics
 from sluice.engine.credit import Credit, CreditedTransaction
-from sluice.engine.enqueue import check_seconds
+from sluice.engine.enqueue import EnqueueOptions, check_seconds
 from sluice.engine.reading import BrowseState, browse
-from sluice.engine.transaction import EnqueueOptions, Transaction
+from sluice.engine.transaction import Transaction
 from sluice.errors import ConfigurationError
 from sluice.message import Body, Message, Position
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sluice.backends.base import (
     CommitPlan,
@@ -21,29 +21,25 @@ from sluice.backends.base import (
     Envelope,
     Lane,
     MessageRow,
-    Selection,
     StagedPart,
     TxStore,
     lane_of,
 )
-from sluice.catalog import QueueSpec, priority_level
+from sluice.catalog import QueueSpec
 from sluice.engine import steps, topics
+from sluice.engine.claim import check_blocks, check_release, freed_credit, take_steps
 from sluice.engine.context import Stranded
 from sluice.engine.enqueue import (
+    EnqueueOptions,
     check_group,
-    check_priority,
     check_seconds,
     check_text,
-    encode_properties,
-    plain_envelopes,
-    typed_envelope,
+    envelopes,
 )
-from sluice.engine.enqueue import plain_bodies as _plain_bodies
 from sluice.engine.reading import BrowseState, browse, to_message
-from sluice.engine.steps import Blocking, Call, Steps, Wait
+from sluice.engine.steps import Blocking, Call, Steps
 from sluice.errors import (
     ConfigurationError,
-    IncompleteBlock,
     LeaseLost,
     MessageError,
     MessageStateError,
@@ -60,23 +56,9 @@ from sluice.message import (
 if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
 
-__all__ = ["BrowseState", "EnqueueOptions", "Transaction", "TxState"]
+__all__ = ["BrowseState", "Transaction", "TxState"]
 
 log = logging.getLogger("sluice")
-
-
-class EnqueueOptions(TypedDict, total=False):
-    """The options of an enqueue; see ``Transaction.enqueue_many``."""
-
-    priority: int | None
-    properties: dict[str, Any] | None
-    delay: float
-    ttl: float | None
-    content_type: str | None
-    correlation_id: str | None
-    reply_to: str | None
-    type: str | None
-    group: str | None
 
 
 class TxState(Enum):
@@ -210,36 +192,13 @@ class Transaction:
         if spec.kind == "subscription":
             topics.check_target(spec)
         lane = lane_of(spec.isolation, check_group(group), self._writer, self.number)
-        now = self._context.clock.now()
-        given = check_priority(priority)
-        options = (
-            # A leveled queue stores the level, so every claim orders by it (docs/delivery.md).
-            given if spec.priority_levels is None else priority_level(given, spec.priority_levels),
-            encode_properties(properties),
-            check_text("correlation_id", correlation_id),
-            check_text("reply_to", reply_to),
-            now,
-            now if delay == 0 else now + check_seconds("delay", delay, allow_zero=True),
-            None if ttl is None else now + check_seconds("ttl", ttl, allow_zero=False),
-        )
-        prio, props, correlation, reply, enqueued, available, expires = options
-        content_type = check_text("content_type", content_type)
         first = self._count + 1
-        if not isinstance(bodies, list | tuple):
-            bodies = list(bodies)
-        if not content.plain or type is not None or not _plain_bodies(bodies):
-            base = Envelope(queue, 0, prio, "", content_type or "", props, correlation, reply,
-                            enqueued, available, expires, type, None, group, lane)  # fmt: skip
-            added = [
-                typed_envelope(self._context.types, content, base, num=first + n, body=body,
-                               priority=priority, properties=properties)
-                for n, body in enumerate(bodies)
-            ]  # fmt: skip
-        else:
-            added = plain_envelopes(
-                queue, first, bodies, content_type=content_type, max_size=spec.max_size,
-                options=options, group=group, lane=lane,
-            )  # fmt: skip
+        added = envelopes(
+            self._context.types, content, queue, bodies, first=first, lane=lane,
+            now=self._context.clock.now(), priority=priority, properties=properties,
+            delay=delay, ttl=ttl, content_type=content_type, correlation_id=correlation_id,
+            reply_to=reply_to, type=type, group=group,
+        )  # fmt: skip
         self._count += len(added)
         if lane is not None:
             self._lanes_out.add((queue, lane))
@@ -327,34 +286,11 @@ class Transaction:
         own = queue in self._pending_queues
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
-        wakeups = self._context.wakeups
-        capped = spec.max_in_flight is not None  # its claims take no more than its credit
-        # A subscription is woken by its topic's news, and takes its messages first.
-        news = (queue,) if spec.topic is None else (queue, spec.topic)
         deadline = time.monotonic() + wait
-        rows: list[MessageRow]
-        while True:
-            token = wakeups.token() if wait else (0, 0)
-            if spec.kind == "queue":
-                rows = yield from self._claim(
-                    queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
-                    capped=capped,
-                )  # fmt: skip
-            else:
-                # Pulling from its topic is the synchronous backend's work.
-                rows = yield Blocking(
-                    lambda: self._take_subscribed(
-                        spec, limit, own=own, select=select, lanes=lanes, capped=capped
-                    )
-                )
-            remaining = deadline - time.monotonic()
-            if rows or remaining <= 0:
-                break
-            due: float | None = yield Call("next_due", (queue,), {})
-            if due is not None:
-                clock = self._context.clock  # due by its time; a ManualClock's is polled for
-                remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
-            yield Wait(token, remaining, news, limit)
+        rows = yield from take_steps(
+            self._context, self._backend, spec, session=self.session, tx=self.number,
+            limit=limit, wait=wait, deadline=deadline, own=own, select=select, lanes=lanes,
+        )  # fmt: skip
         messages = self._hold(spec, rows)
         if len(messages) < len(rows):
             # Some were refused by their bound model and rejected (_hold): the ones behind
@@ -411,71 +347,6 @@ class Transaction:
             self._kept.update(m.ref for m in messages)
         return messages
 
-    def _take_subscribed(
-        self, spec: QueueSpec, limit: int, *, own: bool, select: Selection | None,
-        lanes: list[str], capped: bool,
-    ) -> list[MessageRow]:  # fmt: skip
-        """Claim from a subscription, pulling its topic's messages first where it may need
-        them, and once more if the claim comes back short (sluice.engine.topics)."""
-        context, queue = self._context, spec.name
-        backend, wakeups = self._backend, context.wakeups
-        asked = topics.before_take(context, spec, everything=select is not None)
-        rows = steps.run(self._claim(queue, spec.isolation, limit, own=own, select=select,
-                                     lanes=lanes, capped=capped), backend, wakeups)  # fmt: skip
-        if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
-            rows += steps.run(self._claim(queue, spec.isolation, limit - len(rows), own=own,
-                                          select=select, lanes=lanes, capped=capped),
-                              backend, wakeups)  # fmt: skip
-        topics.taken(context, spec, len(rows))
-        return rows
-
-    def _claim(
-        self,
-        queue: str,
-        isolation: str,
-        limit: int,
-        *,
-        own: bool,
-        select: Selection | None,
-        lanes: list[str],
-        capped: bool,
-    ) -> Steps[list[MessageRow]]:
-        """Claim per the queue's isolation level (see docs/isolation.md, "limit").
-
-        On an isolated queue a reader takes a writer's (or block's) messages one
-        after the other: a fresh claim takes one head, the rest follow its lane.
-        Blockwise, a reader finishes the blocks it holds before it starts another,
-        so a dequeue ends at a block boundary when the limit allows.
-        """
-        session, tx = self.session, self.number
-
-        def claim(n: int, **more: Any) -> Call:
-            options = {"own": own, "select": select, "capped": capped} | more
-            return Call("claim", (session, tx, queue, n), options)
-
-        blockwise = isolation in ("blockwise", "ordered_blockwise")
-        rows: list[MessageRow]
-        if lanes:
-            rows = yield claim(limit, lanes=lanes, fill=not blockwise)
-            if rows or not blockwise:
-                return rows
-        if isolation == "none":
-            rows = yield claim(limit)
-            return rows
-        rows = yield claim(1)
-        taken = sorted(
-            {r.lane for r in rows if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)}
-        )
-        if taken and limit > 1:
-            rows += yield claim(limit - 1, lanes=taken, fill=not blockwise)
-        elif rows and limit > 1:
-            # It took its own enqueue, which is in no lane: the rest as a dequeue of its
-            # own would take them. Stopping here returned one message of limit=n while
-            # others were ready (docs/isolation.md: other writers fill the rest).
-            rows += yield from self._claim(queue, isolation, limit - 1, own=own, select=select,
-                                           lanes=lanes, capped=capped)  # fmt: skip
-        return rows
-
     def release(self, message: Message) -> None:
         """Give a taken message back now, to its original place (counts an attempt).
 
@@ -489,14 +360,7 @@ class Transaction:
         """``release`` as steps (engine/steps.py)."""
         self._check_held(message)
         lane = self._held_lanes.get(message.ref)
-        if lane is not None and any(
-            ref > message.ref and other == lane for ref, other in self._held_lanes.items()
-        ):
-            raise MessageStateError(
-                f"message {message.id} has later messages of its "
-                f"{'group' if lane[1].startswith('g:') else 'writer'} held by this "
-                "transaction; release those first (last taken, first given back), or abort"
-            )
+        check_release(message, lane, self._held_lanes)
         lanes = [lane] if lane is not None else []
         yield Call("release", (self.session, self.number, [message.ref], lanes), {})
         del self._held[message.ref]
@@ -571,8 +435,8 @@ class Transaction:
         """``commit`` as steps (engine/steps.py)."""
         self._check_active()
         if self._held_lanes:
-            yield from self._check_blocks()
-        freed = self._freed() if self._capped else None
+            yield from check_blocks(self._context, self.id, self._held_lanes, self._held)
+        freed = freed_credit(self._capped, self._held) if self._capped else None
         if self._buffer or self._touched or self._effects:
             plan = CommitPlan(
                 session=self.session,
@@ -610,14 +474,6 @@ class Transaction:
         if freed:  # credit for as many more
             for queue, count in freed.items():
                 wakeups.notify(queue, count)
-
-    def _freed(self) -> dict[str, int]:
-        """How many messages of each capped queue this transaction holds (its commit frees)."""
-        counts = dict.fromkeys(self._capped or (), 0)
-        for m in self._held.values():
-            if m.queue in counts:
-                counts[m.queue] += 1
-        return {queue: count for queue, count in counts.items() if count}
 
     def savepoint(self) -> tuple[int, int, int, int, frozenset[Lane]]:
         """A mark that ``rollback_to`` can undo this transaction's later enqueues to."""
@@ -725,34 +581,6 @@ class Transaction:
             self.abort()
 
     # --- checks ----------------------------------------------------------------------
-    def _check_blocks(self) -> Steps[None]:
-        """On a blockwise queue, refuse to commit part of a block (the transaction stays open).
-
-        A block's messages wait in its lane in order and this transaction owns
-        the lane, so the block is incomplete exactly when the lane's oldest
-        waiting message belongs to a block it holds messages of.
-        """
-        blocks: dict[str, dict[str, set[tuple[int, int]]]] = {}
-        for ref, (queue, lane) in self._held_lanes.items():
-            if lane.startswith("g:"):
-                continue  # groups are ordered, never blockwise
-            if self._context.spec(queue).isolation not in ("blockwise", "ordered_blockwise"):
-                continue
-            producer = self._held[ref].producer
-            blocks.setdefault(queue, {}).setdefault(lane, set()).add(producer)
-        for queue, lanes in blocks.items():
-            fronts: dict[str, tuple[int, int]] = yield Call(
-                "lane_fronts", (queue, sorted(lanes)), {}
-            )
-            for lane, front in fronts.items():
-                if front in lanes[lane]:
-                    session, tx = front
-                    raise IncompleteBlock(
-                        f"transaction {self.id} holds part of block {session}/{tx} of queue "
-                        f"{queue!r}; take the rest of the block and commit again, or abort "
-                        "(the transaction is still open)"
-                    )
-
     def check_lease(self) -> None:
         """LeaseLost unless this transaction's session surely still holds its lease: for
         work outside the database on what it holds (a gateway's delivery), which must

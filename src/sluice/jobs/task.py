@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Unpack
 
 from sluice.backends.base import Effect
-from sluice.engine.transaction import EnqueueOptions, Transaction
+from sluice.engine.enqueue import EnqueueOptions
+from sluice.engine.transaction import Transaction
 from sluice.jobs.model import FAR
 from sluice.jobs.submit import JobHeader, TaskSpec, enqueue_tasks
 from sluice.message import Body, Message

@@ -1,0 +1,201 @@
+"""Taking messages for a transaction, and the rules on what it took: the claim per
+isolation level (docs/isolation.md), a subscription's claim with its topic's pulls, the
+wait for a first message (or for credit); a lane's messages given back last taken first,
+no part of a block committed, and the credit of capped queues a commit frees.
+
+Functions of what they are given (a session, a transaction number, what it holds): the
+``Transaction`` keeps its state and calls them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sluice.backends.base import Lane, MessageRow, Selection, TxStore
+from sluice.catalog import QueueSpec
+from sluice.engine import steps, topics
+from sluice.engine.steps import Blocking, Call, Steps, Wait
+from sluice.errors import IncompleteBlock, MessageStateError
+from sluice.message import Message
+
+if TYPE_CHECKING:
+    from sluice.engine.context import EngineContext
+
+__all__ = ["check_blocks", "check_release", "claim_steps", "freed_credit", "take_steps"]
+
+
+def take_steps(
+    context: EngineContext,
+    backend: TxStore,
+    spec: QueueSpec,
+    *,
+    session: int,
+    tx: int,
+    limit: int,
+    wait: float,
+    deadline: float,
+    own: bool,
+    select: Selection | None,
+    lanes: list[str],
+) -> Steps[list[MessageRow]]:
+    """Claim up to ``limit`` of ``spec``'s messages, waiting until ``deadline`` (by the
+    monotonic clock) for the first; ``wait`` 0 does not wait for news."""
+    queue = spec.name
+    wakeups = context.wakeups
+    capped = spec.max_in_flight is not None  # its claims take no more than its credit
+    # A subscription is woken by its topic's news, and takes its messages first.
+    news = (queue,) if spec.topic is None else (queue, spec.topic)
+    rows: list[MessageRow]
+    while True:
+        token = wakeups.token() if wait else (0, 0)
+        if spec.kind == "queue":
+            rows = yield from claim_steps(
+                session, tx, queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
+                capped=capped,
+            )  # fmt: skip
+        else:
+            # Pulling from its topic is the synchronous backend's work.
+            rows = yield Blocking(
+                lambda: _take_subscribed(
+                    context,
+                    backend,
+                    spec,
+                    session=session,
+                    tx=tx,
+                    limit=limit,
+                    own=own,
+                    select=select,
+                    lanes=lanes,
+                    capped=capped,
+                )
+            )
+        remaining = deadline - time.monotonic()
+        if rows or remaining <= 0:
+            return rows
+        due: float | None = yield Call("next_due", (queue,), {})
+        if due is not None:
+            clock = context.clock  # due by its time; a ManualClock's is polled for
+            remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
+        yield Wait(token, remaining, news, limit)
+
+
+def _take_subscribed(
+    context: EngineContext, backend: TxStore, spec: QueueSpec, *, session: int, tx: int,
+    limit: int, own: bool, select: Selection | None, lanes: list[str], capped: bool,
+) -> list[MessageRow]:  # fmt: skip
+    """Claim from a subscription, pulling its topic's messages first where it may need
+    them, and once more if the claim comes back short (sluice.engine.topics)."""
+    queue, wakeups = spec.name, context.wakeups
+    asked = topics.before_take(context, spec, everything=select is not None)
+    rows = steps.run(claim_steps(session, tx, queue, spec.isolation, limit, own=own,
+                                 select=select, lanes=lanes, capped=capped),
+                     backend, wakeups)  # fmt: skip
+    if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
+        rows += steps.run(claim_steps(session, tx, queue, spec.isolation, limit - len(rows),
+                                      own=own, select=select, lanes=lanes, capped=capped),
+                          backend, wakeups)  # fmt: skip
+    topics.taken(context, spec, len(rows))
+    return rows
+
+
+def claim_steps(
+    session: int,
+    tx: int,
+    queue: str,
+    isolation: str,
+    limit: int,
+    *,
+    own: bool,
+    select: Selection | None,
+    lanes: list[str],
+    capped: bool,
+) -> Steps[list[MessageRow]]:
+    """Claim per the queue's isolation level (see docs/isolation.md, "limit").
+
+    On an isolated queue a reader takes a writer's (or block's) messages one
+    after the other: a fresh claim takes one head, the rest follow its lane.
+    Blockwise, a reader finishes the blocks it holds before it starts another,
+    so a dequeue ends at a block boundary when the limit allows.
+    """
+
+    def claim(n: int, **more: Any) -> Call:
+        options = {"own": own, "select": select, "capped": capped} | more
+        return Call("claim", (session, tx, queue, n), options)
+
+    blockwise = isolation in ("blockwise", "ordered_blockwise")
+    rows: list[MessageRow]
+    if lanes:
+        rows = yield claim(limit, lanes=lanes, fill=not blockwise)
+        if rows or not blockwise:
+            return rows
+    if isolation == "none":
+        rows = yield claim(limit)
+        return rows
+    rows = yield claim(1)
+    taken = sorted(
+        {r.lane for r in rows if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)}
+    )
+    if taken and limit > 1:
+        rows += yield claim(limit - 1, lanes=taken, fill=not blockwise)
+    elif rows and limit > 1:
+        # It took its own enqueue, which is in no lane: the rest as a dequeue of its
+        # own would take them. Stopping here returned one message of limit=n while
+        # others were ready (docs/isolation.md: other writers fill the rest).
+        rows += yield from claim_steps(session, tx, queue, isolation, limit - 1, own=own,
+                                       select=select, lanes=lanes, capped=capped)  # fmt: skip
+    return rows
+
+
+def check_blocks(
+    context: EngineContext, tx_id: str, held_lanes: Mapping[int, Lane], held: Mapping[int, Message]
+) -> Steps[None]:
+    """On a blockwise queue, refuse to commit part of a block (the transaction stays open).
+
+    A block's messages wait in its lane in order and the transaction ``tx_id`` owns
+    the lane, so the block is incomplete exactly when the lane's oldest waiting
+    message belongs to a block it holds messages of (``held_lanes``: the lanes of the
+    messages it holds, by ref).
+    """
+    blocks: dict[str, dict[str, set[tuple[int, int]]]] = {}
+    for ref, (queue, lane) in held_lanes.items():
+        if lane.startswith("g:"):
+            continue  # groups are ordered, never blockwise
+        if context.spec(queue).isolation not in ("blockwise", "ordered_blockwise"):
+            continue
+        producer = held[ref].producer
+        blocks.setdefault(queue, {}).setdefault(lane, set()).add(producer)
+    for queue, lanes in blocks.items():
+        fronts: dict[str, tuple[int, int]] = yield Call("lane_fronts", (queue, sorted(lanes)), {})
+        for lane, front in fronts.items():
+            if front in lanes[lane]:
+                session, tx = front
+                raise IncompleteBlock(
+                    f"transaction {tx_id} holds part of block {session}/{tx} of queue "
+                    f"{queue!r}; take the rest of the block and commit again, or abort "
+                    "(the transaction is still open)"
+                )
+
+
+def check_release(message: Message, lane: Lane | None, held_lanes: Mapping[int, Lane]) -> None:
+    """Of a lane, the messages taken last go back first: giving back ``message`` (of
+    ``lane``) while its holder holds a later one of it would let the later go first."""
+    if lane is not None and any(
+        ref > message.ref and other == lane for ref, other in held_lanes.items()
+    ):
+        raise MessageStateError(
+            f"message {message.id} has later messages of its "
+            f"{'group' if lane[1].startswith('g:') else 'writer'} held by this "
+            "transaction; release those first (last taken, first given back), or abort"
+        )
+
+
+def freed_credit(capped: Iterable[str] | None, held: Mapping[int, Message]) -> dict[str, int]:
+    """How many of the ``held`` messages are of each ``capped`` queue (max_in_flight): the
+    credit their holder's commit frees."""
+    counts = dict.fromkeys(capped or (), 0)
+    for m in held.values():
+        if m.queue in counts:
+            counts[m.queue] += 1
+    return {queue: count for queue, count in counts.items() if count}
