@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -185,3 +187,30 @@ def test_a_database_refuses_use_in_a_forked_child(tmp_path: Path) -> None:
         m = q.get()  # the parent's session still works and holds claims
         assert m is not None
         m.ack()
+
+
+def test_opening_a_second_database_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """Two Databases on one file in one process (the CLI and Spark's driver, a Spark
+    worker's cached one): opening the second must not drop the first one's POSIX locks,
+    which closing any descriptor of the file does. With them dropped, another process
+    closing its connection believes it is the last one out, checkpoints and deletes the
+    WAL under the live connections: the corruption the Spark stop tests found."""
+    path = tmp_path / "q.db"
+    url = f"sqlite:///{path}"
+    with sluice.connect(url) as first:
+        first.create_queue("q").put("kept")
+        with sluice.connect(url) as second:
+            wal = Path(f"{path}-wal")
+            assert wal.exists()
+            # Another process opens and closes the file: it must see it is not the last.
+            subprocess.run(
+                [sys.executable, "-c", f"import sqlite3; sqlite3.connect({str(path)!r}).execute("
+                 "'SELECT count(*) FROM sqlite_master').fetchone()"],
+                check=True,
+            )  # fmt: skip
+            assert wal.exists(), "another process deleted the WAL under live connections"
+            second.queue("q").put("also kept")
+        assert [m.body for m in first.queue("q").browse()] == ["kept", "also kept"]
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    check.close()

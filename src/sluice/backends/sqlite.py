@@ -132,13 +132,13 @@ class SQLiteBackend(
         )
 
     def _open(self) -> sqlite3.Connection:
-        check_header(self.path)
         try:
             conn = self._connect()
         except sqlite3.Error as exc:
             raise StorageError(f"{self.path} cannot be opened: {exc}") from exc
         try:
             # Check before anything writes: a foreign file must be left byte for byte as it was.
+            check_header(conn, self.path)
             check_owner(conn, self.path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")

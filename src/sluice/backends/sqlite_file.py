@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterator
 
 from sluice import sql
-from sluice.errors import NotASluiceDatabase, SchemaTooNew, StorageError
+from sluice.errors import NotASluiceDatabase, SchemaTooNew
 
 __all__ = ["APPLICATION_ID", "check_header", "check_owner", "migrate"]
 
@@ -18,19 +18,22 @@ APPLICATION_ID = 0x736C6963  # "slic": marks a file as a sluice database
 _HEADER = b"SQLite format 3\x00"
 
 
-def check_header(path: str) -> None:
-    """Refuse an existing file that is not SQLite at all, reading only its first bytes."""
-    if path == ":memory:" or path.startswith("file:"):
-        return
+def check_header(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse an existing file that is not SQLite at all: SQLite reads its header at the
+    first statement, and nothing has written yet.
+
+    Never by opening the file with open(): closing any descriptor of a file drops every
+    POSIX lock this process holds on it, its live SQLite connections' too (another
+    Database on the same file, a Spark worker's cached one). Another process then takes
+    the lock that says "last one out", checkpoints and deletes the WAL under them: a
+    corrupt file (sqlite.org/howtocorrupt.html, section 2.2). SQLite's own descriptors
+    are closed only when its locks allow it."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(_HEADER))
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StorageError(f"{path} cannot be read: {exc}") from exc
-    if head and head != _HEADER:
-        raise NotASluiceDatabase(f"{path} is not a SQLite database, so not a sluice one")
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):
+            raise  # busy, I/O, full disk: the storage failing, said by the caller
+        raise NotASluiceDatabase(f"{path} is not a SQLite database, so not a sluice one") from exc
 
 
 def check_owner(conn: sqlite3.Connection, path: str) -> None:
