@@ -3,25 +3,21 @@
 Everything not named here (statements, subqueries, tables, functions off the
 list) is refused with an ExpressionError that quotes the offending part. JSON
 values get their type from where they are used (``body.total > 10`` reads a
-number), so the engines never have to guess.
+number), so the engines never have to guess. The text is read (and refused when
+malformed) by ``expr/reading.py``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass, field
+from typing import Final
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
-
-if TYPE_CHECKING:
-    from sqlglot.tokenizer_core import Token
 
 from sluice.errors import ExpressionError
-from sluice.expr import diagnose, syntax
+from sluice.expr import syntax
 from sluice.expr.check_rules import RULE_CALLS, Relations, RulesChecker, check_keys, slice_key
 from sluice.expr.coercion import CASTS as _CASTS
 from sluice.expr.coercion import INTEGER_CASTS as _INTEGER_CASTS
@@ -53,9 +49,10 @@ from sluice.expr.nodes import (
     Type,
     Var,
     XPath,
+    expanded_size,
 )
-from sluice.expr.syntax import Language, quoted, refused
-from sluice.message import lone_surrogate
+from sluice.expr.reading import MAX_DEPTH, MAX_LENGTH, read_tree, tokens
+from sluice.expr.syntax import quoted, refused
 
 __all__ = [
     "COLUMNS",
@@ -70,10 +67,6 @@ __all__ = [
     "slice_key",
 ]
 
-MAX_LENGTH: Final = 10_000
-"""The longest expression text accepted."""
-
-_MAX_DEPTH: Final = 64
 _MAX_STEPS: Final = 256
 _MAX_ARGUMENTS: Final = 100
 
@@ -139,13 +132,13 @@ def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) ->
 
     Raises ExpressionError, and nothing else, for any input.
     """
-    tree = _syntax(text)
+    tree = read_tree(text)
     node = _Checker(scope or Scope(), text).node(tree, 0)
     if want is not None:
         node = _as(node, want, text)
     # BETWEEN and simple CASE use their operand more than once: nested, that doubles
     # at each level, and every engine evaluates the expanded tree.
-    size = _size(node, {})
+    size = expanded_size(node, {})
     if size > MAX_NODES:
         raise ExpressionError(
             f"the expression is too large: {size} parts once expanded, at most {MAX_NODES}"
@@ -170,61 +163,6 @@ def check(node: Node, want: Type, text: str) -> Node:
     return _as(node, want, text)
 
 
-def _syntax(text: str) -> exp.Expression:
-    if not isinstance(text, str):
-        raise ExpressionError(f"an expression must be a str, not {type(text).__name__}")
-    if len(text) > MAX_LENGTH:
-        raise ExpressionError(f"the expression is {len(text)} characters; at most {MAX_LENGTH}")
-    if not text.strip():
-        raise ExpressionError("the expression is empty")
-    if "\x00" in text:
-        # PostgreSQL's text cannot hold NUL: a literal of it failed there as a StorageError
-        # (after a rules definition had created its queues); refused on every backend.
-        raise ExpressionError(f"the expression {text!r} has a NUL character; leave it out")
-    if lone_surrogate(text) is not None:
-        # A lone surrogate parses, then no database can bind the text or a literal of
-        # it: a UnicodeEncodeError at the first dequeue, not an ExpressionError.
-        raise ExpressionError(
-            f"the expression {text!r} has a lone surrogate, which is not a Unicode "
-            "character; write it in valid Unicode"
-        )
-    unclosed = diagnose.unbalanced(text)
-    if unclosed is not None:
-        raise unclosed
-    tokens = _tokens(text)
-    try:
-        trees = sqlglot.parse(text, read=Language)
-    except ParseError as exc:
-        raise diagnose.parse_error(text, exc, tokens) from exc
-    except RecursionError as exc:
-        raise ExpressionError(
-            f"the expression nests deeper than {_MAX_DEPTH} levels", expression=text
-        ) from exc
-    # sqlglot reports other malformed input with other exception types: to the caller
-    # they are all the same mistake, kept as the cause.
-    except Exception as exc:
-        raise ExpressionError("the expression cannot be read", expression=text) from exc
-    if len(trees) != 1 or not isinstance(trees[0], exp.Expression):
-        ends = [t for t in tokens or () if t.token_type.name == "SEMICOLON"]
-        if ends:
-            raise located(
-                "';' ends a statement, and an expression is one condition or value: "
-                "leave out the ';' and anything after it",
-                text,
-                ends[0].start,
-            )
-        raise located("expected a value here", text, 0, length=len(text.strip()))
-    return trees[0]
-
-
-def _tokens(text: str) -> list[Token] | None:
-    """``text``'s tokens with their places, for messages; None if it does not tokenize."""
-    try:
-        return Language().tokenize(text)
-    except Exception:  # an unreadable token: the parse below says so
-        return None
-
-
 class _Checker(RulesChecker):
     def __init__(self, scope: Scope, text: str) -> None:
         super().__init__(scope.relations, scope.properties)
@@ -245,15 +183,15 @@ class _Checker(RulesChecker):
         """``exc`` located at ``e`` in the text, unless it says where already."""
         if exc.expression is not None:
             return exc
-        where = syntax.span(e, _tokens(self.text) or [])
+        where = syntax.span(e, tokens(self.text) or [])
         if where is None:
             return exc
         start, end = where
         return located(exc.reason, self.text, start, length=end + 1 - start, expected=exc.expected)
 
     def kind(self, e: exp.Expression, depth: int) -> Node:  # noqa: PLR0911, PLR0912  (one case per kind)
-        if depth > _MAX_DEPTH:
-            raise ExpressionError(f"the expression nests deeper than {_MAX_DEPTH} levels")
+        if depth > MAX_DEPTH:
+            raise ExpressionError(f"the expression nests deeper than {MAX_DEPTH} levels")
         d = depth + 1
         if isinstance(e, exp.Paren):
             return self.node(e.this, d)
@@ -637,19 +575,3 @@ class _Checker(RulesChecker):
 
         check_xpath(path.this)
         return XPath(path.this, _XPATH[name], row)
-
-
-def _size(node: Node, seen: dict[int, int]) -> int:
-    """How many nodes ``node`` has once shared subtrees are counted each time they occur."""
-    known = seen.get(id(node))
-    if known is not None:
-        return known
-    total = 1
-    for f in fields(node):
-        value = getattr(node, f.name)
-        for item in value if isinstance(value, tuple) else (value,):
-            for child in item if isinstance(item, tuple) else (item,):
-                if is_dataclass(child) and not isinstance(child, Var | type):
-                    total += _size(child, seen)  # type: ignore[arg-type]
-    seen[id(node)] = total
-    return total

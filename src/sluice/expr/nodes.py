@@ -7,7 +7,7 @@ allow-list and carries a static type, so compilers never meet a surprise.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Final, Literal, TypeAlias
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "XmlForest",
     "XmlNodes",
     "builds_xml",
+    "expanded_size",
 ]
 
 Type = Literal["boolean", "number", "text", "json", "any"]
@@ -393,3 +394,19 @@ def builds_xml(node: Node) -> bool:
     if isinstance(node, Func) and node.name == "coalesce":
         return all(builds_xml(a) for a in node.args)
     return False
+
+
+def expanded_size(node: Node, seen: dict[int, int]) -> int:
+    """How many nodes ``node`` has once shared subtrees are counted each time they occur."""
+    known = seen.get(id(node))
+    if known is not None:
+        return known
+    total = 1
+    for f in fields(node):
+        value = getattr(node, f.name)
+        for item in value if isinstance(value, tuple) else (value,):
+            for child in item if isinstance(item, tuple) else (item,):
+                if is_dataclass(child) and not isinstance(child, Var | type):
+                    total += expanded_size(child, seen)  # type: ignore[arg-type]
+    seen[id(node)] = total
+    return total
