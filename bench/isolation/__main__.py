@@ -277,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     add_common_options(parser, quick="a smoke run of a few seconds")
     args = parser.parse_args(argv)
     if args.quick:
-        args.messages, args.large, args.take = 1000, 5000, 1000
+        # the smaller of the quick run's sizes and any given
+        args.messages, args.large = min(args.messages, 1000), min(args.large, 5000)
+        args.take = min(args.take, 1000)
     with tempfile.TemporaryDirectory(prefix="sluice-iso-") as tmp:
         runs: list[Run] = []
         for name in args.backends.split(","):

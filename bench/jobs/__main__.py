@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     add_common_options(parser, quick="a smoke run: 400 tasks, 2 workers")
     args = parser.parse_args(argv)
     if args.quick:
-        args.n, args.workers = 400, 2
+        args.n, args.workers = min(args.n, 400), min(args.workers, 2)
     load = os.getloadavg()
     modes = ("live", "backlog")
     ours = _run_sluice(args.n, args.workers, modes)

@@ -53,12 +53,16 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
         [],
         [],
     ),
-    "isolation": (["--backends", "sqlite", "--messages", "200", "--large", "500"], [], ["pika"]),
+    "isolation": (
+        ["--backends", "sqlite", "--messages", "200", "--large", "500", "--take", "200"],
+        [],
+        ["pika"],
+    ),
     "topics": (["--only", "sqlite"], [], []),
     "rules": (["--only", "sqlite", "--no-profile"], [], []),
     "server": (["--only", "sqlite", "--repeats", "1"], [RABBIT], ["pika"]),
     "gateways": (["--only", "dropbox"], [], []),
-    "jobs": (["--peers", "rq"], [PG, REDIS], ["rq"]),
+    "jobs": (["--peers", "rq", "--n", "100", "--workers", "1"], [PG, REDIS], ["rq"]),
     "memory": (["--n", "500", "--only", "worker-sqlite"], [], []),
     "soak": ([], [PG], []),
 }
