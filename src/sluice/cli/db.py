@@ -1,20 +1,43 @@
-"""Schema administration behind ``sluice db``: which version a database has, and upgrading it.
+"""``sluice db version | upgrade``: which schema version a database has, and upgrading it.
 
 ``sluice.connect`` migrates by itself unless told not to (``migrate=false`` on
-PostgreSQL); deployments that upgrade explicitly run ``sluice db upgrade``
-once, before starting the new code everywhere.
-"""
+PostgreSQL); deployments that upgrade explicitly run ``sluice db upgrade`` once, before
+starting the new code everywhere. Read and upgraded here without opening a Database."""
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sluice import sql
+from sluice.cli.options import Adder
+from sluice.cli.output import emit
 from sluice.connect import _split
 from sluice.errors import ConfigurationError, StorageError
 
-__all__ = ["schema_version", "upgrade"]
+__all__ = ["add_commands", "schema_version", "upgrade"]
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    if args.action == "upgrade":
+        before, after = upgrade(args.db)
+        text = (
+            f"schema upgraded from version {before} to {after}"
+            if before != after
+            else f"schema is at version {after}, this sluice's; nothing to do"
+        )
+        emit(args, {"before": before, "after": after}, text)
+        return 0
+    found, latest = schema_version(args.db)
+    emit(args, {"version": found, "code": latest}, f"{found or 'none'} (this sluice: {latest})")
+    return 0
+
+
+def add_commands(add: Adder) -> None:
+    p = add("db", cmd_db, "show the database's schema version, or upgrade it")
+    p.add_argument("action", choices=["version", "upgrade"], help="what to do")
+    p.set_defaults(needs_db=False)
 
 
 def _dialect(url: str) -> tuple[str, str, str]:

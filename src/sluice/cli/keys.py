@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 import sluice
-from sluice.cli_output import when
+from sluice.cli.options import Adder
+from sluice.cli.output import when
 from sluice.server.grants import ACTIONS, Grant, KeyInfo, Keys
 
 __all__ = ["add_commands"]
@@ -77,7 +77,7 @@ def _when(when: float | None, none: str = "") -> str:
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     p = add("keys add", cmd_add, "add an API key and print its secret, once")
     p.add_argument("name", help="the key's name: 1-64 letters, digits and _ . -")
     p.add_argument(

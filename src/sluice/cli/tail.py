@@ -13,11 +13,11 @@ import json
 import signal
 import threading
 from collections import deque
-from collections.abc import Callable
 from types import FrameType
 
 import sluice
-from sluice.cli_output import emit, message_dict, note
+from sluice.cli.options import Adder
+from sluice.cli.output import emit, message_dict, note
 
 __all__ = ["add_commands"]
 
@@ -61,7 +61,7 @@ def cmd_tail(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     p = add("tail", cmd_tail, "follow a queue live: print each new message, take none")
     p.add_argument("queue", help="queue or topic name")
     p.add_argument("--where", help="only messages this expression holds for")

@@ -8,12 +8,11 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
 import sluice
-from sluice.cli_options import Progress, add_progress_option
+from sluice.cli.options import Adder, Progress, add_progress_option
 from sluice.errors import ConfigurationError
 from sluice.rules.engine import RunStats
 
@@ -150,7 +149,7 @@ def cmd_gateways(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     p = add("apply", cmd_apply, "apply a rules definition file (docs/rules.md)")
     p.add_argument("file", help="the definition: CREATE QUEUE / PROPERTY / SLICING / RULE ...")
     p = add("run", cmd_run, "run the rules, echo timers and gateways until SIGTERM "

@@ -19,6 +19,7 @@ from sluice.urls import ENV, environment_url, shown_url
 __all__ = [
     "DEFAULT_URL",
     "LONG_RUNNING",
+    "Adder",
     "Progress",
     "Target",
     "add_global_options",
@@ -26,6 +27,10 @@ __all__ = [
     "configure_logging",
     "target",
 ]
+
+Adder = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
+"""Adds a command: its name, the function that runs it, its help text; its parser (each
+command module's ``add_commands(add)`` is given one by the root, sluice.cli.app)."""
 
 DEFAULT_URL = "sqlite:///sluice.db"
 

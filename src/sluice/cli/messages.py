@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import sluice
-from sluice.cli_output import emit, message_dict, note, table
+from sluice.cli.options import Adder
+from sluice.cli.output import emit, message_dict, note, table
 
 __all__ = ["add_commands", "selection_options"]
 
@@ -190,7 +191,7 @@ def _put_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", help="taken in order, one transaction at a time, per group")
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     _put_parser(add("put", cmd_put, "enqueue a message, or a batch of JSON lines from stdin"))
     p = add("get", cmd_get, "take one message and acknowledge it (exit 3 if none)")
     p.add_argument("queue", help="queue name")

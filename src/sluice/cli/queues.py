@@ -1,58 +1,20 @@
-"""The ``sluice`` command: a thin shell over the library.
-
-The database comes from ``--db`` or the ``SLUICE_URL`` environment variable (default
-``sqlite:///sluice.db``, named on stderr when a command creates it); options go before or
-after the command. ``--json`` prints machine-readable output; tables are for people.
-"""
-
-# PYTHON_ARGCOMPLETE_OK  (argcomplete looks for this marker: shell completion, sluice completion)
+"""``sluice queues | create | subscribe | unsubscribe | pause | resume | drop | stats |
+purge | recover``: the queues, topics and subscriptions of a database, and their upkeep."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import sluice
-from sluice import (
-    admin,
-    cli_dropbox,
-    cli_jobs,
-    cli_keys,
-    cli_messages,
-    cli_pipeline,
-    cli_rules,
-    cli_server,
-    cli_tail,
-    demo,
-    extras,
-)
 from sluice.catalog import ISOLATION_LEVELS, Durability
-from sluice.cli_options import (
-    Target,
-    add_global_options,
-    configure_logging,
-    target,
-)
-from sluice.cli_output import age, emit, note, table
-from sluice.connect import _split
+from sluice.cli.options import Adder
+from sluice.cli.output import age, emit, table
 from sluice.engine.topics import Start
 from sluice.message import Position
 
-__all__ = ["main"]
-
-GROUPS = {"keys": "the HTTP server's API keys and their grants: add, list, revoke"}
-"""Commands that are groups of commands ("sluice keys add"), with their help."""
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    url = args.db if "://" in args.db else f"sqlite:///{args.db}"
-    argv = [url, f"--readers={args.readers}"]
-    return demo.main([*argv, "--json"] if args.json else argv)
+__all__ = ["add_commands"]
 
 
 OVERVIEW_HEADERS = ("NAME", "KIND", "READY", "DELAYED", "CLAIMED", "DEPTH", "OLDEST",
@@ -234,70 +196,7 @@ def cmd_recover(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
-def cmd_db(args: argparse.Namespace) -> int:
-    if args.action == "upgrade":
-        before, after = admin.upgrade(args.db)
-        text = (
-            f"schema upgraded from version {before} to {after}"
-            if before != after
-            else f"schema is at version {after}, this sluice's; nothing to do"
-        )
-        emit(args, {"before": before, "after": after}, text)
-        return 0
-    found, latest = admin.schema_version(args.db)
-    emit(args, {"version": found, "code": latest}, f"{found or 'none'} (this sluice: {latest})")
-    return 0
-
-
-Adder = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
-"""Adds a command: its name, the function that runs it, its help text; its parser."""
-
-
-def _adder(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> Adder:
-    """What adds the commands under ``sub``, each with the ``common`` options."""
-    groups: dict[str, argparse._SubParsersAction[argparse.ArgumentParser]] = {}
-
-    def add(name: str, func: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
-        # "keys add" is the command add of the group keys (GROUPS).
-        group, _, command = name.rpartition(" ")
-        under = sub
-        if group:
-            if group not in groups:
-                text = GROUPS[group]
-                parent = sub.add_parser(group, parents=[common], help=text, description=text)
-                groups[group] = parent.add_subparsers(
-                    dest="action", required=True, metavar="ACTION", help="what to do"
-                )
-            under = groups[group]
-        p = under.add_parser(command, parents=[common], help=help_text, description=help_text)
-        p.set_defaults(func=func)
-        return p
-
-    return add
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sluice",
-        description="sluice message queues. Options such as --db go before or after the "
-        "command; docs/cli.md has them all.",
-    )
-    parser.add_argument("--version", action="version", version=f"sluice {sluice.__version__}")
-    add_global_options(parser, after_command=False)
-    common = argparse.ArgumentParser(add_help=False)
-    add_global_options(common, after_command=True)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add = _adder(sub, common)
-    p = add("demo", cmd_demo, "run the transactional producer/consumer demo on a fresh database")
-    p.add_argument(
-        "--readers", type=int, default=10_000, help="recipients of the mass mailing's report"
-    )
-    p.set_defaults(needs_db=False, db_default="sluice-demo.db")
-    p = add("db", cmd_db, "show the database's schema version, or upgrade it")
-    p.add_argument("action", choices=["version", "upgrade"], help="what to do")
-    p.set_defaults(needs_db=False)
+def add_commands(add: Adder) -> None:
     p = add("queues", cmd_queues, "list queues with their depths, oldest message and lag")
     p.add_argument("--settings", action="store_true", help="show each queue's settings instead")
     _create_parser(add("create", cmd_create, "create a queue (or, with --topic, a topic)"))
@@ -316,29 +215,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("state", choices=["expired", "failed", "done"], help="which kept messages")
     p.add_argument("--older-than", type=float, default=0.0, help="only those older (seconds)")
     add("recover", cmd_recover, "roll back sessions whose owners died")
-    p = add("completion", cmd_completion, "print the shell code that completes sluice's commands")
-    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="your shell")
-    p.set_defaults(needs_db=False)
-    for module in (
-        cli_messages,
-        cli_jobs,
-        cli_rules,
-        cli_keys,
-        cli_server,
-        cli_dropbox,
-        cli_tail,
-        cli_pipeline,
-    ):
-        module.add_commands(add)
-    return parser
-
-
-def cmd_completion(args: argparse.Namespace) -> int:
-    """``eval "$(sluice completion bash)"`` in ~/.bashrc completes commands and options."""
-    import argcomplete  # noqa: PLC0415  (only this command and completing need it)
-
-    print(argcomplete.shellcode(["sluice"], shell=args.shell))  # type: ignore[attr-defined]
-    return 0
 
 
 def _pause_parsers(add: Adder) -> None:
@@ -405,77 +281,3 @@ def _subscribe_parser(p: argparse.ArgumentParser) -> None:
         "--retention", type=_retention, help="keep settled messages: seconds or 'forever'"
     )
     p.add_argument("--exist-ok", action="store_true", help="succeed if it exists already")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    _complete(parser)
-    args = parser.parse_args(argv)
-    try:
-        configure_logging(args)
-        return _dispatch(args)
-    except sluice.QueueNotFound as exc:
-        print(f"sluice: error: {exc.describe(_create_hint(exc))}", file=sys.stderr)
-        return 2
-    except sluice.SluiceError as exc:
-        print(f"sluice: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "demo":
-        where = target(args, default=args.db_default)
-        args.db, args.target = where.url, where
-        return int(args.func(args))
-    if args.command == "worker":
-        if args.db:
-            raise sluice.ConfigurationError(
-                f"sluice worker runs on the Database that {args.app} connects to; --db cannot "
-                "point it elsewhere: connect to that database in the app (it may read "
-                "SLUICE_URL itself)"
-            )
-        return int(args.func(args))
-    where = target(args)
-    args.db, args.target = where.url, where
-    if getattr(args, "extra", None):  # before the database is opened, or even made
-        extras.require(args.extra, f"sluice {args.command}")
-    if not getattr(args, "needs_db", True):  # given the URL: it opens no Database itself
-        return int(args.func(args))
-    # connect's own reading of the URL: it refuses what connect would refuse, the same way.
-    scheme, file, _ = _split(where.url)
-    new = Path(file) if scheme == "sqlite" and not Path(file).exists() else None
-    with sluice.connect(where.url) as db:
-        if new is not None:
-            _say_new(where, new)
-        return int(args.func(args, db))
-
-
-def _say_new(where: Target, path: Path) -> None:
-    """Name the database a command has just created: a typo in ``--db``, or a forgotten
-    one, otherwise makes a new empty file where the user's queues are not."""
-    how = "no --db or SLUICE_URL given, so " if not where.explicit else ""
-    note(f"{how}created a new database {path.resolve()}")
-
-
-def _create_hint(exc: sluice.QueueNotFound) -> str:
-    """How to make what was not found, in the CLI's words."""
-    if exc.kind == "topic":
-        return f"create it with: sluice create {exc.name} --topic"
-    if exc.kind == "subscription":
-        return f"subscribe with: sluice subscribe TOPIC {exc.name}"
-    return f"create it with: sluice create {exc.name} (sluice queues lists them)"
-
-
-def _complete(parser: argparse.ArgumentParser) -> None:
-    """Answer the shell's completion request (argcomplete), when there is one."""
-    if "_ARGCOMPLETE" not in os.environ:
-        return
-    import argcomplete  # noqa: PLC0415
-
-    argcomplete.autocomplete(parser)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

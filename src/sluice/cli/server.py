@@ -6,9 +6,9 @@ import argparse
 import ipaddress
 import logging
 import sys
-from collections.abc import Callable
 
 import sluice
+from sluice.cli.options import Adder
 from sluice.errors import ConfigurationError, MissingDependency
 from sluice.extras import install_hint
 
@@ -65,7 +65,7 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
         app,
         host=args.host,
         port=args.port,
-        # The command's own level (--log-level, -v, -q: sluice.cli_options) for uvicorn too.
+        # The command's own level (--log-level, -v, -q: sluice.cli.options) for uvicorn too.
         log_level=logging.getLevelName(logging.getLogger("sluice").getEffectiveLevel()).lower(),
         ssl_certfile=args.ssl_certfile,
         ssl_keyfile=args.ssl_keyfile,
@@ -75,9 +75,9 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     p = add("serve", cmd_serve, "serve the HTTP API (sluice-queue[server]; docs/server.md)")
-    p.set_defaults(extra="server")  # checked before the database is opened (sluice.cli)
+    p.set_defaults(extra="server")  # checked before the database is opened (sluice.cli.app)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (8080)")
     p.add_argument(

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 import sluice
-from sluice.cli_options import Progress, add_progress_option
-from sluice.cli_output import emit
+from sluice.cli.options import Adder, Progress, add_progress_option
+from sluice.cli.output import emit
 
 __all__ = ["add_commands"]
 
@@ -103,7 +102,7 @@ def _pipeline_parser(p: argparse.ArgumentParser) -> None:
     p.set_defaults(needs_db=False)
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     _pipeline_parser(
         add(
             "pipeline",

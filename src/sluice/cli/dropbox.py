@@ -7,11 +7,10 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from types import FrameType
 
 import sluice
-from sluice.cli_options import Progress, add_progress_option
+from sluice.cli.options import Adder, Progress, add_progress_option
 from sluice.dropbox import DEFAULT_POLL, Dropbox
 
 __all__ = ["add_commands"]
@@ -59,7 +58,7 @@ def cmd_dropbox(args: argparse.Namespace, db: sluice.Database) -> int:
     return 0
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     p = add("dropbox", cmd_dropbox, "move files of dropbox directories in and out of queues")
     p.add_argument("--root", required=True, help="the directory holding the dropboxes")
     add_progress_option(p)

@@ -8,10 +8,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 
 import sluice
-from sluice.cli_options import Progress, add_progress_option
+from sluice.cli.options import Adder, Progress, add_progress_option
 from sluice.jobs.model import JobStatus
 
 __all__ = ["add_commands", "load_app", "progress_bar"]
@@ -106,7 +105,7 @@ def _watch(args: argparse.Namespace, db: sluice.Database) -> int:
         time.sleep(args.interval)  # a person watching: redraw once a second
 
 
-def add_commands(add: Callable[[str, Callable[..., int], str], argparse.ArgumentParser]) -> None:
+def add_commands(add: Adder) -> None:
     p = add("worker", cmd_worker, "run the task functions of an app until SIGTERM (docs/jobs.md)")
     p.add_argument("app", help="module:attribute of the Database the @db.task functions use")
     p.add_argument("--tasks", help="only these task types, comma-separated")
