@@ -13,6 +13,7 @@ procurement process on the rules engine (``procurement``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import signal
@@ -259,13 +260,18 @@ def format_report(report: DemoReport) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["victim"]:
+    """``python -m sluice.demo [URL] [--readers N] [--json]`` (``sluice demo`` calls it)."""
+    if argv[:1] == ["victim"]:  # the consumer process the demo kills (_kill_a_consumer)
         _victim(argv[1])
         return 0
-    url = argv[0] if argv else "sqlite:///sluice-demo.db"
-    readers = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--readers=")), None)
-    report = run_demo(url, readers=readers)
-    if "--json" in argv:
+    parser = argparse.ArgumentParser(prog="python -m sluice.demo", description=__doc__)
+    parser.add_argument("url", nargs="?", default="sqlite:///sluice-demo.db",
+                        help="a fresh database (default sqlite:///sluice-demo.db)")  # fmt: skip
+    parser.add_argument("--readers", type=int, help="recipients of the mailing's report")
+    parser.add_argument("--json", action="store_true", help="the report as JSON")
+    args = parser.parse_args(argv)
+    report = run_demo(args.url, readers=args.readers)
+    if args.json:
         print(json.dumps(asdict(report) | {"ok": report.ok}, default=str))
     else:
         print(format_report(report))

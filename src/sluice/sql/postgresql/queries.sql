@@ -52,7 +52,7 @@ FOR UPDATE;
 -- name: recovery_idle_limit
 -- The recovery transaction is a few quick statements; one idle longer than this is
 -- held by a stopped process, and the server ends it (releasing the recovery lock).
-SET LOCAL idle_in_transaction_session_timeout = '5s';
+SELECT set_config('idle_in_transaction_session_timeout', '5s', true);
 
 -- name: try_recovery_lock
 -- One recoverer at a time; the others skip instead of queueing behind it.
