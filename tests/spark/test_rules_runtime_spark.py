@@ -4,7 +4,6 @@ failing the micro-batch, and numbers come out as the local engine writes them.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,6 @@ from sluice.spark.rules import run_rules
 from tests.contract.test_rules_runtime import EXPECTED, MESSAGES, RUNTIME, outcome
 
 pytestmark = pytest.mark.usefixtures("spark")
-
-
-@pytest.fixture
-def two(shared_url: str, tmp_path: Path) -> Iterator[tuple[sluice.Database, sluice.Database]]:
-    """A database for the local engine and a fresh one beside it for Spark."""
-    local = sluice.connect(f"sqlite:///{tmp_path / 'local.db'}")
-    remote = sluice.connect(shared_url)
-    yield local, remote
-    remote.close()
-    local.close()
 
 
 def test_run_time_errors_and_numbers_on_spark_are_the_local_engines(

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +35,6 @@ def spark_engine(spark: SparkSession, url: str, checkpoint: Path) -> Any:
         return run_rules(spark, url, checkpoint=str(checkpoint), now=now)
 
     return engine
-
-
-@pytest.fixture
-def two(shared_url: str, tmp_path: Path) -> Iterator[tuple[sluice.Database, sluice.Database]]:
-    """A database for the local engine and a fresh one beside it for Spark."""
-    local = sluice.connect(f"sqlite:///{tmp_path / 'local.db'}")
-    remote = sluice.connect(shared_url)
-    yield local, remote
-    remote.close()
-    local.close()
 
 
 def test_procurement_on_spark_gives_the_local_engines_results(
