@@ -55,7 +55,7 @@ def test_procurement_on_spark_gives_the_local_engines_results(
 
 
 REQUESTS = 2_000
-"""The generated workload's size here (bench.rules_spark runs tens of thousands)."""
+"""The generated workload's size here (python -m bench rules-spark runs tens of thousands)."""
 
 
 @pytest.mark.parametrize("shared_url", ["postgresql"], indirect=True)  # SQLite: procurement's

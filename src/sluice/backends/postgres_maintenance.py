@@ -4,7 +4,7 @@ Every acknowledged message leaves a dead row, and claims walk the dead index
 entries of their queue until they are cleaned up. VACUUM cleans them, but not
 while a long transaction anywhere in the database is open: then claims slow
 from milliseconds to hundreds of milliseconds, and the backlog grows
-(bench/soak.py measures it).
+(bench/soak/ measures it).
 
 So messages live in four partitions used in turn. Every ``rotate_every``
 messages, one node (whichever gets the lock) takes the oldest partition, moves
