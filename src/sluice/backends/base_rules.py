@@ -80,6 +80,9 @@ class RuleStore(Protocol):
     def rules_object(self, pairs: Sequence[tuple[str, str, str]], *, strip: bool) -> str:
         """SQL of a JSON object from (key, value SQL, value type) (see backends/rules.py)."""
 
+    def rules_json_text(self, sql: str) -> str:
+        """SQL of the JSON value whose text ``sql`` gives (a bound parameter)."""
+
     def rules_inherited(self, name: str) -> str:
         """SQL of the triggering message's property ``name`` as a JSON value."""
 

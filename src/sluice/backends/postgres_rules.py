@@ -71,6 +71,9 @@ class PostgresRules(SqlRules):
         built = f"json_build_object({items})"
         return f"json_strip_nulls({built})::text" if strip else f"{built}::text"
 
+    def rules_json_text(self, sql: str) -> str:
+        return f"CAST({sql} AS json)"
+
     def rules_inherited(self, name: str) -> str:
         return f"(m.properties::jsonb -> '{name}')"
 

@@ -119,6 +119,11 @@ class SqlRules:
         whose value is NULL are left out (else they are JSON null)."""
 
     @abstractmethod
+    def rules_json_text(self, sql: str) -> str:
+        """SQL of the JSON value whose text ``sql`` gives (a bound parameter), as
+        ``rules_object`` takes a value of type ``json``."""
+
+    @abstractmethod
     def rules_inherited(self, name: str) -> str:
         """SQL of the triggering message m's property ``name`` as a JSON value (or NULL)."""
 

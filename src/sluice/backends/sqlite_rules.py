@@ -70,6 +70,9 @@ class SQLiteRules(SqlRules):
         built = f"json_object({items})"
         return f"json_patch('{{}}', {built})" if strip else built
 
+    def rules_json_text(self, sql: str) -> str:
+        return f"json({sql})"
+
     def rules_inherited(self, name: str) -> str:
         return f"(m.properties -> '$.\"{name}\"')"
 

@@ -21,11 +21,19 @@ from sluice.engine.content import QueueContent
 from sluice.engine.context import EngineContext
 from sluice.engine.enqueue import typed_envelope
 from sluice.errors import QueueNotFound, SluiceError, StorageError
+from sluice.expr.python_rules import json_number
 from sluice.message import JSON, encode_json
 from sluice.rules.arrival import Group
 from sluice.rules.decide import Actions, Decider, Trigger, echo_time, read_trigger
 from sluice.rules.failures import Failure, failure_of, rule_of
-from sluice.rules.fast import ActionKey, FastInsert, fast_choice, fast_shape, made_bodies
+from sluice.rules.fast import (
+    NOW_JSON,
+    ActionKey,
+    FastInsert,
+    fast_choice,
+    fast_shape,
+    made_bodies,
+)
 from sluice.rules.model import Application, RuleDef
 from sluice.rules.outcome import FIXED_COLUMNS, BatchResult, Evaluate, StalePlan
 from sluice.rules.plan import SYSTEM_ERRORS, Join, QueuePlan, split_waves
@@ -382,7 +390,7 @@ class Batch:
             return False
         params: dict[str, Any] = {
             **self.plan.params, "now": self.now, "session": self.session, "tx": self.tx,
-            "ids": unit.ids(ids),
+            "ids": unit.ids(ids), NOW_JSON: encode_json(json_number(self.now)),
         }  # fmt: skip
         queues: dict[str, int] = {}
         produced = self.result.produced

@@ -30,6 +30,7 @@ from sluice.rules.outcome import FIXED_COLUMNS
 from sluice.rules.plan import PlannedEnqueue, QueuePlan
 
 __all__ = [
+    "NOW_JSON",
     "ActionKey",
     "Check",
     "FastInsert",
@@ -43,6 +44,9 @@ __all__ = [
 
 ActionKey = tuple[int, int, int]
 """(rule, branch, action) in a queue's plan."""
+
+NOW_JSON = "now_json"
+"""The parameter of the SQL enqueue that holds the batch's time as JSON text."""
 
 _MAX_ACTIONS = 64
 """p_num is trigger id * 64 + the action's number."""
@@ -118,8 +122,9 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
     if body is None or any(p.expression is not None and p.type == "integer" for p in stored):
         return None
     compiler = backend.rules_compiler(None, prefix=f"f{number}_")
-    # Typed: PostgreSQL cannot tell a bare parameter's type inside jsonb_build_object.
-    now = f"CAST({compiler.placeholder('now')} AS DOUBLE PRECISION)"
+    # The batch's time as JSON text the batch binds (NOW_JSON: the number as every engine
+    # writes it, 8.0 as 8), so no row formats it again.
+    now = backend.rules_json_text(compiler.placeholder(NOW_JSON))
     pairs: dict[str, tuple[str, str]] = {}
     for name, prop in app.properties.items():
         if prop.inherited and action.queue in prop.values:
@@ -130,8 +135,8 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
         pairs[name] = (plan.columns[column], kind)
     nullable = bool(pairs)  # inherited and WITH values may be NULL: left out
     pairs["rule"] = (f"CAST({compiler.bind(rule)} AS TEXT)", "text")
-    pairs["created_at"] = (now, "number")
-    pairs["trigger_id"] = ("m.id", "number")
+    pairs["created_at"] = (now, "json")
+    pairs["trigger_id"] = ("m.id", "integer")  # a row id: written as it is
     pairs["trigger_queue"] = (f"CAST({compiler.bind(plan.name)} AS TEXT)", "text")
     # The target's computed properties, each read off the trigger's body (the Python path
     # computes the others, and refuses a value of another type: see checks).
