@@ -608,10 +608,14 @@ def _recover_beside(child: subprocess.Popen[str], pg_url: str) -> None:
     assert child.stdout.readline().strip() == "inside"
     with sluice.connect(pg_url) as observer:
         looked: list[Any] = []
+
+        def look(session: Any) -> bool:
+            looked.append(session)  # called only in the process that holds the recovery lock
+            return False
+
         deadline = time.monotonic() + 30
         while not looked and time.monotonic() < deadline:
-            # The callback runs only for the process that holds the recovery lock.
-            observer.backend.recover(lambda s: looked.append(s) or False)
+            observer.backend.recover(look)
             if not looked:
                 time.sleep(0.2)  # the server's idle timeout, not an event of ours
         assert looked, "recovery stayed locked by the stopped process"
