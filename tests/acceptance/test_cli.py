@@ -246,6 +246,22 @@ def test_pause_and_resume_from_the_command_line(tmp_path: Path) -> None:
     assert "queue 'nope' does not exist" in missing.stderr
 
 
+def test_purge_ready_from_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    assert sluice("create", "orders", db=db).returncode == 0
+    for args in (("o1",), ("o2",), ("later", "--delay", "3600")):
+        assert sluice("put", "orders", *args, db=db).returncode == 0
+    purged = sluice("purge", "orders", "ready", db=db)
+    assert purged.returncode == 0, purged.stderr
+    assert purged.stdout.strip() == "purged 3 ready message(s)"
+    assert json.loads(sluice("purge", "orders", "ready", "--json", db=db).stdout) == {"purged": 0}
+    stats = json.loads(sluice("stats", "orders", "--json", db=db).stdout)
+    assert (stats["ready"], stats["delayed"]) == (0, 0)
+    missing = sluice("purge", "nope", "ready", db=db)
+    assert missing.returncode == 2
+    assert "queue 'nope' does not exist" in missing.stderr
+
+
 def test_api_keys_from_the_command_line(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
     added = sluice(

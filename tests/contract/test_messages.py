@@ -324,5 +324,5 @@ def test_purge_removes_only_kept_outcomes(db: sluice.Database) -> None:
     assert q.purge("expired") == 1
     assert [m.body for m in q.browse()] == ["live"]
     assert q.stats()["failed"] == q.stats()["expired"] == 0
-    with pytest.raises(sluice.ConfigurationError, match="only expired, failed or done"):
-        q.purge("ready")  # type: ignore[arg-type]
+    with pytest.raises(sluice.ConfigurationError, match="only ready, expired, failed or done"):
+        q.purge("claimed")  # type: ignore[arg-type]

@@ -70,6 +70,7 @@ ROUTES = [
     ("post", "/api/leases/abc/release", None),
     ("post", "/api/leases/abc/reject", {"reason": "r"}),
     ("post", "/api/leases/abc/extend", {"seconds": 5}),
+    ("post", "/api/queues/orders/purge", {"state": "ready"}),
 ]
 
 
@@ -180,6 +181,30 @@ def test_pause_and_resume_a_queue(client: TestClient, db: sluice.Database) -> No
     admin = key(db, "root", admin=True)
     for route in ("pause", "resume"):
         problem(client.post(f"/api/queues/nope/{route}", headers=admin), 404, "QueueNotFound")
+
+
+def test_purge_a_queue(client: TestClient, db: sluice.Database) -> None:
+    q = db.create_queue("orders")
+    q.put_many([1, 2])
+    q.put(3, delay=3600)
+    q.put(4)
+    held = q.get()  # 1
+    assert held is not None
+    ops = key(db, "ops", "orders:manage")
+    app = key(db, "app", "orders:produce,consume,browse")
+    ready = {"state": "ready"}
+    problem(client.post("/api/queues/orders/purge", headers=app, json=ready), 403, "Forbidden")
+    purged = client.post("/api/queues/orders/purge", headers=ops, json=ready)
+    assert purged.status_code == 200, purged.text
+    assert purged.json() == {"purged": 3}  # 2 and 4 ready, 3 delayed; 1 held stays
+    assert q.stats()["claimed"] == 1
+    held.ack()
+    kept = client.post("/api/queues/orders/purge", headers=ops, json={"state": "failed"})
+    assert kept.json() == {"purged": 0}
+    bad = client.post("/api/queues/orders/purge", headers=ops, json={"state": "claimed"})
+    problem(bad, 422)
+    admin = key(db, "root", admin=True)
+    problem(client.post("/api/queues/nope/purge", headers=admin, json=ready), 404, "QueueNotFound")
 
 
 def test_a_key_lists_only_the_queues_it_has_grants_on(

@@ -103,9 +103,10 @@ class AsyncQueue:
         return [AsyncMessage(m, None) for m in found]
 
     async def purge(
-        self, state: Literal["expired", "failed", "done"], *, older_than: float = 0.0
+        self, state: Literal["ready", "expired", "failed", "done"], *, older_than: float = 0.0
     ) -> int:
-        """Delete kept expired, failed or done messages; see ``Queue.purge``."""
+        """Delete ready (and delayed) messages, or kept expired, failed or done ones;
+        see ``Queue.purge``."""
         return await self._context.runner(self._queue.purge, state, older_than=older_than)
 
     async def stats(self) -> dict[str, int]:

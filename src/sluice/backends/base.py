@@ -186,7 +186,9 @@ class MessageStore(TxStore, Protocol):
 
     def purge(self, queue: str, state: str, before: float) -> int:
         """Delete the queue's ``expired`` or ``failed`` messages enqueued before ``before``,
-        or its ``done`` ones settled before it."""
+        or its ``done`` ones settled before it, or (``ready``, whatever ``before``) every
+        one not yet delivered: ready, delayed or waiting in a lane, never a claimed or
+        pending one; atomically, in one database transaction. Returns how many went."""
 
     def retry_failed(
         self,

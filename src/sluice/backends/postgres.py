@@ -51,9 +51,9 @@ from sluice.backends.records import (
     browse_params,
 )
 from sluice.backends.sql_backend import (
-    PURGEABLE,
     SqlBackend,
     SqlConnection,
+    purge_statement,
     queue_counts,
     state_counts,
 )
@@ -490,12 +490,11 @@ class PostgresBackend(
         return message_rows(self._one(name, params))
 
     def purge(self, queue: str, state: str, before: float) -> int:
-        code = PURGEABLE[state]
+        name, params = purge_statement(queue, state, before)
         with self._transaction() as conn:
+            if state == "ready":  # before expiry's lane locks: publishes take them so too
+                conn.execute(self._q["purge_lock"], {"lock_class": LOCK_CLASS, "queue": queue})
             conn.execute(self._q["expire"], {"now": self.clock.now()})
-            params = {"queue": queue, "state": code, "before": before}
-            # Done messages go by when they were settled, the others by when enqueued.
-            name = "purge_done" if state == "done" else "purge"
             return conn.execute(self._q[name], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:

@@ -40,6 +40,7 @@ __all__ = [
     "SqlBackend",
     "SqlConnection",
     "SqlCursor",
+    "purge_statement",
     "queue_counts",
     "state_counts",
 ]
@@ -51,7 +52,20 @@ PURGEABLE = {
     "failed": MessageState.FAILED,
     "done": MessageState.DONE,
 }
-"""The states ``purge`` deletes from, by the name the caller gives."""
+"""The kept states ``purge`` deletes from, by the name the caller gives."""
+
+
+def purge_statement(queue: str, state: str, before: float) -> tuple[str, dict[str, Any]]:
+    """The statement ``purge`` runs for ``state``, with its parameters.
+
+    Ready messages go whatever their age: keeping a lane's newer ones while its older
+    head went would leave them behind nobody. Done ones go by when they were settled,
+    the kept others by when they were enqueued.
+    """
+    if state == "ready":
+        return "purge_ready", {"queue": queue}
+    name = "purge_done" if state == "done" else "purge"
+    return name, {"queue": queue, "state": PURGEABLE[state], "before": before}
 
 
 class SqlCursor(Protocol):

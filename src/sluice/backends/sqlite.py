@@ -40,9 +40,9 @@ from sluice.backends.records import (
 )
 from sluice.backends.selection import compile_selection
 from sluice.backends.sql_backend import (
-    PURGEABLE,
     SqlBackend,
     SqlConnection,
+    purge_statement,
     queue_counts,
     state_counts,
 )
@@ -518,12 +518,9 @@ class SQLiteBackend(
             return list(map(message_row, conn.execute(query, params).fetchall()))
 
     def purge(self, queue: str, state: str, before: float) -> int:
-        code = PURGEABLE[state]
+        name, params = purge_statement(queue, state, before)
         with self._transaction() as conn:
-            self._expire(conn)
-            params = {"queue": queue, "state": code, "before": before}
-            # Done messages go by when they were settled, the others by when enqueued.
-            name = "purge_done" if state == "done" else "purge"
+            self._expire(conn)  # what expired by now stays, as expired: not ready
             return conn.execute(self._q[name], params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:

@@ -210,10 +210,16 @@ def add_commands(add: Adder) -> None:
     p.add_argument(
         "queue", nargs="?", help="queue, topic or subscription (none: every queue, as a table)"
     )
-    p = add("purge", cmd_purge, "delete kept expired, failed or done messages")
-    p.add_argument("queue", help="queue name")
-    p.add_argument("state", choices=["expired", "failed", "done"], help="which kept messages")
-    p.add_argument("--older-than", type=float, default=0.0, help="only those older (seconds)")
+    p = add(
+        "purge", cmd_purge, "delete ready (and delayed) messages, or kept expired, failed or done"
+    )
+    p.add_argument("queue", help="queue or subscription name")
+    p.add_argument(
+        "state",
+        choices=["ready", "expired", "failed", "done"],
+        help="ready: every one not yet delivered (held ones stay); or which kept ones",
+    )
+    p.add_argument("--older-than", type=float, default=0.0, help="only kept ones older (seconds)")
     add("recover", cmd_recover, "roll back sessions whose owners died")
 
 

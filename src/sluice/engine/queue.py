@@ -193,15 +193,20 @@ class Queue:
             after=after,
         )
 
-    def purge(self, state: Literal["expired", "failed", "done"], *, older_than: float = 0.0) -> int:
-        """Delete kept ``expired`` or ``failed`` messages enqueued over ``older_than`` seconds
-        ago, or ``done`` ones settled over ``older_than`` seconds ago.
+    def purge(
+        self, state: Literal["ready", "expired", "failed", "done"], *, older_than: float = 0.0
+    ) -> int:
+        """Delete messages in one database transaction; returns how many went.
 
-        Returns how many went. Ready, delayed and claimed messages are never purged.
+        ``ready``: every message not yet delivered, ready now or delayed (docs/queues.md#purging);
+        never one a transaction holds (it is settled by its holder) nor one not yet
+        committed. A subscription first takes its topic's backlog; a topic refuses.
+        ``expired`` or ``failed``: kept ones enqueued over ``older_than`` seconds ago;
+        ``done``: kept ones settled over ``older_than`` seconds ago.
         """
-        if state not in ("expired", "failed", "done"):
+        if state not in ("ready", "expired", "failed", "done"):
             raise ConfigurationError(
-                f"only expired, failed or done messages are purged, not {state!r}"
+                f"only ready, expired, failed or done messages are purged, not {state!r}"
             )
         if (
             isinstance(older_than, bool)
@@ -209,8 +214,28 @@ class Queue:
             or older_than < 0
         ):
             raise ConfigurationError(f"older_than must be seconds >= 0, not {older_than!r}")
-        self._context.spec(self.name)
+        spec = self._context.spec(self.name)
+        if state == "ready":
+            return self._purge_ready(spec, older_than)
         return self._context.backend.purge(self.name, state, self._context.clock.now() - older_than)
+
+    def _purge_ready(self, spec: QueueSpec, older_than: float) -> int:
+        if older_than:
+            # A lane's older messages gone and its newer ones kept would wait behind none.
+            raise ConfigurationError(
+                "older_than is for kept messages: purge('ready') deletes every ready one"
+            )
+        if spec.kind == "topic":
+            raise ConfigurationError(
+                f"{spec.name!r} is a topic: its messages are its subscriptions'; purge "
+                "each subscription (sluice stats shows them)"
+            )
+        # What the topic has for a subscription is its backlog too, not yet taken in.
+        topics.before_take(self._context, spec, everything=True)
+        gone = self._context.backend.purge(self.name, "ready", self._context.clock.now())
+        if spec.kind == "subscription":
+            self._context.ready_hints[spec.name] = 0
+        return gone
 
     def retry(
         self,

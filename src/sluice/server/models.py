@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import itertools
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -27,6 +27,8 @@ __all__ = [
     "Leased",
     "MessageOut",
     "NewMessage",
+    "Purge",
+    "Purged",
     "QueueChange",
     "QueueIn",
     "QueueOut",
@@ -126,6 +128,21 @@ class QueueChange(Strict):
 
 
 _SPEC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(QueueSpec)}
+
+
+class Purge(Strict):
+    """Which messages a purge deletes (``Queue.purge``): ``ready``, every one not yet
+    delivered (ready or delayed; held ones stay), or kept ``expired``, ``failed`` or
+    ``done`` ones, those over ``older_than`` seconds old."""
+
+    state: Literal["ready", "expired", "failed", "done"]
+    older_than: float = Field(0.0, ge=0)
+
+
+class Purged(BaseModel):
+    """How many messages a purge deleted."""
+
+    purged: int
 
 
 class QueueOut(BaseModel):

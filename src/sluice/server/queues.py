@@ -1,4 +1,5 @@
-"""Routes for queues: list, create, read (settings and counts), alter, pause, resume, drop."""
+"""Routes for queues: list, create, read (settings and counts), alter, pause, resume, purge,
+drop."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import APIRouter, Depends, Request, Response
 import sluice
 from sluice.server.auth import KeyedRoute, caller, need
 from sluice.server.grants import Principal
-from sluice.server.models import QueueChange, QueueIn, QueueOut
+from sluice.server.models import Purge, Purged, QueueChange, QueueIn, QueueOut
 
 __all__ = ["router"]
 
@@ -86,6 +87,17 @@ def resume_queue(request: Request, who: Who, name: str) -> QueueOut:
     queue = database(request).queue(name)
     queue.resume()
     return QueueOut.of(queue.spec, queue.stats())
+
+
+@router.post(
+    "/{name}/purge",
+    summary="Delete a queue's ready and delayed messages, or kept ones, in one transaction "
+    "(manage)",
+)
+def purge_queue(request: Request, who: Who, name: str, purge: Purge) -> Purged:
+    need(who, name, "manage")
+    queue = database(request).queue(name)
+    return Purged(purged=queue.purge(purge.state, older_than=purge.older_than))
 
 
 @router.delete("/{name}", status_code=204, summary="Drop a queue and its messages (manage)")

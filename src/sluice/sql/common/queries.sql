@@ -198,6 +198,13 @@ DELETE FROM {schema}.messages
 WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue)
   AND state = 6 AND settled_at <= :before;
 
+-- name: purge_ready
+-- Everything not yet delivered: ready now or delayed (state 1), or waiting in a lane
+-- (state 5), so no lane is left behind a head that went. Claimed (2) and pending (0)
+-- rows are their holders' and writers' to settle; a claim that got there first wins.
+DELETE FROM {schema}.messages
+WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = :queue) AND state IN (1, 5);
+
 -- name: failed_origins
 -- The queues a queue's failed messages came from, and how many of them (those selected,
 -- or the one at :ref) came from each. Failed: rejected or out of attempts, and held by

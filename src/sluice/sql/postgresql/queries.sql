@@ -91,6 +91,13 @@ SELECT (SELECT count(*) FROM {schema}.messages
 SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM {schema}.queues
 WHERE name = %(queue)s AND max_in_flight IS NOT NULL;
 
+-- name: purge_lock
+-- The queue's commit lock (as commit_lock takes it), held by a purge of ready messages
+-- until it commits: a publish into the queue then commits wholly before the purge's
+-- DELETE takes its snapshot, or after it, and promotes its lanes seeing their heads
+-- gone. Without it a lane could get a waiting message whose head the purge deletes.
+SELECT pg_advisory_xact_lock(%(lock_class)s, id) FROM {schema}.queues WHERE name = %(queue)s;
+
 -- name: queue_credit
 -- What a queue with max_in_flight may still hand out: its cap less its claimed messages
 -- (counted through the queue index) and what streams hold in their spools; NULL without
