@@ -255,6 +255,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/api/queues/{name}/resume"): Route(
         Grants((f"{Q}:manage",)), _fixed(f"/api/queues/{Q}/resume")
     ),
+    ("POST", "/api/queues/{name}/purge"): Route(
+        Grants((f"{Q}:manage",)), _fixed(f"/api/queues/{Q}/purge", {"state": "ready"})
+    ),
     ("DELETE", "/api/queues/{name}"): Route(Grants(("doomed:manage",)), _doomed, 204),
     ("GET", "/api/types"): Route(ANY_KEY, _fixed("/api/types")),
     ("POST", "/api/types"): Route(

@@ -490,12 +490,12 @@ class PostgresBackend(
         return message_rows(self._one(name, params))
 
     def purge(self, queue: str, state: str, before: float) -> int:
-        name, params = purge_statement(queue, state, before)
+        statement, params = purge_statement(self._q, queue, state, before)
         with self._transaction() as conn:
             if state == "ready":  # before expiry's lane locks: publishes take them so too
                 conn.execute(self._q["purge_lock"], {"lock_class": LOCK_CLASS, "queue": queue})
             conn.execute(self._q["expire"], {"now": self.clock.now()})
-            return conn.execute(self._q[name], params).rowcount
+            return conn.execute(statement, params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
         now = self.clock.now()

@@ -55,17 +55,20 @@ PURGEABLE = {
 """The kept states ``purge`` deletes from, by the name the caller gives."""
 
 
-def purge_statement(queue: str, state: str, before: float) -> tuple[str, dict[str, Any]]:
-    """The statement ``purge`` runs for ``state``, with its parameters.
+def purge_statement(
+    queries: Mapping[str, str], queue: str, state: str, before: float
+) -> tuple[str, dict[str, Any]]:
+    """The SQL ``purge`` runs for ``state`` (of the backend's ``queries``), and its
+    parameters.
 
     Ready messages go whatever their age: keeping a lane's newer ones while its older
     head went would leave them behind nobody. Done ones go by when they were settled,
     the kept others by when they were enqueued.
     """
     if state == "ready":
-        return "purge_ready", {"queue": queue}
-    name = "purge_done" if state == "done" else "purge"
-    return name, {"queue": queue, "state": PURGEABLE[state], "before": before}
+        return queries["purge_ready"], {"queue": queue}
+    params = {"queue": queue, "state": PURGEABLE[state], "before": before}
+    return queries["purge_done" if state == "done" else "purge"], params
 
 
 class SqlCursor(Protocol):

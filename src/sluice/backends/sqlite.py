@@ -518,10 +518,10 @@ class SQLiteBackend(
             return list(map(message_row, conn.execute(query, params).fetchall()))
 
     def purge(self, queue: str, state: str, before: float) -> int:
-        name, params = purge_statement(queue, state, before)
+        statement, params = purge_statement(self._q, queue, state, before)
         with self._transaction() as conn:
             self._expire(conn)  # what expired by now stays, as expired: not ready
-            return conn.execute(self._q[name], params).rowcount
+            return conn.execute(statement, params).rowcount
 
     def stats(self, queue: str) -> dict[str, int]:
         with self._transaction(
