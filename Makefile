@@ -13,17 +13,18 @@ $(BIN)/sluice-run-stamp: pyproject.toml
 	touch $@
 
 # The console's browser tests drive Debian's chromium (Playwright's own download cannot work here);
-# the reliability tests step real processes' wall clocks with Debian's libfaketime.
+# the reliability tests step real processes' wall clocks with Debian's libfaketime. The bench
+# extra too: tests/acceptance/test_bench.py runs every benchmark family, peers and all, at its
+# smallest settings, so that bench code cannot rot.
 $(BIN)/sluice-test-stamp: pyproject.toml
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	command -v faketime >/dev/null || (apt-get update && apt-get install -y faketime)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[all,dev]'
+	$(BIN)/pip install --quiet -e '.[all,dev,bench]'
 	touch $@
 
 $(BIN)/sluice-bench-stamp: $(BIN)/sluice-test-stamp
-	$(BIN)/pip install --quiet -e '.[all,dev,bench]'
 	touch $@
 
 run: $(BIN)/sluice-run-stamp
