@@ -138,16 +138,17 @@ class Batch:
             taken = unit.statement_rows("rules_take_group", params)
         return self._runs(group, fast, taken)
 
-    def run_group_given(
+    def run_given(
         self, group: Group, fast: Mapping[str, Mapping[ActionKey, FastInsert]], refs: list[int]
     ) -> BatchResult:
         """``run_group`` for the messages ``refs`` read elsewhere (a Spark micro-batch):
-        those still due and unprocessed, in arrival order across the group's queues."""
+        those still due and unprocessed, in arrival order across the group's queues (a
+        queue alone is a group of one); the plans' evaluation by ``self.evaluate``."""
         unit = self.unit
         self._exclude(group)
         params = {"ids": unit.ids(refs), "now": self.now,
                   "queues": unit.ids(sorted(p.queue_id for p in group))}  # fmt: skip
-        return self._runs(group, fast, unit.statement_rows("rules_take_group_given", params))
+        return self._runs(group, fast, unit.statement_rows("rules_take_given", params))
 
     def _exclude(self, group: Group) -> None:
         """One engine at a time takes the group: what one run joins or resets, the next
@@ -187,16 +188,6 @@ class Batch:
         columns = {"columns": plan.columns_sql(omit)}
         self._write_at_once(self.unit.template_rows("rules_evaluate_lean", columns, params), ids)
         self._processed(ids)
-
-    def run_given(self, refs: list[int]) -> BatchResult:
-        """As ``run``, for the messages ``refs`` read elsewhere (a Spark micro-batch): those
-        still due and unprocessed, in delivery order; the plan's evaluation by
-        ``self.evaluate``. One engine at a time per queue (and per slicing it reads)."""
-        plan, unit = self.plan, self.unit
-        for key in sorted(plan.locks | {plan.queue_id}):
-            unit.exclusive(key)
-        params = {"queue_id": plan.queue_id, "now": self.now, "ids": unit.ids(refs)}
-        return self._taken(unit.statement_rows("rules_take_given", params))
 
     def _given_at_once(self, ids: list[int]) -> None:
         """``_at_once`` for messages evaluated elsewhere (``evaluate``), kept for the

@@ -24,7 +24,6 @@ from sluice.rules.batch import Batch
 from sluice.rules.fast import ActionKey, FastInsert
 from sluice.rules.model import Application
 from sluice.rules.outcome import BatchResult, Evaluate, StalePlan
-from sluice.rules.plan import QueuePlan
 from sluice.rules.turns import Retake, Turns
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "StalePlan",
     "process_batch",
     "process_given",
-    "process_group_given",
 ]
 
 
@@ -85,7 +83,7 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
 def process_given(  # noqa: PLR0917  (what one batch needs)
     context: EngineContext,
     app: Application,
-    plan: QueuePlan,
+    group: Group,
     refs: list[int],
     version: int,
     queue_ids: Mapping[str, int],
@@ -93,54 +91,18 @@ def process_given(  # noqa: PLR0917  (what one batch needs)
     now: float,
     evaluate: Evaluate,
     record: Callable[[RuleUnit], None],
-    fast: Mapping[ActionKey, FastInsert] | None = None,
+    fast: Mapping[str, Mapping[ActionKey, FastInsert]],
 ) -> BatchResult:
-    """Process the messages ``refs`` of ``plan``'s queue that are still due and
-    unprocessed, as ``process_batch`` does, in one transaction with ``record(unit)`` (a
+    """Process the messages ``refs`` of ``group``'s queues (one queue, or an arrival
+    group's: rules/arrival.py) that are still due and unprocessed, in arrival order
+    across them, as ``process_batch`` does, in one transaction with ``record(unit)`` (a
     Spark micro-batch's record: processed and recorded together, or neither). Evaluation
-    by ``evaluate``; the decisions, writes, slices and error messages are the engine's
-    own, so the outcome is the one ``process_batch`` gives for the same messages at
-    ``now``. ``fast``: the plan's SQL enqueues (fast.build_fast), used as process_batch
-    uses them: the messages a batch makes built by the database from their triggers, the
-    branches chosen by the evaluated columns. StalePlan if the applied version is not
-    ``version`` any more."""
-    return _given(context, app, (plan,), refs, version, queue_ids, now=now,
-                  evaluate=evaluate, record=record, fast={plan.name: fast or {}})  # fmt: skip
-
-
-def process_group_given(  # noqa: PLR0917  (what one batch needs)
-    context: EngineContext,
-    app: Application,
-    group: Group,
-    refs: list[int],
-    version: int,
-    queue_ids: Mapping[str, int],
-    *,
-    now: float,
-    evaluate: Evaluate,
-    record: Callable[[RuleUnit], None],
-    fast: Mapping[str, Mapping[ActionKey, FastInsert]],
-) -> BatchResult:
-    """``process_given`` for an arrival group (rules/arrival.py): ``refs`` of its queues,
-    processed in arrival order across them, as ``process_batch`` processes the group;
-    ``evaluate`` is called with each run's plan; ``fast``: the SQL enqueues by queue."""
-    return _given(context, app, group, refs, version, queue_ids, now=now,
-                  evaluate=evaluate, record=record, fast=fast)  # fmt: skip
-
-
-def _given(  # noqa: PLR0917  (what one batch needs)
-    context: EngineContext,
-    app: Application,
-    group: Group,
-    refs: list[int],
-    version: int,
-    queue_ids: Mapping[str, int],
-    *,
-    now: float,
-    evaluate: Evaluate,
-    record: Callable[[RuleUnit], None],
-    fast: Mapping[str, Mapping[ActionKey, FastInsert]],
-) -> BatchResult:
+    by ``evaluate``, called with each run's plan; the decisions, writes, slices and error
+    messages are the engine's own, so the outcome is the one ``process_batch`` gives for
+    the same messages at ``now``. ``fast``: the SQL enqueues by queue (fast.build_fast),
+    used as process_batch uses them: the messages a batch makes built by the database
+    from their triggers, the branches chosen by the evaluated columns. StalePlan if the
+    applied version is not ``version`` any more."""
     backend: Backend = context.backend
     durable = any(plan.definition.mode == "persistent" for plan in group)
 
@@ -150,10 +112,7 @@ def _given(  # noqa: PLR0917  (what one batch needs)
             batch = Batch(context, app, first, unit, now=now, version=version,
                            fast=fast.get(first.name, {}), queue_ids=queue_ids, turns=Turns(),
                            evaluate=evaluate)  # fmt: skip
-            if len(group) == 1:
-                result = batch.run_given(refs)
-            else:
-                result = batch.run_group_given(group, fast, refs)
+            result = batch.run_given(group, fast, refs)
             record(unit)
             return result
 

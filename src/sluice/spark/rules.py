@@ -61,7 +61,7 @@ from sluice.rules.fast import ActionKey, FastInsert, build_fast, made_bodies
 from sluice.rules.model import Application, Reset
 from sluice.rules.needs import require_extras
 from sluice.rules.plan import SYSTEM_ERRORS, PlannedEnqueue, QueuePlan, compile_application
-from sluice.rules.runner import StalePlan, process_group_given
+from sluice.rules.runner import StalePlan, process_given
 from sluice.spark.options import absolute_url
 from sluice.spark.rules_source import KEPT_SCHEMA, RulesDataSource, message_values
 from sluice.spark.rules_sql import (
@@ -272,7 +272,7 @@ class _Engine:
 
             began = time.perf_counter()
             try:
-                result = process_group_given(
+                result = process_given(
                     self.db.context,
                     compiled.app,
                     group,

@@ -94,19 +94,10 @@ ON CONFLICT DO NOTHING;
 -- id; its database part is one rules unit per queue, recorded like a sink's batch.
 
 -- name: rules_take_given
--- rules_take for the messages a micro-batch read: those still due and unprocessed (a
--- replayed batch finds the ones its first run processed gone), in delivery order.
-SELECT id, properties, enqueued_at,
-       (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version
-FROM {schema}.messages
-WHERE id {rules_ids} AND state = 1 AND available_at <= :now
-  AND queue_id = (SELECT id FROM {schema}.queues WHERE id = :queue_id AND NOT paused)
-ORDER BY priority DESC, id;
-
--- name: rules_take_group_given
--- rules_take_given for an arrival group (rules/arrival.py): those of the messages ids
--- still due and unprocessed in the group's queues (queues, none paused), in delivery
--- order across them, each with its queue.
+-- rules_take for the messages a micro-batch read: those of ids still due and
+-- unprocessed (a replayed batch finds the ones its first run processed gone) in the
+-- queues of one queue or arrival group (queues, none paused; rules/arrival.py), in
+-- delivery order across them, each with its queue.
 SELECT id, properties, enqueued_at,
        (SELECT version FROM {schema}.rules_catalog WHERE id = 1) AS version, queue_id
 FROM {schema}.messages
