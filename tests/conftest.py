@@ -57,6 +57,14 @@ class PostgresUnavailable(Exception):
     pass
 
 
+def unavailable(message: str) -> typing.NoReturn:
+    """What this machine lacks (a server, a binary, a package) skips the test here and
+    fails it in CI, where the project's own files must have provided it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer | str]:
     """A private server (or the URL in SLUICE_TEST_POSTGRES_URL) for the whole run.
@@ -74,10 +82,7 @@ def postgres_server() -> Iterator[PostgresServer | str]:
             raise PostgresUnavailable("no PostgreSQL binaries (initdb) are installed")
         server = PostgresServer(bindir)
     except Exception as exc:
-        message = f"PostgreSQL is unavailable: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"PostgreSQL is unavailable: {exc}")
     try:
         yield server
     finally:
@@ -194,11 +199,6 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     """
     import shutil
     import sys
-
-    def unavailable(message: str) -> typing.NoReturn:
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
 
     try:
         from pyspark.sql import SparkSession

@@ -27,11 +27,10 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
-from tests.conftest import drop_schema, fresh_postgres_url
+from tests.conftest import drop_schema, fresh_postgres_url, unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -53,13 +52,6 @@ DATA = (
 # packages, its databases, its Spark workers' interpreter (set by tests/conftest.py).
 FOREIGN = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "SLUICE_URL", "SLUICE_DB",
            "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")  # fmt: skip
-
-
-def unavailable(message: str) -> NoReturn:
-    """What this machine lacks skips the test here and fails it in CI."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def run(
