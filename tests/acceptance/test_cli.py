@@ -15,12 +15,12 @@ from sluice.cli import build_parser
 from sluice.server.grants import Keys
 
 
-def sluice(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
+def sluice(*args: str, db: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sluice.cli", *args, "--db", str(db)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 
@@ -89,8 +89,10 @@ def test_errors_are_clear_and_exit_2(tmp_path: Path, args: tuple[str, ...], mess
 
 @pytest.mark.slow
 def test_demo_passes_all_its_checks(tmp_path: Path) -> None:
-    # A smaller mailing than the default 10,000, still late at its deadline.
-    result = sluice("demo", "--json", "--readers", "5000", db=tmp_path / "demo.db")
+    # A smaller mailing than the default 10,000, still late at its deadline. The
+    # demo takes 45 s alone; beside three other workers and Spark on two cores it
+    # took over 120 s in CI, so its bound is a hang's, not a speed target's.
+    result = sluice("demo", "--json", "--readers", "5000", db=tmp_path / "demo.db", timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] is True
