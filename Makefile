@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak soak-mixed campaign clean
+.PHONY: run test peers bench-celery lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak soak-mixed campaign clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,24 @@ $(BIN)/sluice-run-stamp: pyproject.toml
 $(BIN)/sluice-test-stamp: pyproject.toml
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	command -v faketime >/dev/null || (apt-get update && apt-get install -y faketime)
+	test -x /usr/sbin/pgbouncer || (apt-get update && apt-get install -y pgbouncer)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[all,dev,bench]'
+	$(MAKE) peers
 	touch $@
+
+# Peers' own test suites, run unchanged against sluice by tests/contrib: the sdists of kombu
+# and Celery (their tests ship in them) of the versions installed, unpacked under .peers/.
+PEERS := .peers
+peers:
+	mkdir -p $(PEERS)
+	for p in kombu celery; do \
+	  v=$$($(BIN)/python -c "import importlib.metadata as m; print(m.version('$$p'))"); \
+	  test -d $(PEERS)/$$p-$$v || ( \
+	    $(BIN)/pip download --quiet --no-deps --no-binary :all: "$$p==$$v" -d $(PEERS) && \
+	    tar -xzf $(PEERS)/$$p-$$v.tar.gz -C $(PEERS) ); \
+	done
 
 $(BIN)/sluice-bench-stamp: $(BIN)/sluice-test-stamp
 	touch $@
@@ -54,6 +68,12 @@ bench: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench concurrent
 
 # PostgreSQL at 127.0.0.1:5432 and RabbitMQ at 127.0.0.1:5672, as on this project's machines.
+# Celery on sluice (SQLite, PostgreSQL) against Celery on Redis (appendfsync always) and on
+# RabbitMQ (durable queues, publisher confirms): no-op and 10 ms tasks through 4 worker
+# processes, then workers killed mid-task (lost and run-twice counts).
+bench-celery: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench celery
+
 bench-postgres: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench postgres
 	$(BIN)/python -m bench wakeup
