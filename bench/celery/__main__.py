@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
         args.n, args.n_sleep, args.samples = min(args.n, 100), min(args.n_sleep, 40), 20
-        args.kill_n, args.kills, args.settle = min(args.kill_n, 24), 1, min(args.settle, 8.0)
+        args.kill_n, args.kills, args.settle = min(args.kill_n, 24), 1, min(args.settle, 15.0)
     names = args.only or list(BROKERS)
     tmp_root: Path = args.tmp_dir or Path(tempfile.gettempdir())
     timeout = 300.0

@@ -37,6 +37,18 @@ def _rabbit_version() -> str:
     return version.decode() if isinstance(version, bytes) else str(version)
 
 
+def _sluice_batch() -> str:
+    try:
+        from sluice.contrib.kombu.transport import DRAIN_BATCH
+    except ImportError:
+        return ""
+    return (
+        " The sluice transport delivers up to"
+        f" {DRAIN_BATCH} messages per `drain_events`, within the prefetch, and settles each"
+        " acknowledged task in a transaction of its own."
+    )
+
+
 def _load(load: tuple[float, float, float]) -> str:
     return ", ".join(f"{x:.2f}" for x in load)
 
@@ -122,11 +134,11 @@ def render(
         " (bench/celery/app.py): `task_acks_late=True`, `task_reject_on_worker_lost=True`,"
         f" `worker_prefetch_multiplier={PREFETCH}` (Celery's default: up to"
         f" {PREFETCH * CONCURRENCY} tasks reserved by the worker), no result backend"
-        " (`task_ignore_result`), JSON. The producer is the bench's process, one `apply_async`"
-        " per task (Celery's way: one publish, no batch), on one connection; RabbitMQ with"
-        ' `broker_transport_options={"confirm_publish": True}`. Every case runs on a fresh'
-        " place: a new SQLite file, a new PostgreSQL schema, a new private redis-server, a new"
-        " RabbitMQ queue.",
+        f" (`task_ignore_result`), JSON.{_sluice_batch()} The producer is the bench's process,"
+        " one `apply_async` per task (Celery's way: one publish, no batch), on one connection;"
+        ' RabbitMQ with `broker_transport_options={"confirm_publish": True}`. Every case runs'
+        " on a fresh place: a new SQLite file, a new PostgreSQL schema, a new private"
+        " redis-server, a new RabbitMQ queue.",
         "",
         "What the tasks did is read from a sink outside every broker: the task appends"
         " `start` (with the enqueue time it was given) and `end` lines to a file of its own"
@@ -156,8 +168,13 @@ def render(
         " requeue) or the whole worker (its process group: parent and pool, as kill -9 or the"
         " OOM killer of a container does; another worker is started at once). Then up to"
         f" {settle:g} s after the last kill for every task to end. **lost**: never ended in that"
-        " time; **run twice**: ended twice; started again: interrupted runs and the prefetched"
-        " tasks given back that ran again.",
+        " time; **run twice**: ended twice; started again: tasks whose run a kill cut short and"
+        " that started once more (a kill lands as soon as the sink shows a task running, often"
+        " before the new worker has all four busy). Redis gives a dead worker's unacknowledged"
+        " tasks back only once the visibility timeout (3600 s, kombu's default) has passed, so in"
+        " this window they count as lost; kombu's SQLAlchemy transport marks a fetched row"
+        " invisible and has nothing that makes it visible again. Celery's parent waits up to"
+        " `worker_lost_wait` (10 s) before it declares a killed pool process's task lost.",
         "",
         *_kill_table(kills),
         "",

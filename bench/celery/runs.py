@@ -135,6 +135,12 @@ def _case(broker: Broker, tmp_root: Path) -> Iterator[tuple[Place, Sink, _Worker
         finally:
             worker.stop()
             app.close()
+            if place.url.startswith("sluice+"):
+                # The transport keeps this process's Database (and its session's heartbeat)
+                # open until exit; it must close before the place is removed.
+                from sluice.contrib.kombu import close_databases
+
+                close_databases()
 
 
 def _enqueue(app: Any, nos: range, seconds: float, pace: float | None = None) -> float:
