@@ -215,7 +215,12 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         if isinstance(eta, str) and (delay := _seconds_until(eta)) > 0:
             options["delay"] = delay
         expiration = properties.get("expiration")
-        if expiration is not None:
+        if "expires" in headers:
+            # A Celery task's expiry is its worker's to judge: it receives the task and
+            # records it REVOKED, where an expiry in the store would leave its result
+            # PENDING for good (celery's test_expired waits for the REVOKED).
+            pass
+        elif expiration is not None:
             options["ttl"] = max(float(expiration) / 1000.0, 0.001)
         elif queue in self._ttl:
             options["ttl"] = self._ttl[queue]
