@@ -4,6 +4,7 @@ the failures found before sluice supported it (docs: ../shared/notes/ecosystem.m
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import psycopg
 import pytest
 
 import sluice
+import sluice.aio
 from sluice.backends.postgres_maintenance import maintenance_locks
 from sluice.backends.postgres_schema import LOCK_CLASS
 from sluice.urls import shown_url
@@ -168,9 +170,8 @@ _SETTINGS = (
 def test_no_session_setting_reaches_other_clients_of_the_pool(
     postgres_server: PostgresServer | str, direct_url: str
 ) -> None:
-    """sluice's planner settings go with its transactions: the server connections it used
-    and PgBouncer hands to others keep the server's defaults. (A PgBouncer of its own: the
-    shared one's connections have served sluice.aio, whose pool still sets them.)"""
+    """sluice's planner settings go with its transactions, sluice.aio's too: the server
+    connections they used and PgBouncer hands to others keep the server's defaults."""
     pgbouncer = PgBouncer(direct_url.partition("?")[0])
     try:
         _use_and_look(pooled_url(pgbouncer, direct_url), pgbouncer, direct_url)
@@ -186,6 +187,20 @@ def _use_and_look(pooled: str, pgbouncer: PgBouncer, direct_url: str) -> None:
             m = queue.get()
             assert m is not None
             m.ack()
+
+    async def use_aio() -> None:
+        async with sluice.aio.connect(pooled) as adb:
+            aqueue = await adb.create_queue("aq")
+            for i in range(20):
+                await aqueue.put(i)
+                am = await aqueue.get()
+                assert am is not None
+                await am.ack()
+            async with adb.transaction() as tx:
+                await tx.enqueue("aq", "in a transaction")
+            assert (await aqueue.stats())["ready"] == 1
+
+    asyncio.run(use_aio())
     base = pgbouncer.url_for(direct_url.partition("?")[0])
     clients = [psycopg.connect(base, prepare_threshold=None) for _ in range(POOL_SIZE)]
     try:

@@ -23,6 +23,7 @@ from psycopg.pq import TransactionStatus
 
 from sluice.aio.runner import Runner
 from sluice.backends.postgres import PostgresBackend
+from sluice.backends.postgres_pooler import LOCAL, LOCAL_RELAXED
 from sluice.backends.postgres_statements import (
     Expected,
     Route,
@@ -66,9 +67,12 @@ class PostgresStore:
                 name="sluice-aio",
                 timeout=settings.connect_timeout,
                 reconnect_timeout=0,
-                configure=_configure,
+                # Behind a transaction-mode pooler a session SET would reach other
+                # clients' transactions: there the settings go with each transaction.
+                configure=None if settings.pooler else _configure,
             )
         )
+        self._pooled = settings.pooler is not None
         self._timeout = settings.connect_timeout
 
     async def open(self) -> None:
@@ -109,18 +113,24 @@ class PostgresStore:
     async def _run(self, route: Route) -> list[list[Row]]:
         """A unit in one round trip: a statement alone, or BEGIN ... COMMIT pipelined."""
         async with self._conn() as conn:
-            if route.single:
+            if route.single and not self._pooled:
                 ((name, params),) = route.statements
                 cur = await conn.execute(self._q[name], params)
                 return [await cur.fetchall() if cur.description else []]
             cursors = []
             async with conn.pipeline():
-                await conn.execute("BEGIN")
-                if not route.durable:
-                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                if route.single:  # pooled: the settings in front, one implicit transaction
+                    await conn.execute(LOCAL)
+                else:
+                    await conn.execute("BEGIN")
+                    if self._pooled:
+                        await conn.execute(LOCAL if route.durable else LOCAL_RELAXED)
+                    elif not route.durable:
+                        await conn.execute("SET LOCAL synchronous_commit TO off")
                 for name, params in route.statements:
                     cursors.append(await conn.execute(self._q[name], params))
-                await conn.execute("COMMIT")
+                if not route.single:
+                    await conn.execute("COMMIT")
             return [await cur.fetchall() if cur.description else [] for cur in cursors]
 
     async def _checked(

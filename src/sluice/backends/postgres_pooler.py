@@ -28,7 +28,16 @@ import psycopg
 
 from sluice.urls import shown_url
 
-__all__ = ["SETTINGS", "DirectConnection", "begin", "configure", "statement", "warn_undirected"]
+__all__ = [
+    "LOCAL",
+    "LOCAL_RELAXED",
+    "SETTINGS",
+    "DirectConnection",
+    "begin",
+    "configure",
+    "statement",
+    "warn_undirected",
+]
 
 log = logging.getLogger("sluice.postgres")
 
@@ -52,11 +61,12 @@ SETTINGS = (
 )
 """The planner settings of every sluice statement, and why."""
 
-_LOCAL: LiteralString = "SELECT " + ", ".join(
+LOCAL: LiteralString = "SELECT " + ", ".join(
     f"set_config('{name}', '{value}', true)" for name, value in SETTINGS
 )
+"""``SETTINGS`` for the current transaction only: what a pooled connection runs after BEGIN."""
 # A commit that need not wait for the WAL flush (claims, releases, heartbeats...).
-_LOCAL_RELAXED: LiteralString = _LOCAL + ", set_config('synchronous_commit', 'off', true)"
+LOCAL_RELAXED: LiteralString = LOCAL + ", set_config('synchronous_commit', 'off', true)"
 
 
 def configure(conn: psycopg.Connection[Any]) -> None:
@@ -70,7 +80,7 @@ def begin(conn: psycopg.Connection[Any], *, durable: bool, pooled: bool) -> None
     lacks; ``durable=False`` commits without waiting for the WAL flush."""
     conn.execute("BEGIN")
     if pooled:
-        conn.execute(_LOCAL if durable else _LOCAL_RELAXED)
+        conn.execute(LOCAL if durable else LOCAL_RELAXED)
     elif not durable:
         conn.execute("SET LOCAL synchronous_commit TO off")
 
@@ -83,7 +93,7 @@ def statement(
     if not pooled:
         return conn.execute(query, params)
     with conn.pipeline():
-        conn.execute(_LOCAL)
+        conn.execute(LOCAL)
         return conn.execute(query, params)
 
 
