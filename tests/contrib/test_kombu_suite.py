@@ -3,9 +3,7 @@ against the sluice transport on memory, SQLite and PostgreSQL.
 
 The classes are kombu's; this file only gives them the ``connection`` fixtures
 their other transports' files give (t/integration/test_redis.py, test_pgmq.py).
-``BaseEventLoop`` is left out: it needs a transport that registers with kombu's
-hub (asynchronous), which a virtual transport is not; nor ``BaseFailover``, which
-needs alternate broker hosts.
+``BaseFailover`` is left out: it needs alternate broker hosts.
 """
 
 from __future__ import annotations
@@ -60,4 +58,8 @@ class TestPriority(common.BasePriority):  # type: ignore[misc,name-defined]
 
 
 class TestMessage(common.BaseMessage):  # type: ignore[misc,name-defined]
+    pass
+
+
+class TestEventLoop(common.BaseEventLoop):  # type: ignore[misc,name-defined]
     pass

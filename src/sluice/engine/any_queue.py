@@ -9,6 +9,7 @@ come due: one wake-up, no polling.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -24,9 +25,15 @@ if TYPE_CHECKING:
 __all__ = ["get_any"]
 
 
-def get_any(context: EngineContext, queues: Sequence[str], wait: float) -> Message | None:
+def get_any(
+    context: EngineContext,
+    queues: Sequence[str],
+    wait: float,
+    until: threading.Event | None = None,
+) -> Message | None:
     """The next message of the first of ``queues``, in the order given, that has one;
-    waiting up to ``wait`` seconds for one if none has. None if none came."""
+    waiting up to ``wait`` seconds for one if none has, or until ``until`` is set (news
+    for the queues sets it too). None if none came."""
     if isinstance(queues, str) or not queues:
         raise ConfigurationError("queues= takes a non-empty list of queue names")
     wait = check_seconds("wait", wait, allow_zero=True)
@@ -46,10 +53,10 @@ def get_any(context: EngineContext, queues: Sequence[str], wait: float) -> Messa
                 return taken[0]
             tx.commit()
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or (until is not None and until.is_set()):
             return None
         for spec in specs:
             due = context.backend.next_due(spec.name)
             if due is not None:
                 remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
-        wakeups.wait(token, remaining, news)
+        wakeups.wait(token, remaining, news, event=until)

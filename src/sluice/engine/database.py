@@ -7,6 +7,7 @@ the ``EngineContext`` that transactions and queue handles share.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
@@ -356,12 +357,22 @@ class Engine:
         self.context.spec(name)
         return Queue(self.context, name, max_in_flight=max_in_flight)
 
-    def get_any(self, queues: Sequence[str], *, wait: float = 0.0) -> Message | None:
+    def get_any(
+        self,
+        queues: Sequence[str],
+        *,
+        wait: float = 0.0,
+        until: threading.Event | None = None,
+    ) -> Message | None:
         """Take the next message of the first of ``queues`` (in the order given) that
         has one, waiting up to ``wait`` seconds for news of any of them; None if none
         came. Settle it as one from ``Queue.get``; ``message.queue`` says which it is.
+
+        ``until``: an event that ends the wait early when set (by another thread: a
+        consumer whose own state changed, and which must look at other queues now);
+        news for the queues sets it too, so clear it before you decide what to wait on.
         """
-        return get_any(self.context, queues, wait)
+        return get_any(self.context, queues, wait, until)
 
     def queues(self) -> list[QueueSpec]:
         """The settings of every queue, by name."""

@@ -48,9 +48,9 @@ class _Waiter:
 class _ThreadWaiter(_Waiter):
     __slots__ = ("event",)
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, event: threading.Event | None = None) -> None:
         super().__init__(limit)
-        self.event = threading.Event()
+        self.event = threading.Event() if event is None else event
 
     def wake(self) -> None:
         super().wake()
@@ -125,17 +125,24 @@ class Wakeups:
         return {q: n for q, n in counts.items() if n}
 
     def wait(
-        self, token: Token, timeout: float, queues: str | Iterable[str], limit: int = 1
+        self,
+        token: Token,
+        timeout: float,
+        queues: str | Iterable[str],
+        limit: int = 1,
+        *,
+        event: threading.Event | None = None,
     ) -> None:
         """Block until news for any of ``queues`` came after ``token``, or ``timeout`` passed.
 
         ``limit``: how many messages the caller will take, so that a commit of
-        a few messages wakes no more callers than can have them.
+        a few messages wakes no more callers than can have them. ``event``: the
+        caller's own, set by news as by anyone else who wants the wait to end.
         """
         deadline = time.monotonic() + timeout
         polled = self._backend.polled_for_changes
         names = _names(queues)
-        waiter = _ThreadWaiter(limit)
+        waiter = _ThreadWaiter(limit, event)
         if not self._register(token, waiter, names):
             return
         try:

@@ -38,12 +38,18 @@ class QoS(virtual.QoS):  # type: ignore[misc]
     channel: Channel
 
     def ack(self, delivery_tag: str) -> None:
-        self.channel.settle(delivery_tag, "ack")
-        super().ack(delivery_tag)
+        try:
+            self.channel.settle(delivery_tag, "ack")
+        finally:
+            super().ack(delivery_tag)
+            self.channel.room()  # after the books: a reader looking now sees the room
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.settle(delivery_tag, "release" if requeue else "reject")
-        self._quick_ack(delivery_tag)  # off the books, as kombu's own reject does
+        try:
+            self.channel.settle(delivery_tag, "release" if requeue else "reject")
+        finally:
+            self._quick_ack(delivery_tag)  # off the books, as kombu's own reject does
+            self.channel.room()
 
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:
         """Give back every message still held: released to its place, in one go each."""
@@ -260,16 +266,24 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             raise Empty()
         return payload
 
-    def take(self, queues: list[str], *, no_ack: bool, wait: float) -> sluice.Message | None:
+    def take(
+        self,
+        queues: list[str],
+        *,
+        no_ack: bool,
+        wait: float,
+        until: threading.Event | None = None,
+    ) -> sluice.Message | None:
         """The next message of the first of ``queues`` that has one (waiting up to
-        ``wait`` for one); a consumer without acknowledgement has it settled at once."""
+        ``wait`` for one, or until ``until`` is set); a consumer without
+        acknowledgement has it settled at once."""
         names = [to_sluice(q) for q in queues]
         try:
-            message = self._db.get_any(names, wait=wait)
+            message = self._db.get_any(names, wait=wait, until=until)
         except sluice.QueueNotFound:
             # A queue consumed but not (or no longer) declared: nothing in it yet.
             names = [n for n in names if self._exists(n)]
-            message = self._db.get_any(names, wait=wait) if names else None
+            message = self._db.get_any(names, wait=wait, until=until) if names else None
         if message is not None and no_ack:
             message.ack()
         return message
@@ -321,8 +335,6 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             message = self._held.pop(tag, None)
         if message is None:
             return  # settled already (kombu marks a tag once per settle)
-        if self.connection is not None:
-            self.connection.settled()
         try:
             if how == "ack":
                 message.ack()
@@ -339,6 +351,11 @@ class Channel(virtual.Channel):  # type: ignore[misc]
                 message.id,
                 message.queue,
             )
+
+    def room(self) -> None:
+        """A settle made room in this consumer's prefetch: whoever waits for it looks again."""
+        if self.connection is not None:
+            self.connection.settled()
 
     def close(self) -> None:
         super().close()

@@ -23,6 +23,7 @@ from kombu.transport import virtual
 import sluice
 from sluice.contrib.kombu.bindings import Bindings
 from sluice.contrib.kombu.channel import Channel
+from sluice.contrib.kombu.reader import Reader
 
 __all__ = ["Transport"]
 
@@ -62,8 +63,10 @@ class Transport(virtual.Transport):  # type: ignore[misc]
     can_parse_url = True
     driver_type = "sluice"
     driver_name = "sluice"
+    # Asynchronous: Celery's worker runs its event loop (and a prefork pool that never
+    # blocks it) over the reader's pipe (sluice.contrib.kombu.reader).
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"])
+        asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"])
     )
     connection_errors = (*virtual.Transport.connection_errors, sluice.ConnectionLost)
     channel_errors = (*virtual.Transport.channel_errors, sluice.SluiceError)
@@ -77,6 +80,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self._database: tuple[sluice.Database, Bindings] | None = None
         self._turn = itertools.count()
         self._settled = threading.Event()
+        self._reader: Reader | None = None
+        self._pid = os.getpid()
 
     def _opened(self) -> tuple[sluice.Database, Bindings]:
         if self._database is None:
@@ -110,7 +115,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         deadline = None if timeout is None else time.monotonic() + timeout
         delivered = 0
         while delivered < DRAIN_BATCH:
-            owners = self._consuming()
+            owners = self.consuming()
             remaining = 3600.0 if deadline is None else deadline - time.monotonic()
             if owners:
                 # After the first, only what is ready now.
@@ -129,7 +134,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError()
 
-    def _consuming(self) -> dict[str, Any]:
+    def consuming(self) -> dict[str, Any]:
         """Each queue consumed by a channel with prefetch room, and that channel."""
         owners: dict[str, Any] = {}
         for channel in self.channels:
@@ -139,13 +144,25 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         return owners
 
     def _take(self, owners: dict[str, Any], wait: float) -> bool:
+        """Take and deliver one message; False if none came within ``wait``."""
+        taken = self.take_payload(owners, wait)
+        if taken is False:
+            return False
+        if taken is not True:
+            self._deliver(*taken)
+        return True
+
+    def take_payload(
+        self, owners: dict[str, Any], wait: float, until: threading.Event | None = None
+    ) -> tuple[dict[str, Any], str] | bool:
+        """The next message of the consumed queues as (payload, queue), held by the
+        channel that consumes it (settled at once if that consumer does not
+        acknowledge); False if none came, True if one came that was not kombu's."""
         queues = list(owners)
         turn = next(self._turn) % len(queues)  # each queue first in its turn
         queues = queues[turn:] + queues[:turn]
         first: Channel = owners[queues[0]]
-        # Acknowledged-on-receipt queues and the others are taken alike; the former
-        # are settled at once by the channel that consumes them.
-        message = first.take(queues, no_ack=False, wait=wait)
+        message = first.take(queues, no_ack=False, wait=wait, until=until)
         if message is None:
             return False
         queue = first.queue_of(message)
@@ -155,13 +172,44 @@ class Transport(virtual.Transport):  # type: ignore[misc]
             payload = owner.payload(message, keep=False)
         else:
             payload = owner.payload(message, keep=True)
-        if payload is not None:
-            self._deliver(payload, queue)
-        return True
+        return True if payload is None else (payload, queue)
+
+    def deliver(self, payload: dict[str, Any], queue: str) -> None:
+        """Hand ``payload`` to the consumer of ``queue`` (kombu's ``_deliver``)."""
+        self._deliver(payload, queue)
+
+    def give_back(self, payload: dict[str, Any]) -> None:
+        """Release a message taken for delivery and never delivered."""
+        tag = payload["properties"]["delivery_tag"]
+        for channel in self.channels:
+            channel.settle(tag, "release")
+
+    # --- kombu's event loop (Celery's worker) --------------------------------------
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._reader is None:
+            self._reader = Reader(self)
+        loop.add_reader(self._reader.fd, self._reader.on_readable)
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._reader is not None:
+            loop.remove(self._reader.fd)
+            self._stop_reader()
+
+    def _stop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None and os.getpid() == self._pid:
+            reader.stop()
+
+    def close_connection(self, connection: Any) -> None:
+        self._stop_reader()
+        super().close_connection(connection)
 
     def settled(self) -> None:
-        """A consumer settled a message: a drain waiting for prefetch room looks again."""
+        """A consumer settled a message: whoever waits for prefetch room looks again."""
         self._settled.set()
+        reader = self._reader
+        if reader is not None:
+            reader.look_again.set()
 
 
 def close_databases() -> None:

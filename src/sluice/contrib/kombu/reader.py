@@ -1,0 +1,113 @@
+"""Messages for consumers on an event loop (Celery's worker): taken in a thread,
+delivered in the loop.
+
+kombu's event loop (the hub Celery's worker runs) waits on file descriptors, and a
+sluice consumer waits on the database's wake-ups. The reader thread does the
+waiting and the taking, within the consumers' prefetch, and hands each message to
+the loop through a pipe; the loop delivers it and lets the reader take the next.
+The loop itself never blocks on the database, so a busy worker still answers its
+remote control at once, and its pool is fed without blocking locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from typing import Any, Protocol
+
+import sluice
+
+__all__ = ["Reader", "Source"]
+
+Handed = tuple[dict[str, Any], str]
+
+
+class Source(Protocol):
+    """What the reader asks of its transport."""
+
+    def consuming(self) -> dict[str, Any]: ...
+
+    def take_payload(
+        self, owners: dict[str, Any], wait: float, until: threading.Event | None = None
+    ) -> Handed | bool: ...
+
+    def deliver(self, payload: dict[str, Any], queue: str) -> None: ...
+
+    def give_back(self, payload: dict[str, Any]) -> None: ...
+
+
+log = logging.getLogger("sluice.contrib.kombu")
+
+_IDLE = 1.0  # the longest wait between looks at which consumers have prefetch room
+
+
+class Reader:
+    """One transport's reader thread and the pipe its loop watches."""
+
+    def __init__(self, transport: Source) -> None:
+        self._transport = transport
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        self._ready: deque[Handed] = deque()
+        self._delivered = threading.Event()  # the loop has delivered what was handed
+        self._delivered.set()
+        # Set by a settle (room in a prefetch), by stop, and by news for the queues.
+        self.look_again = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-kombu-reader", daemon=True)
+        self._thread.start()
+
+    @property
+    def fd(self) -> int:
+        """Readable when messages wait for ``on_readable``."""
+        return self._read_fd
+
+    def _run(self) -> None:
+        transport = self._transport
+        while not self._stopping.is_set():
+            self._delivered.wait()
+            self.look_again.clear()
+            if self._stopping.is_set():
+                return
+            owners = transport.consuming()
+            try:
+                if not owners:
+                    self.look_again.wait(_IDLE)
+                    continue
+                handed = transport.take_payload(owners, _IDLE, self.look_again)
+            except sluice.SluiceError:
+                log.exception("sluice kombu transport: taking a message failed; trying again")
+                self._stopping.wait(_IDLE)
+                continue
+            if not isinstance(handed, bool):
+                self._delivered.clear()
+                self._ready.append(handed)
+                os.write(self._write_fd, b"\0")
+
+    def on_readable(self) -> None:
+        """In the loop's thread: deliver what the reader took."""
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        try:
+            while self._ready:
+                payload, queue = self._ready.popleft()
+                self._transport.deliver(payload, queue)
+        finally:
+            self._delivered.set()
+
+    def stop(self) -> None:
+        """End the thread; a message it took and the loop never delivered goes back."""
+        self._stopping.set()
+        self._delivered.set()
+        self.look_again.set()
+        self._thread.join()
+        for payload, _ in self._ready:
+            self._transport.give_back(payload)
+        self._ready.clear()
+        os.close(self._read_fd)
+        os.close(self._write_fd)
