@@ -72,7 +72,7 @@ def _sluice_postgresql(tmp: Path) -> Iterator[Place]:
             f"sluice+{PG_CONNINFO}?schema={schema}",
             _queue(),
             "PostgreSQL synchronous_commit=on: every publish and every ack is a committed"
-            f" transaction (schema {schema}, made for the case and dropped after it)",
+            " transaction (a schema bench_celery_<random> per case, dropped after it)",
         )
     finally:
         drop_schema(PG_CONNINFO, schema)
