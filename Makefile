@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test peers bench-celery lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak soak-mixed campaign clean
+.PHONY: run test peers celery-suite bench-celery lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak soak-mixed campaign clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,12 @@ bench: $(BIN)/sluice-bench-stamp
 # Celery on sluice (SQLite, PostgreSQL) against Celery on Redis (appendfsync always) and on
 # RabbitMQ (durable queues, publisher confirms): no-op and 10 ms tasks through 4 worker
 # processes, then workers killed mid-task (lost and run-twice counts).
+# Celery's own integration suite (from its sdist) against sluice+sqlite and sluice+postgresql,
+# results backend Redis at 127.0.0.1:6379 (about 8 minutes; docs/celery.md lists the results).
+celery-suite: $(BIN)/sluice-test-stamp
+	$(BIN)/python -m tests.contrib.celery_suite sqlite; \
+	$(BIN)/python -m tests.contrib.celery_suite postgresql
+
 bench-celery: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench celery
 
