@@ -41,6 +41,7 @@ class Source(Protocol):
 log = logging.getLogger("sluice.contrib.kombu")
 
 _IDLE = 1.0  # the longest wait between looks at which consumers have prefetch room
+_BATCH = 64  # the most messages handed to the loop at once
 
 
 class Reader:
@@ -72,19 +73,43 @@ class Reader:
             if self._stopping.is_set():
                 return
             owners = transport.consuming()
+            if not owners:
+                self.look_again.wait(_IDLE)
+                continue
             try:
-                if not owners:
-                    self.look_again.wait(_IDLE)
-                    continue
-                handed = transport.take_payload(owners, _IDLE, self.look_again)
+                batch = self._take_batch(owners)
             except sluice.SluiceError:
                 log.exception("sluice kombu transport: taking a message failed; trying again")
                 self._stopping.wait(_IDLE)
                 continue
-            if not isinstance(handed, bool):
+            if batch:
                 self._delivered.clear()
-                self._ready.append(handed)
+                self._ready.extend(batch)
                 os.write(self._write_fd, b"\0")
+
+    def _take_batch(self, owners: dict[str, Any]) -> list[Handed]:
+        """The first message as it comes (waiting), then what is ready now, as far as
+        each consumer's prefetch has room: one hand-over to the loop for them all."""
+        room = {}
+        for channel in owners.values():
+            estimate = channel.qos.can_consume_max_estimate()  # None: no prefetch limit
+            room[id(channel)] = _BATCH if estimate is None else estimate
+        batch: list[Handed] = []
+        wait = _IDLE
+        while owners and len(batch) < _BATCH:
+            handed = self._transport.take_payload(owners, wait, self.look_again)
+            if handed is False:
+                break
+            wait = 0.0
+            if handed is True:  # not kombu's: rejected, nothing to hand over
+                continue
+            batch.append(handed)
+            taker = owners.get(handed[1])
+            if taker is not None:
+                room[id(taker)] -= 1
+                if room[id(taker)] <= 0:
+                    owners = {q: c for q, c in owners.items() if c is not taker}
+        return batch
 
     def on_readable(self) -> None:
         """In the loop's thread: deliver what the reader took."""
