@@ -335,22 +335,13 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             message = self._held.pop(tag, None)
         if message is None:
             return  # settled already (kombu marks a tag once per settle)
-        try:
-            if how == "ack":
-                message.ack()
-            elif how == "release":
-                message.release()
-            else:
-                message.reject("rejected by its consumer (kombu reject without requeue)")
-        except sluice.LeaseLost:
-            # This process stalled past its lease: the message went back to its queue
-            # and is (or will be) delivered again; the settle cannot count.
-            log.warning(
-                "message %s of %r was given back while this consumer held it (its session "
-                "lost its lease); it will be delivered again",
-                message.id,
-                message.queue,
-            )
+        settler = None if self.connection is None else self.connection.settler
+        if how == "ack" and settler is not None:
+            # Off the caller's thread (Celery's event loop): acks of several tasks then
+            # commit side by side and share their fsyncs.
+            settler.submit(_settle, message, how)
+        else:
+            _settle(message, how)
 
     def room(self) -> None:
         """A settle made room in this consumer's prefetch: whoever waits for it looks again."""
@@ -369,3 +360,29 @@ class Channel(virtual.Channel):  # type: ignore[misc]
                 message.release()
             except sluice.SluiceError:
                 log.warning("message %s could not be given back at close", message.id)
+
+
+def _settle(message: sluice.Message, how: str) -> None:
+    """Settle a held message in sluice: ``ack``, ``release`` or ``reject``."""
+    try:
+        if how == "ack":
+            message.ack()
+        elif how == "release":
+            message.release()
+        else:
+            message.reject("rejected by its consumer (kombu reject without requeue)")
+    except sluice.LeaseLost:
+        # This process stalled past its lease: the message went back to its queue and
+        # is (or will be) delivered again; the settle cannot count.
+        log.warning(
+            "message %s of %r was given back while this consumer held it (its session "
+            "lost its lease); it will be delivered again",
+            message.id,
+            message.queue,
+        )
+    except sluice.SluiceError:
+        if how != "ack":
+            raise
+        # An ack on the settle thread: nobody to raise to. Still held, the message is
+        # given back when this consumer's session ends, and delivered again.
+        log.exception("message %s of %r could not be acknowledged", message.id, message.queue)

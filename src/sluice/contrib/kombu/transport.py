@@ -16,6 +16,7 @@ import itertools
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kombu.transport import virtual
@@ -82,6 +83,11 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self._settled = threading.Event()
         self._reader: Reader | None = None
         self._pid = os.getpid()
+        # Acks commit on these threads, several at once (their fsyncs shared); 0: in
+        # the caller's thread, the ack durable when kombu's ack returns.
+        self._settle_threads = int(options.get("settle_threads", 4))
+        self._settler: ThreadPoolExecutor | None = None
+        self._settler_lock = threading.Lock()
 
     def _opened(self) -> tuple[sluice.Database, Bindings]:
         if self._database is None:
@@ -200,9 +206,25 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         if reader is not None and os.getpid() == self._pid:
             reader.stop()
 
+    @property
+    def settler(self) -> ThreadPoolExecutor | None:
+        """The threads acks commit on (None: in the caller's thread)."""
+        if self._settle_threads <= 0:
+            return None
+        with self._settler_lock:
+            if self._settler is None:
+                self._settler = ThreadPoolExecutor(
+                    self._settle_threads, thread_name_prefix="sluice-kombu-settle"
+                )
+            return self._settler
+
     def close_connection(self, connection: Any) -> None:
         self._stop_reader()
         super().close_connection(connection)
+        with self._settler_lock:
+            settler, self._settler = self._settler, None
+        if settler is not None and os.getpid() == self._pid:
+            settler.shutdown(wait=True)  # every ack committed before the close returns
 
     def settled(self) -> None:
         """A consumer settled a message: whoever waits for prefetch room looks again."""
