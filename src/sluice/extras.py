@@ -38,11 +38,16 @@ def install_hint(extra: str) -> str:
 
 def missing(extra: str) -> tuple[str, ...]:
     """The modules of ``extra`` that cannot be imported (none: the extra is installed)."""
-    # Imported already counts as present: kombu swaps its module for a lazy one whose
-    # __spec__ is None, which find_spec refuses.
-    return tuple(
-        m for m in EXTRAS[extra] if m not in sys.modules and importlib.util.find_spec(m) is None
-    )
+    return tuple(m for m in EXTRAS[extra] if not _importable(m))
+
+
+def _importable(module: str) -> bool:
+    # Imported already is importable (kombu swaps its module for a lazy one whose
+    # __spec__ is None, which find_spec refuses), unless blocked with None, as the
+    # import system itself reads sys.modules (and the tests block an extra).
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None
 
 
 def require(extra: str, what: str) -> None:
