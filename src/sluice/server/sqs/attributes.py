@@ -15,7 +15,7 @@ from typing import Any
 
 from sluice.server.sqs.errors import SqsError, invalid_parameter
 
-__all__ = ["MAX_ATTRIBUTES", "checked", "md5_of", "selected", "size_of"]
+__all__ = ["MAX_ATTRIBUTES", "asked_for", "checked", "md5_of", "size_of"]
 
 MAX_ATTRIBUTES = 10
 """The most message attributes a message may carry (SQS's limit)."""
@@ -138,7 +138,7 @@ def md5_of(attributes: Attributes) -> str:
     return digest.hexdigest()
 
 
-def selected(attributes: Attributes, names: Any) -> Attributes:
+def asked_for(attributes: Attributes, names: Any) -> Attributes:
     """The attributes a ReceiveMessage's MessageAttributeNames asks for: ``All`` or
     ``.*``, names, and prefixes ending in ``.*``."""
     if not names:

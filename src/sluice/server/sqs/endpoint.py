@@ -47,7 +47,7 @@ _UNSUPPORTED = {
     "ListMessageMoveTasks": "there are no message-move tasks",
     "CancelMessageMoveTask": "there are no message-move tasks",
 }
-_QUEUE_PATH = re.compile(r"^/[^/]+/[^/]+/?$")
+_QUEUE_PATH = re.compile(r"^/\d{12}/[^/]+/?$")
 _REGION = "us-east-1"
 
 

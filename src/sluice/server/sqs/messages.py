@@ -311,7 +311,7 @@ async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         params.get("MessageSystemAttributeNames")
     )
     wanted = params.get("MessageAttributeNames")
-    attributes.selected({}, wanted)  # checks the names' form
+    attributes.asked_for({}, wanted)  # checks the names' form
     queue = await (await call.aio.get()).queue(name)
     messages: list[dict[str, Any]] = []
     pause = float(wait)
@@ -381,7 +381,7 @@ def _received(call: Call, lease: Lease, system: set[str], wanted: Any) -> dict[s
     chosen = every if "All" in system else {k: v for k, v in every.items() if k in system}
     if chosen:
         out["Attributes"] = chosen
-    given = attributes.selected(sqs.get("attributes") or {}, wanted)
+    given = attributes.asked_for(sqs.get("attributes") or {}, wanted)
     if given:
         out["MessageAttributes"] = given
         out["MD5OfMessageAttributes"] = attributes.md5_of(given)
