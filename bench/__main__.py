@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "server": "bench.server.__main__",
     "jobs": "bench.jobs.__main__",
     "jobs-peers": "bench.jobs.peers",
+    "celery": "bench.celery.__main__",
     "memory": "bench.memory.__main__",
     "gateways": "bench.gateways.__main__",
     "soak": "bench.soak.__main__",

@@ -8,12 +8,14 @@ import os
 import typing
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from hypothesis import settings
 
 import sluice
 
+from .pgbouncer import PgBouncer
 from .postgres_server import PostgresServer, find_binaries
 
 # CI runs the same examples every time (no flaky discoveries, no timing deadlines);
@@ -29,14 +31,49 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 BACKENDS = ["memory", "sqlite", "postgresql"]
 
+POOLED_MODULES = frozenset(
+    {
+        "tests.contract.test_messages",
+        "tests.contract.test_transactions",
+        "tests.contract.test_delivery",
+        "tests.contract.test_failed",
+        "tests.contract.test_pause",
+        "tests.contract.test_purge",
+        "tests.contract.test_jobs",
+    }
+)
+"""The contract modules that also run through PgBouncer in transaction mode (backend
+"pgbouncer"): the queue's core and jobs, 121 s of test time of the whole suite's 506 s
+through PgBouncer (which passes too: SLUICE_TEST_POOLED_ALL=1), what `make test` can
+afford; tests/postgresql/test_pooler.py has the pooler's own tests."""
+
+
+def _deselect_unpooled(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The "pgbouncer" backend only for POOLED_MODULES (SLUICE_TEST_POOLED_ALL=1: everywhere)."""
+    if os.environ.get("SLUICE_TEST_POOLED_ALL") == "1":
+        return
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        pooled = callspec is not None and callspec.params.get("backend_url") == "pgbouncer"
+        module = getattr(item, "module", None)
+        if pooled and getattr(module, "__name__", "") not in POOLED_MODULES:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests first, so that pytest-xdist's workers do not end on one of them.
 
     ``make test`` runs the tests in parallel; without this a minute-long Spark test
     handed out last holds up the end of the run while the other workers idle.
     """
+    _deselect_unpooled(config, items)
     items.sort(key=lambda item: not _is_slow(item))
 
 
@@ -89,6 +126,31 @@ def postgres_server() -> Iterator[PostgresServer | str]:
         server.destroy()
 
 
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server: PostgresServer | str) -> Iterator[PgBouncer]:
+    """A private PgBouncer in transaction mode, 4 server connections per database and
+    user, in front of the tests' PostgreSQL, for the whole run.
+
+    No pgbouncer binary skips the test locally and fails it in CI.
+    """
+    try:
+        bouncer = PgBouncer(postgres_base_url(postgres_server))
+    except Exception as exc:
+        unavailable(f"PgBouncer is unavailable: {exc}")
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+def pooled_url(bouncer: PgBouncer, url: str) -> str:
+    """``url`` (a sluice URL on the tests' PostgreSQL) through ``bouncer``: declared as
+    pooled, with the server's own URL as ``direct``."""
+    base, _, query = url.partition("?")
+    direct = quote(base, safe="")
+    return f"{bouncer.url_for(base)}?{query}&pooler=transaction&direct={direct}"
+
+
 def postgres_base_url(server: PostgresServer | str) -> str:
     return server if isinstance(server, str) else server.url
 
@@ -130,6 +192,10 @@ def drop_schema(url: str) -> None:
 def url_for(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if backend == "memory":
         return "memory://"
+    if backend == "pgbouncer":
+        url = current_postgres_url(request.getfixturevalue("postgres_server"))
+        request.addfinalizer(lambda: drop_schema(url))
+        return pooled_url(request.getfixturevalue("pgbouncer"), url)
     if backend == "postgresql":
         url = current_postgres_url(request.getfixturevalue("postgres_server"))
         request.addfinalizer(lambda: drop_schema(url))
@@ -137,7 +203,7 @@ def url_for(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str
     return f"sqlite:///{tmp_path / 'queues.db'}"
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=[*BACKENDS, "pgbouncer"])
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of a fresh, empty database on each backend."""
     return url_for(request.param, tmp_path, request)

@@ -1,5 +1,6 @@
-"""The one harness of every benchmark family: bodies, machine facts, server places,
-percentiles, shared options and report writing. Families import from here."""
+"""The one harness of every benchmark family: bodies, machine facts, server places, private
+servers and worker processes, percentiles, shared options and report writing. Families import
+from here."""
 
 from bench.harness.bodies import body_size, chunks, encode, make_bodies
 from bench.harness.facts import (
@@ -28,6 +29,8 @@ from bench.harness.places import (
     rabbit_params,
     url_schema,
 )
+from bench.harness.processes import signal_group, start_group, stop_groups
+from bench.harness.redis_server import RedisTarget, free_port, private_redis, redis_target
 from bench.harness.report import RESULTS, facts_table, one_line, report_path, write_report
 from bench.harness.stats import percentile, summarize
 
@@ -40,6 +43,7 @@ __all__ = [
     "RABBIT_PORT",
     "RABBIT_USER",
     "RESULTS",
+    "RedisTarget",
     "SchemaGuard",
     "add_common_options",
     "answers",
@@ -49,6 +53,7 @@ __all__ = [
     "encode",
     "facts_table",
     "filesystem_of",
+    "free_port",
     "host_facts",
     "is_postgres",
     "machine_facts",
@@ -58,9 +63,14 @@ __all__ = [
     "percentile",
     "pg_conninfo",
     "pg_facts",
+    "private_redis",
     "rabbit_params",
+    "redis_target",
     "report_path",
+    "signal_group",
     "source_revision",
+    "start_group",
+    "stop_groups",
     "store_facts",
     "summarize",
     "url_schema",

@@ -23,26 +23,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.harness import (
     PG_CONNINFO,
-    filesystem_of,
+    RedisTarget,
     host_facts,
     one_line,
     package_versions,
     pg_facts,
+    private_redis,
+    redis_target,
+    signal_group,
+    start_group,
+    stop_groups,
 )
 from bench.jobs.tasks import PG_DSN_ENV, QUEUE, REDIS_URL_ENV
 
@@ -52,9 +55,6 @@ __all__ = [
     "DEFAULT_WORKERS",
     "MODES",
     "PeerResult",
-    "RedisTarget",
-    "private_redis",
-    "redis_target",
     "render",
     "run_celery",
     "run_dramatiq",
@@ -107,93 +107,11 @@ class PeerResult:
     status: str  # "ok", or what went wrong
 
 
-@dataclass(frozen=True)
-class RedisTarget:
-    """A Redis server to measure on: base URL (no database), label and what it keeps on disk."""
-
-    url: str
-    label: str
-    durability: str
-    version: str
-
-
 class _Failed(Exception):
     """A peer's run went wrong; the message goes into the report's status column."""
 
 
 # ------------------------------------------------------------------------------ Redis servers
-
-
-def redis_target(url: str, label: str) -> RedisTarget:
-    """Describe a Redis server from its own configuration, read back over the connection."""
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=10)
-    try:
-        config = client.config_get("*")
-        version = str(client.info("server")["redis_version"])
-    finally:
-        client.close()
-    if config.get("appendonly") == "yes":
-        fsync = str(config.get("appendfsync", "?"))
-        device, _mount, fstype = filesystem_of(Path(str(config.get("dir", "/"))))
-        when = {
-            "always": "every write fsynced before its reply",
-            "everysec": "an fsync once a second (up to ~1 s of acknowledged writes lost)",
-            "no": "no fsync (the OS flushes when it likes)",
-        }.get(fsync, fsync)
-        text = f"AOF appendfsync {fsync}: {when}; {fstype} on {device}"
-    elif config.get("save"):
-        text = f"RDB snapshots only (save '{config['save']}'): recent writes lost on a crash"
-    else:
-        text = "nothing on disk (appendonly no, save ''): a restart loses every queued task"
-    return RedisTarget(url=url, label=label, durability=text, version=version)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def private_redis(appendfsync: str = "always") -> Iterator[str]:
-    """A private redis-server on a free loopback port, AOF on, in a temporary directory.
-
-    Yields its base URL; the server is stopped and its directory removed afterwards.
-    """
-    import redis
-
-    redis_server = shutil.which("redis-server")
-    if redis_server is None:
-        raise _Failed("redis-server is not on PATH: install it (apt-get install redis-server)")
-    tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-redis-"))
-    port = _free_port()
-    argv = [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp)]
-    argv += ["--appendonly", "yes", "--appendfsync", appendfsync, "--save", ""]
-    argv += ["--daemonize", "no", "--logfile", str(tmp / "redis.log")]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    url = f"redis://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 10.0
-        while True:
-            client = redis.Redis.from_url(url, socket_timeout=1)
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log = (tmp / "redis.log").read_text() if (tmp / "redis.log").exists() else ""
-                    raise _Failed(f"private redis-server did not start: {log[-300:]}") from None
-                time.sleep(0.05)
-            finally:
-                client.close()
-        yield url
-    finally:
-        _stop([proc])
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _claim_db(client: Any, what: str) -> None:
@@ -212,36 +130,7 @@ def _claim_db(client: Any, what: str) -> None:
 
 def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """A worker in its own process group (so its children stop with it), output to ``log``."""
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            argv,
-            cwd=_REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
-
-
-def _stop(procs: Sequence[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
-    """SIGTERM each process group, SIGKILL what is left after ``grace`` seconds."""
-    for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
-        _signal_group(proc, signal.SIGCONT)  # a stopped group acts on SIGTERM once continued
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(max(deadline - time.monotonic(), 0.0))
-    for proc in procs:
-        _signal_group(proc, signal.SIGKILL)  # also the group's children if the leader is gone
-        if proc.poll() is None:
-            proc.wait(10.0)
+    return start_group(argv, env, log, cwd=_REPO)
 
 
 def _tail(paths: Sequence[Path], chars: int = 400) -> str:
@@ -682,7 +571,7 @@ def _run_tasks(
     """
     if mode == "backlog":
         for proc in procs:
-            _signal_group(proc, signal.SIGSTOP)
+            signal_group(proc, signal.SIGSTOP)
     t0 = time.perf_counter()
     driver.enqueue(n)
     enqueue_seconds = time.perf_counter() - t0
@@ -690,7 +579,7 @@ def _run_tasks(
     if mode == "backlog":
         t0 = time.perf_counter()
         for proc in procs:
-            _signal_group(proc, signal.SIGCONT)
+            signal_group(proc, signal.SIGCONT)
     seconds, left = _drain(driver, procs, total=total, t0=t0, timeout=timeout)
     return _Timing(seconds, enqueue_seconds, left_after_enqueue, n - left)
 
@@ -727,7 +616,7 @@ def _measure(driver: _Driver, n: int, workers: int, mode: str, timeout: float) -
             if tail:
                 status += f" [worker log: ...{tail[-300:]}]"
         finally:
-            _stop(procs)
+            stop_groups(procs)
             with contextlib.suppress(Exception):
                 driver.cleanup()
     ok = status == "ok" and timing is not None and timing.seconds > 0

@@ -13,6 +13,7 @@ from sluice.clock import Clock
 from sluice.database import Database
 from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL
 from sluice.errors import ConfigurationError
+from sluice.urls import shown_url
 
 __all__ = ["connect"]
 
@@ -26,6 +27,9 @@ _POSTGRES_OPTIONS = {
     "notify_interval",
     "rotate_every",
     "maintenance_interval",
+    "pooler",
+    "direct",
+    "prepare_threshold",
 }
 
 
@@ -50,7 +54,11 @@ def connect(
       shared by any number of processes and hosts (needs ``sluice-queue[postgres]``).
       Options: ``schema`` (``sluice``), ``pool_size`` (10 connections),
       ``migrate`` (true: create or upgrade the schema; false: refuse an old one),
-      ``fallback`` (1 s between checks for work that no notification announced).
+      ``fallback`` (1 s between checks for work that no notification announced),
+      ``pooler=transaction`` (the URL goes through PgBouncer or another pooler in
+      transaction mode) with ``direct`` (a URL of the same database that does not, for
+      LISTEN and maintenance), ``prepare_threshold`` (psycopg's; ``none``: statements are
+      never prepared on the server; by default 5, or none behind a pooler).
       Other query parameters go to libpq (``sslmode``, ``application_name``...).
 
     Options may also be given in the URL's query (``?synchronous=NORMAL``);
@@ -126,8 +134,50 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
         notify_interval=_number("notify_interval", ours.get("notify_interval", 0.005)),
         rotate_every=int(_number("rotate_every", ours.get("rotate_every", 2000))),
         maintenance_interval=_number("maintenance_interval", ours.get("maintenance_interval", 1.0)),
+        **_pooling(url, ours),
     )
     return PostgresBackend(conninfo, settings)
+
+
+def _pooling(url: str, ours: dict[str, Any]) -> dict[str, Any]:
+    """The options for a pooler: ``pooler``, ``direct`` and ``prepare_threshold``, checked."""
+    from sluice.backends.postgres_settings import POOLERS  # noqa: PLC0415
+
+    found: dict[str, Any] = {}
+    pooler = str(ours.get("pooler", "none")).lower()
+    if pooler not in (*POOLERS, "none"):
+        raise ConfigurationError(
+            f"pooler={pooler!r} in {shown_url(url)!r}: sluice knows pooler=transaction "
+            "(PgBouncer or another pooler in transaction mode) or none"
+        )
+    if pooler != "none":
+        found["pooler"] = pooler
+    direct = ours.get("direct")
+    if direct is not None:
+        if pooler == "none":
+            raise ConfigurationError(
+                f"direct= in {shown_url(url)!r} names the URL that bypasses a pooler; "
+                "declare the pooler too (pooler=transaction), or drop direct="
+            )
+        if urlsplit(str(direct)).scheme not in ("postgresql", "postgres"):
+            raise ConfigurationError(
+                f"direct= in {shown_url(url)!r} must be a postgresql:// URL of the same "
+                "database without the pooler (percent-encoded if it has a query of its own)"
+            )
+        found["direct"] = str(direct)
+    threshold = ours.get("prepare_threshold")
+    if threshold is not None:
+        text = str(threshold).lower()
+        if text == "none":
+            found["prepare_threshold"] = None
+        elif text.isdigit():
+            found["prepare_threshold"] = int(text)
+        else:
+            raise ConfigurationError(
+                f"option prepare_threshold must be a whole number of executions or none, "
+                f"not {threshold!r}"
+            )
+    return found
 
 
 def _database(

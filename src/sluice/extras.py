@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from types import ModuleType
 
 from sluice.errors import MissingDependency
@@ -25,6 +26,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "xml": ("lxml",),
     "mail": ("aiosmtpd",),
     "pydantic": ("pydantic",),
+    "celery": ("kombu",),  # the kombu transport needs kombu alone; Celery is its user
 }
 """Each extra and the modules it brings, as ``pyproject.toml`` declares them."""
 
@@ -36,7 +38,11 @@ def install_hint(extra: str) -> str:
 
 def missing(extra: str) -> tuple[str, ...]:
     """The modules of ``extra`` that cannot be imported (none: the extra is installed)."""
-    return tuple(m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None)
+    # Imported already counts as present: kombu swaps its module for a lazy one whose
+    # __spec__ is None, which find_spec refuses.
+    return tuple(
+        m for m in EXTRAS[extra] if m not in sys.modules and importlib.util.find_spec(m) is None
+    )
 
 
 def require(extra: str, what: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sluice.errors import ConfigurationError
 
@@ -37,10 +37,16 @@ def environment_url(environ: Mapping[str, str]) -> str | None:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as it may be printed: a password in it replaced by ``***``."""
+    """``url`` as it may be printed: a password in it replaced by ``***``, also in the
+    URL its ``direct=`` option names (PostgreSQL behind a pooler)."""
     if "://" not in url:
         return url  # a plain SQLite path
     parts = urlsplit(url)
+    if "direct=" in parts.query:
+        query = [(k, shown_url(v) if k == "direct" else v)
+                 for k, v in parse_qsl(parts.query, keep_blank_values=True)]  # fmt: skip
+        parts = parts._replace(query=urlencode(query, safe=":/@*"))
+        url = urlunsplit(parts)
     if parts.password is None:
         return url
     user = parts.username or ""

@@ -66,6 +66,11 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
     "server": (["--only", "sqlite", "--repeats", "1"], [RABBIT], ["pika"]),
     "gateways": (["--only", "dropbox"], [], []),
     "jobs": (["--peers", "rq", "--n", "100", "--workers", "1"], [PG, REDIS], ["rq"]),
+    "celery": (
+        ["--only", "sluice-sqlite", "--only", "rabbitmq"],
+        [RABBIT],
+        ["celery", "sluice.contrib.kombu"],
+    ),
     "memory": (["--n", "500", "--only", "worker-sqlite"], [], []),
     "soak": ([], [PG], []),
 }

@@ -18,6 +18,10 @@ through ``expect()``, so no second round trip is needed to decide.
   WAL flush. A server crash that undoes one of those is caught like a lost
   lease: the holder's commit finds its rows changed and fails.
 - Wake-ups: coalesced NOTIFY, with a fallback tick (``postgres_notify``).
+- Behind a transaction-mode pooler (``pooler=transaction``) a connection keeps no
+  session state: the planner settings go with each transaction instead of each
+  connection, statements are not prepared, and LISTEN and maintenance use the
+  ``direct`` URL (``postgres_pooler``).
 
 This module holds the pool, the units of work and the queue operations; the claims
 (``postgres_claims``), what the units decide before and after their round trips
@@ -77,16 +81,16 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
 
 from sluice.backends.postgres_claims import PostgresClaims
 from sluice.backends.postgres_decisions import PostgresDecisions
-from sluice.backends.postgres_maintenance import (
-    Maintainer,
-    maintenance_locks,
-    refresh_statistics,
-    rotate,
-    vacuum,
-    with_lock,
-)
+from sluice.backends.postgres_maintenance import Maintainer, maintain
 from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_outbox import PostgresOutbox
+from sluice.backends.postgres_pooler import (
+    DirectConnection,
+    begin,
+    configure,
+    statement,
+    warn_undirected,
+)
 from sluice.backends.postgres_queries import load_queries
 from sluice.backends.postgres_rules import PostgresRules
 from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
@@ -141,7 +145,10 @@ class PostgresBackend(
         self._selections: dict[str, tuple[str, dict[str, Any]]] = {}
         self.channel = f"sluice_{self.schema}"
         self.outbox = PostgresOutbox(self)
-        self._kwargs: dict[str, Any] = {"connect_timeout": int(self.settings.connect_timeout)}
+        self._kwargs: dict[str, Any] = {
+            "connect_timeout": int(self.settings.connect_timeout),
+            "prepare_threshold": self.settings.prepare_after,
+        }
         if "application_name" not in conninfo:  # so operators can tell sluice's sessions apart
             self._kwargs["application_name"] = "sluice"
         self._uncertain: set[tuple[int, int]] = set()
@@ -149,6 +156,7 @@ class PostgresBackend(
         self._peer_heard = float("-inf")
         self._listener: Listener | None = None
         self._closed = False
+        self._pooled = self.settings.pooler is not None  # no session state (postgres_pooler)
         try:
             with psycopg.connect(conninfo, autocommit=True, **self._kwargs) as conn:
                 migrate(conn, self.schema, upgrade=self.settings.migrate)
@@ -168,7 +176,7 @@ class PostgresBackend(
                 name=f"sluice-{os.getpid()}",
                 timeout=self.settings.connect_timeout,
                 reconnect_timeout=0,
-                configure=_configure,
+                configure=None if self._pooled else configure,
             )
         )
         try:
@@ -179,6 +187,13 @@ class PostgresBackend(
         self._notifier = Notifier(
             conninfo, self._kwargs, self.channel, self.settings.notify_interval
         )
+        # Maintenance's own connection when there is a direct URL; else a pooled one (its
+        # locks are transaction-scoped, so a pooler may share it).
+        self._direct = (
+            DirectConnection(self.settings.direct, self._kwargs) if self.settings.direct else None
+        )
+        if self._pooled and self._direct is None:
+            warn_undirected(conninfo, self.settings.fallback)
         self._maintainer = (
             Maintainer(
                 lambda vacuum_too: self.maintain(vacuum_too=vacuum_too),
@@ -203,13 +218,17 @@ class PostgresBackend(
         if self._listener is not None:
             self._listener.close()
         self._notifier.close()
+        if self._direct is not None:
+            self._direct.close()
         self._pool.close()
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback(queue)`` when another process may have made messages available."""
         if self._listener is None:
+            # Behind a pooler, LISTEN only on a direct URL (a pooled one would lose it);
+            # without one, the listener only ticks every ``fallback`` seconds.
             self._listener = Listener(
-                self.conninfo,
+                self.settings.direct if self._pooled else self.conninfo,
                 self._kwargs,
                 self.channel,
                 callback,
@@ -250,9 +269,7 @@ class PostgresBackend(
         with self._conn() as conn:
             cursors = []
             with conn.pipeline():
-                conn.execute("BEGIN")
-                if not durable:
-                    conn.execute("SET LOCAL synchronous_commit TO off")
+                begin(conn, durable=durable, pooled=self._pooled)
                 for name, params in statements:
                     cursors.append(conn.execute(self._q[name], params))
                 conn.execute("COMMIT")
@@ -263,7 +280,7 @@ class PostgresBackend(
         if not durable:
             return self._unit([(name, params)], durable=False)[0]
         with self._conn() as conn:
-            cur = conn.execute(self._q[name], params)
+            cur = statement(conn, self._q[name], params, pooled=self._pooled)
             return cur.fetchall() if cur.description else []
 
     def _retrying(self, work: Callable[[], Any]) -> Any:
@@ -304,9 +321,7 @@ class PostgresBackend(
     def _transaction(self, *, durable: bool = True) -> Iterator[psycopg.Connection[Any]]:
         """A transaction over several round trips, for the rare paths that must decide."""
         with self._conn() as conn:
-            conn.execute("BEGIN")
-            if not durable:
-                conn.execute("SET LOCAL synchronous_commit TO off")
+            begin(conn, durable=durable, pooled=self._pooled)
             yield conn
             conn.execute("COMMIT")
 
@@ -345,26 +360,20 @@ class PostgresBackend(
         Returns (the partition made current or None, whether it vacuumed); see
         ``postgres_maintenance``. One node at a time; the others skip.
         """
-        rotation_lock, vacuum_lock = maintenance_locks(self.schema)
-        with self._conn() as conn:
-            rotated = with_lock(
-                conn,
-                rotation_lock,
-                lambda: rotate(
-                    conn,
-                    self._q,
-                    self.schema,
-                    every=self.settings.rotate_every,
-                    max_move=self.settings.rotate_max_move,
-                ),
-            )
-            # Every tick: one catalog read, an ANALYZE only when the planner is far off.
-            with_lock(conn, vacuum_lock, lambda: refresh_statistics(conn, self._q, self.schema))
-            vacuumed = bool(
-                vacuum_too
-                and with_lock(conn, vacuum_lock, lambda: vacuum(conn, self._q, self.schema))
-            )
-        return rotated, vacuumed
+        with self._maintenance_conn() as conn:
+            return maintain(conn, self._q, self.schema, self.settings, vacuum_too=vacuum_too)
+
+    @contextmanager
+    def _maintenance_conn(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._direct is None:
+            with self._conn() as conn:
+                yield conn
+            return
+        try:
+            with self._direct.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
 
     # --- what SqlBackend asks of a dialect -----------------------------------------------
     @property
@@ -382,7 +391,7 @@ class PostgresBackend(
             with self._transaction(durable=False) as conn:
                 return int(conn.execute(self._q[name], params).rowcount)
         with self._conn() as conn:
-            return int(conn.execute(self._q[name], params).rowcount)
+            return int(statement(conn, self._q[name], params, pooled=self._pooled).rowcount)
 
     def _promote(self, conn: SqlConnection, lanes: Sequence[Lane]) -> None:
         conn.execute(self._q["promote"], lanes_params(lanes))
@@ -523,26 +532,6 @@ class PostgresBackend(
     def change_token(self) -> int:
         # Never polled (polled_for_changes is False): news arrives through on_change.
         return 0
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    # Every statement is prepared, and a generic plan suits all of them (they
-    # find rows through one queue's index whatever the parameters): without
-    # this the server would plan each execution anew, which costs more than
-    # executing a claim.
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    # Nor JIT: on a queue of a million messages with statistics, a claim's estimated
-    # cost (its never-run "when is the next one due" branch) passes jit_above_cost,
-    # and compiling it took 80 ms where running it takes 0.3 ms.
-    conn.execute("SET jit = off")
-    # Nor sequential scans where an index serves (a table without one still gets its
-    # scan): a generic plan is made once, from the statistics of the time, and the
-    # partition new messages go to grows under it. Planned while it held a few hundred
-    # rows, `id = ANY(...)` scanned it whole, and went on doing so at 50,000 rows, 30 ms
-    # a batch of rules instead of 1; the index path costs the same at any size.
-    # postgres_maintenance.refresh_statistics keeps the partition's statistics in step,
-    # so the planner also picks the right index.
-    conn.execute("SET enable_seqscan = off")
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:

@@ -17,8 +17,16 @@ than ``max_move`` live rows (a backlog) is not rotated until it drains.
 
 A vacuum check runs too, for databases whose autovacuum is off or lags.
 
+Nodes take turns through advisory locks taken with ``pg_try_advisory_xact_lock`` in the
+transaction that does the work, so a lock ends with its transaction, whatever happens:
+none is left on an idle connection, which a transaction-mode pooler would hand to
+others while keeping the lock (the schema's maintenance stopped until the pooler
+recycled the connection). VACUUM cannot run in a transaction: it runs after the one that
+found it due, with SKIP_LOCKED so that a partition being vacuumed by another node, or
+rotated, is skipped rather than waited for.
+
 And the partitions' statistics are kept in step with their sizes. Every statement
-runs a generic plan (postgres._configure), planned once per connection from the
+runs a generic plan (postgres_pooler.SETTINGS), planned once per connection from the
 statistics of the time: a partition made current after its TRUNCATE has none, so the
 planner takes it for empty and scans it whole (along the wrong index) to find rows by
 id, a plan kept until the statistics change. Autovacuum analyzes a table after a minute
@@ -42,15 +50,17 @@ import psycopg
 from psycopg.sql import SQL, Identifier
 
 from sluice.backends.postgres_schema import LOCK_CLASS, quote_schema
+from sluice.backends.postgres_settings import PostgresSettings
 
 __all__ = [
     "PARTITIONS",
     "Maintainer",
+    "maintain",
     "maintenance_locks",
     "refresh_statistics",
     "rotate",
     "vacuum",
-    "with_lock",
+    "vacuum_due",
 ]
 
 log = logging.getLogger("sluice.postgres")
@@ -62,23 +72,61 @@ _ANALYZE_MIN = 1_000  # rows in a partition before its first ANALYZE
 _ANALYZE_GROWTH = 4  # live rows over the planner's belief that call for another
 
 
+def maintain(
+    conn: psycopg.Connection[Any],
+    queries: Mapping[str, str],
+    schema: str,
+    settings: PostgresSettings,
+    *,
+    vacuum_too: bool,
+) -> tuple[int | None, bool]:
+    """One maintenance tick on ``conn`` (autocommit): rotate if due, analyze what the
+    planner misjudges, vacuum if due and ``vacuum_too``. Returns (the partition made
+    current or None, whether it vacuumed)."""
+    rotation_lock, vacuum_lock = maintenance_locks(schema)
+    rotated = rotate(
+        conn,
+        queries,
+        schema,
+        lock=rotation_lock,
+        every=settings.rotate_every,
+        max_move=settings.rotate_max_move,
+    )
+    # Every tick: one catalog read, an ANALYZE only when the planner is far off.
+    due = vacuum_due(conn, queries, schema, lock=vacuum_lock, check=vacuum_too)
+    if due:
+        vacuum(conn, schema)
+    return rotated, due
+
+
+def _locked(conn: psycopg.Connection[Any], key: int) -> bool:
+    """Whether this transaction got the advisory lock ``key`` (held until it ends)."""
+    got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
+    return bool(got and got[0])
+
+
 def rotate(
     conn: psycopg.Connection[Any],
     queries: Mapping[str, str],
     schema: str,
     *,
+    lock: int,
     every: int,
     max_move: int,
 ) -> int | None:
-    """Rotate once if due; the partition made current, or None if nothing was done.
+    """Rotate once if due and no other node holds ``lock``; the partition made current,
+    or None if nothing was done.
 
     ``conn`` is an autocommit connection (from ``PostgresBackend._conn``, which rolls
-    back on failure); the rotation is one transaction.
+    back on failure); the rotation is one transaction, which holds ``lock``.
     """
     quoted = quote_schema(schema)
     conn.execute("BEGIN")
     try:
         conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT}'")
+        if not _locked(conn, lock):
+            conn.rollback()
+            return None
         row = conn.execute(queries["rotation_due"]).fetchone()
         slot, ids_since = row if row is not None else (0, 0)  # ids given since the last one
         if row is None or ids_since < every:
@@ -116,6 +164,26 @@ _OTHER_COLUMNS = (
 )
 
 
+def vacuum_due(
+    conn: psycopg.Connection[Any],
+    queries: Mapping[str, str],
+    schema: str,
+    *,
+    lock: int,
+    check: bool,
+) -> bool:
+    """In one transaction holding ``lock`` (skipped if another node holds it): refresh the
+    partitions' statistics, and if ``check``, whether a vacuum is due."""
+    conn.execute("BEGIN")
+    if not _locked(conn, lock):
+        conn.rollback()
+        return False
+    refresh_statistics(conn, queries, schema)
+    due = check and _vacuum_wanted(conn, queries)
+    conn.execute("COMMIT")
+    return due
+
+
 def refresh_statistics(
     conn: psycopg.Connection[Any], queries: Mapping[str, str], schema: str
 ) -> bool:
@@ -131,20 +199,22 @@ def refresh_statistics(
     return bool(stale)
 
 
-def vacuum(conn: psycopg.Connection[Any], queries: Mapping[str, str], schema: str) -> bool:
-    """Vacuum the message partitions if dead rows outnumber live ones; True if it did."""
+def _vacuum_wanted(conn: psycopg.Connection[Any], queries: Mapping[str, str]) -> bool:
+    """Whether dead rows outnumber live ones, and enough of them to be worth a vacuum."""
     row = conn.execute(queries["dead_rows"]).fetchone()
     dead, live = row if row else (0, 0)
-    if dead < _VACUUM_THRESHOLD or dead < live:
-        return False
-    conn.execute(f"VACUUM {quote_schema(schema)}.messages")
-    return True
+    return bool(dead >= _VACUUM_THRESHOLD and dead >= live)
+
+
+def vacuum(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Vacuum the message partitions (outside any transaction)."""
+    conn.execute(f"VACUUM (SKIP_LOCKED) {quote_schema(schema)}.messages")
 
 
 class Maintainer:
     """A daemon thread: a rotation check every ``interval`` seconds, a vacuum check every tenth.
 
-    Nodes take turns through an advisory lock, without waiting for each other.
+    Nodes take turns through advisory locks, without waiting for each other.
     """
 
     def __init__(self, maintain: Callable[[bool], object], interval: float) -> None:
@@ -178,19 +248,3 @@ def maintenance_locks(schema: str) -> tuple[int, int]:
     """
     rotation = -2 - 2 * (zlib.crc32(schema.encode()) & 0x3FFFFFF)
     return rotation, rotation - 1
-
-
-def with_lock(conn: psycopg.Connection[Any], key: int, work: Callable[[], Any]) -> Any:
-    """Run ``work`` if this session gets the advisory lock ``key``; None otherwise."""
-    got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
-    if not got or not got[0]:
-        return None
-    try:
-        return work()
-    finally:
-        # A session lock outlives a rollback: if ``work`` failed inside its
-        # transaction, end that first, or the unlock fails and the pooled
-        # connection keeps the lock for good.
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.rollback()
-        conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))

@@ -21,6 +21,11 @@ another Database counts as news of a peer, so senders resume at once.
 Notifications are only a shortcut: the listener also calls back every
 ``fallback`` seconds, and after reconnecting a lost connection, so waiters
 look for work themselves and nothing depends on a notification arriving.
+A Listener given no URL (behind a pooler, which cannot keep a LISTEN, with no
+direct URL) does only that.
+
+Neither keeps session state: a NOTIFY through a transaction-mode pooler works,
+and relaxes its own commit in its own statement.
 """
 
 from __future__ import annotations
@@ -122,10 +127,14 @@ class Notifier:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = psycopg.connect(self._conninfo, autocommit=True, **self._kwargs)
-                    # A NOTIFY's transaction gets an xid, so its commit would wait for
-                    # a WAL flush: pointless for a wake-up, and on the latency path.
-                    self._conn.execute("SET synchronous_commit = off")
-                self._conn.execute("SELECT pg_notify(%s, %s)", (self._channel, text))
+                # A NOTIFY's transaction gets an xid, so its commit would wait for a WAL
+                # flush: pointless for a wake-up, and on the latency path. Relaxed in the
+                # statement's own transaction (set_config(..., true) lasts until its
+                # commit), not the session's, which a pooler would hand to others.
+                self._conn.execute(
+                    "SELECT pg_notify(%s, %s), set_config('synchronous_commit', 'off', true)",
+                    (self._channel, text),
+                )
                 return
             except psycopg.Error as exc:
                 if self._conn is not None:
@@ -139,11 +148,14 @@ class Notifier:
 
 
 class Listener:
-    """Calls ``callback(queue)`` on notifications, ``callback(None)`` every ``fallback`` s."""
+    """Calls ``callback(queue)`` on notifications, ``callback(None)`` every ``fallback`` s.
+
+    ``conninfo`` None: no notifications, only the ``fallback`` tick.
+    """
 
     def __init__(
         self,
-        conninfo: str,
+        conninfo: str | None,
         kwargs: dict[str, Any],
         channel: str,
         callback: Callable[[str | None], None],
@@ -175,6 +187,9 @@ class Listener:
         self._stop.set()
 
     def _run(self) -> None:
+        if self._conninfo is None:
+            self._tick()
+            return
         failures = 0
         while not self._stop.is_set():
             try:
@@ -195,6 +210,12 @@ class Listener:
                 log.warning("sluice lost its notification connection (%s); reconnecting", exc)
                 self._call(None)
                 self._stop.wait(delay)
+
+    def _tick(self) -> None:
+        self.connected.set()
+        self._call(None)
+        while not self._stop.wait(self._fallback):
+            self._call(None)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         # Short waits so that close() is noticed quickly; the fallback tick and a

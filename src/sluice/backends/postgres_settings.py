@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["PostgresSettings"]
+__all__ = ["POOLERS", "PostgresSettings"]
+
+POOLERS = ("transaction",)
+"""What ``pooler=`` may declare: a pooler that hands out a server connection per transaction."""
+
+DEFAULT_PREPARE_THRESHOLD = 5
+"""psycopg's own: a statement run this many times on a connection is prepared on the server."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +32,20 @@ class PostgresSettings:
     """A partition with more live rows than this waits to be rotated until it drains."""
     maintenance_interval: float = 1.0
     """Seconds between rotation checks (0: no maintenance thread)."""
+    pooler: Literal["transaction"] | None = None
+    """The URL reaches PostgreSQL through a transaction-mode pooler (PgBouncer, Supavisor...):
+    no session state, no prepared statements unless ``prepare_threshold`` says so, LISTEN
+    and maintenance on ``direct`` (docs/postgresql.md, "Behind a pooler")."""
+    direct: str | None = None
+    """A libpq URL that reaches the same database without the pooler, for LISTEN and
+    maintenance; None: notifications are not listened to, the ``fallback`` tick wakes."""
+    prepare_threshold: int | Literal["auto"] | None = "auto"
+    """psycopg's: executions before a statement is prepared on the server; None: never.
+    "auto": 5 on a direct connection, never behind a pooler."""
+
+    @property
+    def prepare_after(self) -> int | None:
+        """The ``prepare_threshold`` the connections get."""
+        if self.prepare_threshold == "auto":
+            return None if self.pooler else DEFAULT_PREPARE_THRESHOLD
+        return self.prepare_threshold

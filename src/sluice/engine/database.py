@@ -23,6 +23,7 @@ from sluice.catalog import (
 )
 from sluice.clock import Clock
 from sluice.engine import topics
+from sluice.engine.any_queue import get_any
 from sluice.engine.content import free_slot
 from sluice.engine.context import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, EngineContext
 from sluice.engine.credit import check_max_in_flight
@@ -32,6 +33,7 @@ from sluice.engine.topics import Start, Subscription
 from sluice.engine.transaction import Transaction
 from sluice.engine.types import definition_of
 from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
+from sluice.message import Message
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "Engine"]
 
@@ -353,6 +355,13 @@ class Engine:
             check_max_in_flight(max_in_flight)
         self.context.spec(name)
         return Queue(self.context, name, max_in_flight=max_in_flight)
+
+    def get_any(self, queues: Sequence[str], *, wait: float = 0.0) -> Message | None:
+        """Take the next message of the first of ``queues`` (in the order given) that
+        has one, waiting up to ``wait`` seconds for news of any of them; None if none
+        came. Settle it as one from ``Queue.get``; ``message.queue`` says which it is.
+        """
+        return get_any(self.context, queues, wait)
 
     def queues(self) -> list[QueueSpec]:
         """The settings of every queue, by name."""

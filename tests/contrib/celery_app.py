@@ -1,0 +1,43 @@
+"""The Celery application the worker tests run: a worker started with ``-A`` on this
+module, and the test process as its producer. Its broker is ``SLUICE_TEST_BROKER``;
+each task writes what it does to ``SLUICE_TEST_TASK_LOG`` (one appended line, so
+that processes killed mid-task leave whole lines)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import sluice.contrib.kombu  # noqa: F401  (registers sluice+... broker URLs)
+from celery import Celery
+
+
+def make_app(broker: str) -> Celery:
+    app = Celery("sluice_celery_test", broker=broker)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = make_app(os.environ.get("SLUICE_TEST_BROKER", "sluice+memory://"))
+
+
+def record(line: str) -> None:
+    fd = os.open(os.environ["SLUICE_TEST_TASK_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@app.task(name="work")
+def work(n: int, seconds: float) -> int:
+    record(f"start {n} {os.getpid()}")
+    time.sleep(seconds)
+    record(f"done {n}")
+    return n

@@ -1,0 +1,168 @@
+"""Real Celery workers (prefork) on the sluice transport, killed with SIGKILL mid-task.
+
+The producer is this process; the workers run ``celery -A tests.contrib.celery_app
+worker``. What is checked is what Celery users lose on other brokers
+(docs/celery.md): with ``acks_late``, a killed worker's tasks come back at once,
+in place, and run to the end on the next worker; a countdown waits in the store,
+not in a worker's memory; remote control reaches workers in other processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("celery")
+
+import sluice
+import sluice.contrib.kombu
+from tests.conftest import url_for
+from tests.contrib.celery_app import make_app
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Workers:
+    """The worker processes of one test, each in its own process group."""
+
+    def __init__(self, broker: str, log: Path, tmp: Path) -> None:
+        self.broker, self.log, self.tmp = broker, log, tmp
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, concurrency: int = 2) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "SLUICE_TEST_BROKER": self.broker,
+            "SLUICE_TEST_TASK_LOG": str(self.log),
+            "PYTHONPATH": str(ROOT),
+        }
+        with (self.tmp / f"{name}.log").open("wb") as output:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "tests.contrib.celery_app", "worker",
+                 "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h", "-l", "info",
+                 "--without-heartbeat", "--without-mingle", "--without-gossip"],
+                env=env, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        self.started.append(process)
+        return process
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL to the worker and its pool's children at once (as an OOM kill of the
+        container, or a lost host, does)."""
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)  # warm shutdown
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+
+    def output(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.tmp.glob("w*.log"))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def broker_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return url_for(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def workers(broker_url: str, tmp_path: Path) -> Iterator[Workers]:
+    group = Workers(f"sluice+{broker_url}", tmp_path / "tasks.log", tmp_path)
+    try:
+        yield group
+    finally:
+        group.stop_all()
+        # This process's producer Database goes before the schema or file does.
+        sluice.contrib.kombu.close_databases()
+
+
+def lines(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def wait_until(
+    what: str, check: Callable[[], bool], workers: Workers, seconds: float = 120
+) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not after {seconds} s; workers said:\n{workers.output()[-4000:]}")
+        time.sleep(0.05)
+
+
+def test_tasks_of_a_worker_killed_mid_task_complete_on_the_next(
+    broker_url: str, workers: Workers
+) -> None:
+    producer = make_app(workers.broker)
+    first = workers.start("w1")
+    tasks = 12
+    for n in range(tasks):
+        producer.send_task("work", args=(n, 0.5))
+
+    def started_and_running() -> bool:
+        rows = lines(workers.log)
+        done = {r[1] for r in rows if r[0] == "done"}
+        return len(rows) >= 3 and any(r[0] == "start" and r[1] not in done for r in rows)
+
+    wait_until("the first worker running tasks", started_and_running, workers)
+    workers.kill(first)
+    killed_during = {r[1] for r in lines(workers.log) if r[0] == "start"} - {
+        r[1] for r in lines(workers.log) if r[0] == "done"
+    }
+    assert killed_during, "the kill was meant to land mid-task"
+    workers.start("w2")
+
+    def all_done() -> bool:
+        return {r[1] for r in lines(workers.log) if r[0] == "done"} == {
+            str(n) for n in range(tasks)
+        }
+
+    wait_until("every task done after the kill", all_done, workers)
+    starts = Counter(r[1] for r in lines(workers.log) if r[0] == "start")
+    # The tasks killed mid-run ran again from the start; at least once, never lost.
+    assert all(starts[n] >= 2 for n in killed_during)
+    workers.stop_all()
+    with sluice.connect(broker_url) as db:
+        stats = db.queue("celery").stats()
+    assert stats["ready"] == stats["claimed"] == stats["delayed"] == 0
+
+
+def test_a_countdown_waits_in_the_store_and_remote_control_reaches_workers(
+    broker_url: str, workers: Workers
+) -> None:
+    producer = make_app(workers.broker)
+    workers.start("w1", concurrency=1)
+    # A ping before the worker bound its remote-control queue reaches nobody: asked
+    # again until the worker is up.
+    wait_until("a reply to ping", lambda: bool(producer.control.inspect(timeout=1).ping()), workers)
+    replies = producer.control.inspect(timeout=5).ping()
+    assert replies is not None
+    assert list(replies.values()) == [{"ok": "pong"}]
+    (node,) = replies
+    assert node.startswith("w1@")
+    producer.send_task("work", args=(1, 0.0), countdown=3)
+    with sluice.connect(broker_url) as db:
+        # Not taken by the worker to wait in its memory (no visibility timeout to
+        # outlive): delayed in the broker until it is due.
+        assert db.queue("celery").stats()["delayed"] == 1
+        # Celery's names are kept as they are, escaped reversibly.
+        names = {spec.name for spec in db.queues()}
+        assert f"{node.replace('@', ':40')}.celery.pidbox" in names
+    wait_until("the countdown task done", lambda: ["done", "1"] in lines(workers.log), workers)

@@ -1,0 +1,63 @@
+"""kombu's own integration tests (t/integration/common.py of its sdist), unchanged,
+against the sluice transport on memory, SQLite and PostgreSQL.
+
+The classes are kombu's; this file only gives them the ``connection`` fixtures
+their other transports' files give (t/integration/test_redis.py, test_pgmq.py).
+``BaseEventLoop`` is left out: it needs a transport that registers with kombu's
+hub (asynchronous), which a virtual transport is not; nor ``BaseFailover``, which
+needs alternate broker hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("kombu")
+
+import kombu
+
+import sluice.contrib.kombu
+from tests.conftest import url_for
+from tests.contrib.peers import load
+
+common = load("kombu", "t/integration/common.py", "kombu_integration_common")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def connection(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[kombu.Connection]:
+    url = url_for(request.param, tmp_path, request)
+    conn = kombu.Connection(f"sluice+{url}")
+    yield conn
+    conn.release()
+    sluice.contrib.kombu.close_databases()
+
+
+@pytest.fixture
+def invalid_connection(tmp_path: Path) -> kombu.Connection:
+    # A SQLite file in a directory that does not exist cannot be opened.
+    return kombu.Connection(f"sluice+sqlite:///{tmp_path / 'missing' / 'dir' / 'q.db'}")
+
+
+class TestBasicFunctionality(common.BasicFunctionality):  # type: ignore[misc,name-defined]
+    pass
+
+
+class TestExchangeTypes(common.BaseExchangeTypes):  # type: ignore[misc,name-defined]
+    pass
+
+
+class TestTimeToLive(common.BaseTimeToLive):  # type: ignore[misc,name-defined]
+    pass
+
+
+class TestPriority(common.BasePriority):  # type: ignore[misc,name-defined]
+    PRIORITY_ORDER = "asc"  # higher numbers first, as on RabbitMQ
+
+
+class TestMessage(common.BaseMessage):  # type: ignore[misc,name-defined]
+    pass
