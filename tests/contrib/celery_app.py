@@ -21,10 +21,8 @@ def make_app(broker: str) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
+    app.task(name="work")(work)
     return app
-
-
-app = make_app(os.environ.get("SLUICE_TEST_BROKER", "sluice+memory://"))
 
 
 def record(line: str) -> None:
@@ -35,9 +33,12 @@ def record(line: str) -> None:
         os.close(fd)
 
 
-@app.task(name="work")
 def work(n: int, seconds: float) -> int:
+    """The task: records its start (with its process) and its end."""
     record(f"start {n} {os.getpid()}")
     time.sleep(seconds)
     record(f"done {n}")
     return n
+
+
+app = make_app(os.environ.get("SLUICE_TEST_BROKER", "sluice+memory://"))
