@@ -474,7 +474,7 @@ class SqsStore(Protocol):
         """Write the SQS record of ``name`` (its creation time kept if it had one)."""
 
     def sqs_queue_forget(self, name: str) -> None:
-        """Remove the SQS record of ``name``, if any. Idempotent."""
+        """Remove the SQS record of ``name`` and its deduplication ids, if any. Idempotent."""
 
     def sqs_dedup_find(self, queue: str, dedup: str, since: float) -> str | None:
         """The answer (JSON text) kept for deduplication id ``dedup`` of ``queue`` since

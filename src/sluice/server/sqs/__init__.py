@@ -6,19 +6,20 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from sluice.server.sqs import moto as moto_tests
 from sluice.server.sqs.context import ACCOUNT, SqsState
 from sluice.server.sqs.endpoint import SqsEndpoint
-from sluice.server.sqs.moto import MOTO_ACCOUNT, reset_for
 
-__all__ = ["ACCOUNT", "MOTO_ACCOUNT", "install"]
+__all__ = ["ACCOUNT", "install"]
 
 
 def install(app: FastAPI, *, moto: bool = False) -> None:
     """Answer SQS's requests in ``app`` (made by create_app: its database, keys and
-    leases). ``moto``: for moto's test suite only: its account id in URLs and ARNs and its
-    reset route, ``POST /moto-api/reset``, which drops every queue of the database."""
-    state = SqsState(MOTO_ACCOUNT if moto else ACCOUNT)
-    reset = reset_for(app.state.db, app.state.leases) if moto else None
+    leases). ``moto``: for moto's test suite only (sqs/moto.py): its account id and URLs,
+    STS's GetCallerIdentity, and its reset route, ``POST /moto-api/reset``, which drops
+    every queue of the database."""
+    state = SqsState(moto_tests.MOTO_ACCOUNT, moto_tests.MOTO_BASE) if moto else SqsState()
+    reset = moto_tests.reset_for(app.state.db, app.state.leases) if moto else None
     app.add_middleware(
         SqsEndpoint,
         db=app.state.db,
@@ -27,4 +28,5 @@ def install(app: FastAPI, *, moto: bool = False) -> None:
         aio=app.state.aio,
         state=state,
         reset=reset,
+        extra=moto_tests.OPERATIONS if moto else {},
     )

@@ -52,17 +52,20 @@ def checked(given: Any, *, system: bool = False) -> Attributes:
 
 
 def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise invalid_parameter(
+            f"The message attribute name '{name}' is invalid. Attribute name can contain "
+            "A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters."
+        )
     if (
-        not isinstance(name, str)
-        or not _NAME.match(name)
-        or name.startswith(".")
+        name.startswith(".")
         or name.endswith(".")
         or ".." in name
         or name.lower().startswith(("aws.", "amazon."))
     ):
         raise invalid_parameter(
-            f"The message attribute name {name!r} is invalid: up to 256 letters, digits and "
-            "_ - . (no leading, trailing or double period, not starting with AWS. or Amazon.)"
+            f"The message attribute name '{name}' is invalid: no leading, trailing or "
+            "double period, and not starting with AWS. or Amazon. (reserved)"
         )
 
 
@@ -140,12 +143,13 @@ def md5_of(attributes: Attributes) -> str:
 
 def asked_for(attributes: Attributes, names: Any) -> Attributes:
     """The attributes a ReceiveMessage's MessageAttributeNames asks for: ``All`` or
-    ``.*``, names, and prefixes ending in ``.*``."""
+    ``.*``, names, and prefixes followed by ``.*`` (``Custom.*``: every name that starts
+    with ``Custom``)."""
     if not names:
         return {}
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise SqsError("InvalidParameterValue", "MessageAttributeNames must be a list of names")
     if "All" in names or ".*" in names:
         return dict(attributes)
-    prefixes = tuple(n[:-1] for n in names if n.endswith(".*"))
+    prefixes = tuple(n[:-2] for n in names if n.endswith(".*"))
     return {k: v for k, v in attributes.items() if k in names or k.startswith(prefixes or ("\0",))}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,10 @@ from sluice.server.leases import Leases
 from sluice.server.sqs.errors import SqsError, access_denied, no_queue
 from sluice.server.sqs.settings import QueueSettings
 
-__all__ = ["ACCOUNT", "Call", "SqsState"]
+__all__ = ["ACCOUNT", "REMEMBERED", "Call", "SqsState"]
+
+REMEMBERED = 100_000
+"""How many receipt handles of deleted messages the endpoint remembers."""
 
 ACCOUNT = "000000000000"
 """The account id in queue URLs and ARNs (one sluice database is one account)."""
@@ -25,12 +29,29 @@ ACCOUNT = "000000000000"
 
 @dataclass(slots=True)
 class SqsState:
-    """The endpoint's state in the app: its account id, and when each queue was last
-    purged (SQS allows one PurgeQueue a minute)."""
+    """The endpoint's state in the app: its account id, the ``scheme://host`` of its
+    queue URLs (None: the request's own), when each queue was last purged (SQS allows
+    one PurgeQueue a minute), and the receipt handles whose message was deleted."""
 
     account: str = ACCOUNT
+    base: str | None = None
     purged: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    deleted: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    """Receipt handle -> queue, for the last REMEMBERED handles whose message was
+    deleted: deleting by one again succeeds, as SQS's does (a retried DeleteMessage whose
+    answer was lost must not fail)."""
+
+    issued: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """The last REMEMBERED receipt handles given out: a stale one is told from a made-up
+    one in the refusal's message."""
+
+    def remember(self, handles: OrderedDict[str, Any], handle: str, value: Any) -> None:
+        """Note ``handle`` in ``handles`` (issued or deleted), the newest REMEMBERED kept."""
+        with self.lock:
+            handles[handle] = value
+            while len(handles) > REMEMBERED:
+                handles.popitem(last=False)
 
 
 @dataclass(slots=True)
@@ -47,7 +68,7 @@ class Call:
     """``scheme://host`` the request was sent to: queue URLs are made from it."""
 
     def url(self, name: str) -> str:
-        return f"{self.base}/{self.state.account}/{name}"
+        return f"{self.state.base or self.base}/{self.state.account}/{name}"
 
     def arn(self, name: str) -> str:
         return f"arn:aws:sqs:{self.region}:{self.state.account}:{name}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -26,7 +26,7 @@ from sluice.server.asyncdb import AsyncDb
 from sluice.server.auth import ANONYMOUS, Gate
 from sluice.server.grants import Principal
 from sluice.server.leases import Leases
-from sluice.server.sqs import messages, queues, sigv4
+from sluice.server.sqs import handles, messages, queues, sigv4
 from sluice.server.sqs.context import Call, SqsState
 from sluice.server.sqs.errors import SqsError, invalid_parameter, no_queue, unsupported
 from sluice.server.sqs.protocol import Answer, Asked, error_answer, from_form, from_json, ok_answer
@@ -39,7 +39,11 @@ Sync = Callable[[Call, dict[str, Any]], dict[str, Any]]
 Async = Callable[[Call, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 _SYNC: dict[str, Sync] = {**queues.OPERATIONS, **messages.OPERATIONS}
-_ASYNC: dict[str, Async] = {**queues.ASYNC_OPERATIONS, **messages.ASYNC_OPERATIONS}
+_ASYNC: dict[str, Async] = {
+    **queues.ASYNC_OPERATIONS,
+    **messages.ASYNC_OPERATIONS,
+    **handles.ASYNC_OPERATIONS,
+}
 _UNSUPPORTED = {
     "AddPermission": "access is sluice's keys and grants (sluice keys add --grant)",
     "RemovePermission": "access is sluice's keys and grants (sluice keys revoke)",
@@ -64,6 +68,7 @@ class SqsEndpoint:
         aio: AsyncDb,
         state: SqsState,
         reset: Callable[[], Awaitable[None]] | None = None,
+        extra: Mapping[str, Sync] | None = None,
     ) -> None:
         self.app = app
         self._db = db
@@ -72,6 +77,7 @@ class SqsEndpoint:
         self._aio = aio
         self._state = state
         self._reset = reset
+        self._sync = {**_SYNC, **(extra or {})}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -135,8 +141,8 @@ class SqsEndpoint:
 
     async def _run(self, call: Call, asked: Asked) -> dict[str, Any]:
         op = asked.operation
-        if op in _SYNC:
-            return await anyio.to_thread.run_sync(_SYNC[op], call, asked.params)
+        if op in self._sync:
+            return await anyio.to_thread.run_sync(self._sync[op], call, asked.params)
         if op in _ASYNC:
             return await _ASYNC[op](call, asked.params)
         if op in _UNSUPPORTED:

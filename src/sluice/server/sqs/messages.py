@@ -18,7 +18,6 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,14 +27,13 @@ from sluice.backends.records import Effect
 from sluice.backends.sqs import dedup_owner
 from sluice.errors import Conflict
 from sluice.server.leases import MAX_LEASE, Lease
-from sluice.server.problems import Problem
-from sluice.server.sqs import attributes
+from sluice.server.sqs import attributes, batches
 from sluice.server.sqs.attributes import Attributes
 from sluice.server.sqs.context import Call
 from sluice.server.sqs.errors import SqsError, integer, invalid_parameter, missing_parameter
 from sluice.server.sqs.settings import QueueSettings
 
-__all__ = ["ASYNC_OPERATIONS", "DEDUP_WINDOW", "OPERATIONS", "TEXT"]
+__all__ = ["ASYNC_OPERATIONS", "DEDUP_WINDOW", "OPERATIONS", "TEXT", "fifo_ids", "message_id"]
 
 TEXT = "text/plain"
 """The content type of a message sent through SQS: its body is text."""
@@ -43,8 +41,6 @@ TEXT = "text/plain"
 DEDUP_WINDOW = 300.0
 """Seconds a FIFO queue remembers a deduplication id (SQS's five minutes)."""
 
-MAX_BATCH = 10
-_ENTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _INVALID_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _SYSTEM = (
     "All",
@@ -70,7 +66,10 @@ class Outgoing:
     system: Attributes
     delay: int
     group: str | None = None
+    """A FIFO message's sluice group."""
     dedup: str | None = None
+    shown_group: str | None = None
+    """A standard queue's message's MessageGroupId: shown, not a sluice group."""
     answer: dict[str, str] = field(default_factory=dict)
 
     def sqs(self, sender: str, sequence: str | None) -> dict[str, Any]:
@@ -82,9 +81,17 @@ class Outgoing:
             found["trace"] = self.system["AWSTraceHeader"]["StringValue"]
         if self.dedup is not None:
             found["dedup"] = self.dedup
+        if self.shown_group is not None:
+            found["group"] = self.shown_group
         if sequence is not None:
             found["sequence"] = sequence
         return found
+
+
+def message_id(sluice_id: str) -> str:
+    """The SQS MessageId of the sluice message ``sluice_id`` ("S/T/M" as "S-T-M"): clients
+    use MessageIds as batch entry ids, which allow no slash."""
+    return sluice_id.replace("/", "-")
 
 
 def _md5(text: str) -> str:
@@ -112,16 +119,26 @@ def _outgoing(call: Call, settings: QueueSettings, params: dict[str, Any]) -> Ou
             f"shorter than {limit} bytes."
         )
     delay = params.get("DelaySeconds")
-    if delay is not None and settings.fifo:
-        raise invalid_parameter(
-            f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request include "
-            "parameter that is not valid for this queue type."
-        )
     seconds = (
         settings.number("DelaySeconds")
         if delay is None
-        else integer(params, "DelaySeconds", 0, 0, 900, why="DelaySeconds must be >= 0 and <= 900")
+        else integer(
+            params,
+            "DelaySeconds",
+            0,
+            0,
+            900,
+            why="Value {} for parameter DelaySeconds is invalid. Reason: DelaySeconds must "
+            "be >= 0 and <= 900.",
+        )
     )
+    if settings.fifo and delay is not None and seconds:
+        raise invalid_parameter(
+            f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
+            "include parameter that is not valid for this queue type."
+        )
+    if settings.fifo:  # a FIFO queue's delay is the queue's (a message's may only be 0)
+        seconds = settings.number("DelaySeconds")
     out = Outgoing(body, given, system, seconds)
     out.answer = {"MD5OfMessageBody": _md5(body)}
     if given:
@@ -129,29 +146,40 @@ def _outgoing(call: Call, settings: QueueSettings, params: dict[str, Any]) -> Ou
     if system:
         out.answer["MD5OfMessageSystemAttributes"] = attributes.md5_of(system)
     if settings.fifo:
-        _fifo(out, settings, params)
+        out.group, out.dedup = fifo_ids(settings, params, body)
+    else:  # kept and shown; SQS groups and deduplicates FIFO queues' messages only
+        out.shown_group = _printable("MessageGroupId", params.get("MessageGroupId"))
+        out.dedup = _printable("MessageDeduplicationId", params.get("MessageDeduplicationId"))
     return out
 
 
-def _fifo(out: Outgoing, settings: QueueSettings, params: dict[str, Any]) -> None:
+def fifo_ids(settings: QueueSettings, params: dict[str, Any], body: Any) -> tuple[str, str]:
+    """A FIFO message's group and deduplication id (made from ``body`` under
+    ContentBasedDeduplication); a batch refuses them all when one entry lacks them."""
     group = params.get("MessageGroupId")
     if group is None:
         raise missing_parameter("MessageGroupId")
     dedup = params.get("MessageDeduplicationId")
-    if dedup is None and settings.content_dedup:
-        dedup = hashlib.sha256(out.body.encode("utf-8")).hexdigest()
+    if dedup is None and settings.content_dedup and isinstance(body, str):
+        dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
     if dedup is None:
         raise invalid_parameter(
             "The queue should either have ContentBasedDeduplication enabled or "
             "MessageDeduplicationId provided explicitly"
         )
-    for name, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup)):
-        if not isinstance(value, str) or not re.fullmatch(r"[!-~]{1,128}", value):
-            raise invalid_parameter(
-                f"Value {value} for parameter {name} is invalid. Reason: "
-                "1-128 printable ASCII characters."
-            )
-    out.group, out.dedup = group, dedup
+    found = _printable("MessageGroupId", group), _printable("MessageDeduplicationId", dedup)
+    return str(found[0]), str(found[1])
+
+
+def _printable(name: str, value: Any) -> str | None:
+    if value is not None and (
+        not isinstance(value, str) or not re.fullmatch(r"[!-~]{1,128}", value)
+    ):
+        raise invalid_parameter(
+            f"Value {value} for parameter {name} is invalid. Reason: "
+            "1-128 printable ASCII characters."
+        )
+    return value
 
 
 def _put(call: Call, name: str, settings: QueueSettings, batch: list[Outgoing]) -> None:
@@ -161,13 +189,15 @@ def _put(call: Call, name: str, settings: QueueSettings, batch: list[Outgoing]) 
     if not settings.fifo:
         with call.db.transaction() as tx:
             for out in batch:
-                out.answer["MessageId"] = tx.enqueue(
-                    name,
-                    out.body,
-                    delay=float(out.delay),
-                    properties={"sqs": out.sqs(call.who.name, None)},
-                    content_type=TEXT,
-                    ttl=ttl,
+                out.answer["MessageId"] = message_id(
+                    tx.enqueue(
+                        name,
+                        out.body,
+                        delay=float(out.delay),
+                        properties={"sqs": out.sqs(call.who.name, None)},
+                        content_type=TEXT,
+                        ttl=ttl,
+                    )
                 )
         return
     per_group = settings.attributes.get("DeduplicationScope") == "messageGroup"
@@ -180,11 +210,12 @@ def _put(call: Call, name: str, settings: QueueSettings, batch: list[Outgoing]) 
                     name,
                     out.body,
                     group=out.group,
+                    delay=float(out.delay),
                     properties={"sqs": out.sqs(call.who.name, sequence)},
                     content_type=TEXT,
                     ttl=ttl,
                 )
-                answer = {"MessageId": made, "SequenceNumber": sequence}
+                answer = {"MessageId": message_id(made), "SequenceNumber": sequence}
                 now = call.db.clock.now()
                 tx.add_effect(
                     Effect(
@@ -215,46 +246,9 @@ def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return out.answer
 
 
-def _entries(params: dict[str, Any], what: str) -> list[dict[str, Any]]:
-    entries = params.get("Entries")
-    if entries is None:
-        raise missing_parameter("Entries")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise invalid_parameter("Entries must be a list of entries")
-    if not entries:
-        raise SqsError(
-            "AWS.SimpleQueueService.EmptyBatchRequest",
-            f"There should be at least one {what}RequestEntry in the request.",
-        )
-    if len(entries) > MAX_BATCH:
-        raise SqsError(
-            "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
-            f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.",
-        )
-    seen: set[str] = set()
-    for entry in entries:
-        ident = entry.get("Id")
-        if not isinstance(ident, str) or not _ENTRY_ID.match(ident):
-            raise SqsError(
-                "AWS.SimpleQueueService.InvalidBatchEntryId",
-                "A batch entry id can only contain alphanumeric characters, "
-                "hyphens and underscores. It can be at most 80 letters long.",
-            )
-        if ident in seen:
-            raise SqsError(
-                "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", f"Id {ident} repeated."
-            )
-        seen.add(ident)
-    return entries
-
-
-def _failed(ident: str, error: SqsError) -> dict[str, Any]:
-    return {"Id": ident, "SenderFault": error.sender, "Code": error.code, "Message": error.message}
-
-
 def send_message_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     name = call.queue_of(params, "produce")
-    entries = _entries(params, "SendMessageBatch")
+    entries = batches.entries(params, "SendMessageBatch")
     settings = call.settings(name)
     total = sum(len(str(e.get("MessageBody", "")).encode("utf-8")) for e in entries)
     if total > settings.number("MaximumMessageSize"):
@@ -264,13 +258,16 @@ def send_message_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             f"{settings.number('MaximumMessageSize')} bytes. "
             f"You have sent {total} bytes.",
         )
+    if settings.fifo:
+        for entry in entries:
+            fifo_ids(settings, entry, entry.get("MessageBody"))
     good: list[tuple[str, Outgoing]] = []
     failed: list[dict[str, Any]] = []
     for entry in entries:
         try:
             good.append((entry["Id"], _outgoing(call, settings, entry)))
         except SqsError as exc:
-            failed.append(_failed(entry["Id"], exc))
+            failed.append(batches.failed(entry["Id"], exc))
     _put(call, name, settings, [out for _, out in good])
     out: dict[str, Any] = {"Successful": [{"Id": i, **o.answer} for i, o in good]}
     if failed:
@@ -320,6 +317,7 @@ async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         if m is None:
             break
         lease = call.leases.add(m, float(seconds))
+        call.state.remember(call.state.issued, lease.token, None)
         messages.append(_received(call, lease, system, wanted))
         pause = 0.0
     return {"Messages": messages} if messages else {}
@@ -356,7 +354,7 @@ def _received(call: Call, lease: Lease, system: set[str], wanted: Any) -> dict[s
     sqs: dict[str, Any] = found if isinstance(found, dict) else {}
     body = _body(m)
     out: dict[str, Any] = {
-        "MessageId": m.id,
+        "MessageId": message_id(m.id),
         "ReceiptHandle": lease.token,
         "MD5OfBody": _md5(body),
         "Body": body,
@@ -370,6 +368,7 @@ def _received(call: Call, lease: Lease, system: set[str], wanted: Any) -> dict[s
     if m.group is not None:
         every["MessageGroupId"] = m.group
     for key, field_name in (
+        ("group", "MessageGroupId"),
         ("dedup", "MessageDeduplicationId"),
         ("sequence", "SequenceNumber"),
         ("trace", "AWSTraceHeader"),
@@ -388,113 +387,8 @@ def _received(call: Call, lease: Lease, system: set[str], wanted: Any) -> dict[s
     return out
 
 
-def _lease(call: Call, name: str, handle: Any) -> Lease:
-    if handle is None:
-        raise missing_parameter("ReceiptHandle")
-    try:
-        lease = call.leases.peek(handle) if isinstance(handle, str) else None
-    except Problem:
-        lease = None
-    if lease is None or lease.message.queue != name:
-        raise SqsError(
-            "ReceiptHandleIsInvalid",
-            f'The input receipt handle "{handle}" is not a valid receipt handle: '
-            "unknown, or stale (deleted already, or its visibility timeout ended "
-            "and the message was received again)",
-        )
-    return lease
-
-
-async def _delete(call: Call, name: str, handle: Any) -> None:
-    lease = _lease(call, name, handle)
-    call.leases.take(lease.token)
-    await lease.message.ack()
-
-
-async def _change(call: Call, name: str, handle: Any, params: dict[str, Any]) -> None:
-    if "VisibilityTimeout" not in params:
-        raise missing_parameter("VisibilityTimeout")
-    seconds = integer(
-        params,
-        "VisibilityTimeout",
-        0,
-        0,
-        int(MAX_LEASE),
-        why="Value {} for parameter VisibilityTimeout is invalid. Reason: must "
-        "be between 0 and 43200.",
-    )
-    lease = _lease(call, name, handle)
-    if lease.ends_by - call.db.clock.now() < seconds:
-        raise invalid_parameter(
-            f"Value {seconds} for parameter VisibilityTimeout is invalid. Reason: Total "
-            "VisibilityTimeout for the message is beyond the limit [43200 seconds]"
-        )
-    if seconds == 0:
-        call.leases.take(lease.token)
-        await lease.message.release()
-    else:
-        call.leases.extend(lease.token, float(seconds))
-
-
-async def delete_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
-    await _delete(call, name, params.get("ReceiptHandle"))
-    return {}
-
-
-async def change_message_visibility(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
-    await _change(call, name, params.get("ReceiptHandle"), params)
-    return {}
-
-
-async def _batch(
-    call: Call,
-    params: dict[str, Any],
-    what: str,
-    each: Callable[[str, dict[str, Any]], Awaitable[None]],
-) -> dict[str, Any]:
-    entries = _entries(params, what)
-    done: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for entry in entries:
-        try:
-            await each(entry["Id"], entry)
-            done.append({"Id": entry["Id"]})
-        except SqsError as exc:
-            failed.append(_failed(entry["Id"], exc))
-    out: dict[str, Any] = {"Successful": done}
-    if failed:
-        out["Failed"] = failed
-    return out
-
-
-async def delete_message_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
-
-    async def each(_: str, entry: dict[str, Any]) -> None:
-        await _delete(call, name, entry.get("ReceiptHandle"))
-
-    return await _batch(call, params, "DeleteMessageBatch", each)
-
-
-async def change_message_visibility_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
-
-    async def each(_: str, entry: dict[str, Any]) -> None:
-        await _change(call, name, entry.get("ReceiptHandle"), entry)
-
-    return await _batch(call, params, "ChangeMessageVisibilityBatch", each)
-
-
 OPERATIONS = {"SendMessage": send_message, "SendMessageBatch": send_message_batch}
 """The message operations run in a thread (they commit)."""
 
-ASYNC_OPERATIONS = {
-    "ReceiveMessage": receive_message,
-    "DeleteMessage": delete_message,
-    "DeleteMessageBatch": delete_message_batch,
-    "ChangeMessageVisibility": change_message_visibility,
-    "ChangeMessageVisibilityBatch": change_message_visibility_batch,
-}
+ASYNC_OPERATIONS = {"ReceiveMessage": receive_message}
 """The message operations run on the event loop (sluice.aio: a long poll holds no thread)."""

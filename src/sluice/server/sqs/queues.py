@@ -34,7 +34,7 @@ MAX_TAGS = 50
 _TAG_KEY = re.compile(r"^[\w.:/=+\-@ ]{1,128}$")
 
 
-def _tags(given: Any) -> dict[str, str]:
+def _tags(given: Any, queue: str) -> dict[str, str]:
     if given is None:
         return {}
     if not isinstance(given, dict) or not all(
@@ -45,7 +45,7 @@ def _tags(given: Any) -> dict[str, str]:
         if not _TAG_KEY.match(key) or len(value) > 256:
             raise invalid_parameter(f"Tag {key!r} is invalid: keys 1-128, values 0-256 characters")
     if len(given) > MAX_TAGS:
-        raise invalid_parameter(f"Too many tags added for queue: at most {MAX_TAGS}.")
+        raise invalid_parameter(f"Too many tags added for queue {queue}.")
     return dict(given)
 
 
@@ -65,8 +65,9 @@ def _save(call: Call, name: str, attributes: dict[str, str], tags: dict[str, str
     )
 
 
-def _redrive(call: Call, name: str, policy: str | None) -> None:
-    """The queue's sluice error queue and attempts, from its RedrivePolicy."""
+def _redrive(call: Call, name: str, policy: str | None, *, fifo: bool) -> None:
+    """The queue's sluice error queue and attempts, from its RedrivePolicy (its
+    dead-letter queue of its own kind: FIFO for a FIFO queue, else standard)."""
     if not policy:
         call.db.alter_queue(name, error_queue=None, max_attempts=None)
         return
@@ -80,6 +81,12 @@ def _redrive(call: Call, name: str, policy: str | None) -> None:
             "AWS.SimpleQueueService.NonExistentQueue",
             f"Could not find DLQ for {policy}: the dead-letter queue {target!r} does not exist",
         ) from None
+    if call.settings(target).fifo != fifo:
+        raise invalid_parameter(
+            f"Value {policy} for parameter RedrivePolicy is invalid. Reason: the dead-letter "
+            f"queue of a {'FIFO' if fifo else 'standard'} queue must be a "
+            f"{'FIFO' if fifo else 'standard'} queue too."
+        )
     call.db.alter_queue(name, error_queue=target, max_attempts=receives)
 
 
@@ -94,7 +101,7 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     if not fifo:
         attributes.pop("FifoQueue", None)
     attributes = {k: v for k, v in attributes.items() if v != ""}
-    tags = _tags(params.get("tags", params.get("Tags")))
+    tags = _tags(params.get("tags", params.get("Tags")), str(name))
     call.need(name, "manage")
     if name in {spec.name for spec in call.db.queues()}:
         current, _ = _record(call, name)
@@ -109,7 +116,7 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     call.db.create_queue(name, exist_ok=True)
     try:
         if attributes.get("RedrivePolicy"):
-            _redrive(call, name, attributes["RedrivePolicy"])
+            _redrive(call, name, attributes["RedrivePolicy"], fifo=fifo)
         _save(call, name, attributes, tags)
     except Exception:
         call.db.drop_queue(name)  # nothing half made
@@ -198,12 +205,10 @@ def get_queue_attributes(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             {
                 "deadLetterTargetArn": call.arn(spec.error_queue),
                 "maxReceiveCount": spec.max_attempts,
-            },
-            separators=(",", ":"),
+            }
         )
-    if "All" in asked:
-        return {"Attributes": every}
-    return {"Attributes": {a: every[a] for a in asked if a in every}}
+    chosen = every if "All" in asked else {a: every[a] for a in asked if a in every}
+    return {"Attributes": chosen} if chosen else {}
 
 
 def set_queue_attributes(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -214,13 +219,25 @@ def set_queue_attributes(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         raise SqsError("MissingParameter", "The request must contain the parameter Attributes.")
     changes = checked(given, fifo=current.get("FifoQueue") == "true", creating=False)
     if "RedrivePolicy" in changes:
-        _redrive(call, name, changes["RedrivePolicy"] or None)
+        _redrive(
+            call, name, changes["RedrivePolicy"] or None, fifo=current.get("FifoQueue") == "true"
+        )
     merged = {**current, **changes}
     _save(call, name, {k: v for k, v in merged.items() if v != ""}, tags)
     return {}
 
 
-def purge_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+async def purge_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    name = await anyio.to_thread.run_sync(_may_purge, call, params)
+    # SQS's purge deletes the messages in flight too: those this server leased go first.
+    for lease in call.leases.take_queue(name):
+        await lease.message.ack()
+        call.state.remember(call.state.deleted, lease.token, name)
+    await anyio.to_thread.run_sync(lambda: call.db.queue(name).purge("ready"))
+    return {}
+
+
+def _may_purge(call: Call, params: dict[str, Any]) -> str:
     name = call.queue_of(params, "manage")
     now = call.db.clock.now()
     with call.state.lock:
@@ -231,18 +248,17 @@ def purge_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
                 f"Only one PurgeQueue operation on {name} is allowed every 60 seconds.",
             )
         call.state.purged[name] = now
-    call.db.queue(name).purge("ready")
-    return {}
+    return name
 
 
 def tag_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     name = call.queue_of(params, "manage")
-    given = _tags(params.get("Tags"))
+    given = _tags(params.get("Tags"), name)
     if not given:
         raise SqsError("MissingParameter", "The request must contain the parameter Tags.")
     attributes, tags = _record(call, name)
     merged = {**tags, **given}
-    _tags(merged)
+    _tags(merged, name)
     _save(call, name, attributes, merged)
     return {}
 
@@ -250,8 +266,14 @@ def tag_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 def untag_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     name = call.queue_of(params, "manage")
     keys = params.get("TagKeys")
-    if not keys or not isinstance(keys, list):
+    if keys is None:
         raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+    if (
+        not isinstance(keys, list)
+        or not keys
+        or not all(isinstance(k, str) and 1 <= len(k) <= 128 for k in keys)
+    ):
+        raise invalid_parameter("Tag keys must be between 1 and 128 characters in length.")
     attributes, tags = _record(call, name)
     _save(call, name, attributes, {k: v for k, v in tags.items() if k not in keys})
     return {}
@@ -284,7 +306,6 @@ OPERATIONS = {
     "ListQueues": list_queues,
     "GetQueueAttributes": get_queue_attributes,
     "SetQueueAttributes": set_queue_attributes,
-    "PurgeQueue": purge_queue,
     "TagQueue": tag_queue,
     "UntagQueue": untag_queue,
     "ListQueueTags": list_queue_tags,
@@ -292,5 +313,5 @@ OPERATIONS = {
 }
 """The queue operations, each run in a thread (they block on the database)."""
 
-ASYNC_OPERATIONS = {"DeleteQueue": delete_queue}
+ASYNC_OPERATIONS = {"DeleteQueue": delete_queue, "PurgeQueue": purge_queue}
 """The queue operations run on the event loop."""

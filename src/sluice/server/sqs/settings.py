@@ -19,6 +19,7 @@ from sluice.server.sqs.errors import SqsError, invalid_parameter
 __all__ = [
     "COMPUTED",
     "DEFAULTS",
+    "FIFO_DEFAULTS",
     "SETTABLE",
     "QueueSettings",
     "check_name",
@@ -35,6 +36,13 @@ DEFAULTS: dict[str, str] = {
     "SqsManagedSseEnabled": "true",
 }
 """What a queue has when nothing was said (as SQS answers GetQueueAttributes)."""
+
+FIFO_DEFAULTS: dict[str, str] = {
+    "ContentBasedDeduplication": "false",
+    "DeduplicationScope": "queue",
+    "FifoThroughputLimit": "perQueue",
+}
+"""What a FIFO queue has besides when nothing was said."""
 
 _RANGES = {
     "DelaySeconds": (0, 900),
@@ -109,7 +117,7 @@ class QueueSettings:
 
     def shown(self) -> dict[str, str]:
         """Every attribute that has a value, as GetQueueAttributes answers it."""
-        return {**DEFAULTS, **self.attributes}
+        return {**DEFAULTS, **(FIFO_DEFAULTS if self.fifo else {}), **self.attributes}
 
 
 def checked(given: Any, *, fifo: bool, creating: bool) -> dict[str, str]:
@@ -145,7 +153,7 @@ def checked(given: Any, *, fifo: bool, creating: bool) -> dict[str, str]:
             _json_object(name, value)
         out[name] = value
     if out.get("RedrivePolicy"):
-        out["RedrivePolicy"] = json.dumps(_redrive(out["RedrivePolicy"]), separators=(",", ":"))
+        out["RedrivePolicy"] = json.dumps(_redrive(out["RedrivePolicy"]))
     return out
 
 

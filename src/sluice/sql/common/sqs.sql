@@ -17,6 +17,10 @@ SET attributes = excluded.attributes, tags = excluded.tags, changed_at = exclude
 -- name: sqs_queue_forget
 DELETE FROM {schema}.sqs_queues WHERE name = :name;
 
+-- name: sqs_dedup_forget
+-- A queue deleted forgets its deduplication ids: one made again under its name is new.
+DELETE FROM {schema}.idempotency WHERE owner = :owner;
+
 -- name: sqs_dedup_find
 SELECT answer
 FROM {schema}.idempotency
