@@ -69,8 +69,8 @@ _MAPS = {
 
 def from_form(body: bytes, query: str, path: str) -> Asked:
     try:
-        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
-        pairs += parse_qsl(query, keep_blank_values=True)
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+        pairs += parse_qsl(query, keep_blank_values=True, errors="strict")
     except (UnicodeDecodeError, ValueError):
         raise SqsError("MalformedQueryString", "the form is not UTF-8 form encoding") from None
     tree: dict[str, Any] = {}
