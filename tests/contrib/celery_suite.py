@@ -48,7 +48,21 @@ def main() -> int:
             "--timeout", "120", "-q", "-rfEs", *args.files,
         ]  # fmt: skip
         print(f"Celery's suite on {broker}", flush=True)
-        return subprocess.run(command, cwd=root, env=env, check=False).returncode
+        try:
+            return subprocess.run(command, cwd=root, env=env, check=False).returncode
+        finally:
+            if args.backend == "postgresql":
+                _drop_schema(broker.removeprefix("sluice+"))
+
+
+def _drop_schema(url: str) -> None:
+    """The run's schema goes with it: the shared server is left as it was found."""
+    import psycopg
+
+    base, _, query = url.partition("?")
+    schema = dict(p.split("=", 1) for p in query.split("&"))["schema"]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 if __name__ == "__main__":

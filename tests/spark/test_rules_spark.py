@@ -37,6 +37,10 @@ def spark_engine(spark: SparkSession, url: str, checkpoint: Path) -> Any:
     return engine
 
 
+# Alone, in make test's serial run: its streaming queries each start a Python source
+# runner, and Spark gives a runner 10 s (not configurable) to connect back; beside
+# three other workers on two cores that ran out in two full runs of 2026-12-05.
+@pytest.mark.serial
 def test_procurement_on_spark_gives_the_local_engines_results(
     spark: SparkSession,
     two: tuple[sluice.Database, sluice.Database],
