@@ -12,29 +12,14 @@ from bench.celery.runs import CONCURRENCY, KillResult, RateResult
 from bench.harness import (
     facts_table,
     machine_facts,
-    one_line,
     pg_facts,
-    rabbit_params,
+    rabbit_version,
     source_revision,
 )
 
 __all__ = ["render"]
 
 _PACKAGES = ("celery", "kombu", "billiard", "redis", "SQLAlchemy", "psycopg", "sluice-queue")
-
-
-def _rabbit_version() -> str:
-    try:
-        import pika
-
-        conn = pika.BlockingConnection(rabbit_params())
-        try:
-            version = conn._impl.server_properties.get("version", b"?")
-        finally:
-            conn.close()
-    except Exception as exc:
-        return f"unreachable: {one_line(exc)}"
-    return version.decode() if isinstance(version, bytes) else str(version)
 
 
 def _sluice_batch() -> str:
@@ -119,7 +104,7 @@ def render(
         ("Load average before (1, 5, 15 min)", _load(load_before)),
         ("Load average after", _load(load_after)),
         *pg_facts(),
-        ("RabbitMQ", f"{_rabbit_version()} at 127.0.0.1:5672"),
+        ("RabbitMQ", f"{rabbit_version()} at 127.0.0.1:5672"),
         ("Source", source_revision()),
     ]
     title = "# Celery on sluice, Redis, RabbitMQ and kombu's SQLAlchemy transport"

@@ -27,6 +27,7 @@ from bench.harness.places import (
     is_postgres,
     pg_conninfo,
     rabbit_params,
+    rabbit_version,
     url_schema,
 )
 from bench.harness.processes import signal_group, start_group, stop_groups
@@ -65,6 +66,7 @@ __all__ = [
     "pg_facts",
     "private_redis",
     "rabbit_params",
+    "rabbit_version",
     "redis_target",
     "report_path",
     "signal_group",

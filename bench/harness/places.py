@@ -56,6 +56,21 @@ def rabbit_params() -> Any:
     )
 
 
+def rabbit_version() -> str:
+    """The local RabbitMQ's version as its server says it, or why it could not be asked."""
+    try:
+        import pika
+
+        conn = pika.BlockingConnection(rabbit_params())
+        try:
+            version = conn._impl.server_properties.get("version", b"?")
+        finally:
+            conn.close()
+    except Exception as exc:
+        return f"unreachable: {one_line(exc)}"
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
 def is_postgres(url: str) -> bool:
     """Whether a sluice URL names a PostgreSQL database."""
     return url.split("://", 1)[0] in ("postgresql", "postgres")

@@ -47,6 +47,7 @@ from bench.harness import (
     pg_conninfo,
     pg_facts,
     rabbit_params,
+    rabbit_version,
     url_schema,
     write_report,
 )
@@ -393,20 +394,6 @@ def run_case(case: Case, settings: Settings, tmp_root: Path) -> Outcome:
 # ---------------------------------------------------------------------- report
 
 
-def _rabbit_version() -> str:
-    try:
-        import pika
-
-        conn = pika.BlockingConnection(rabbit_params())
-        try:
-            version = conn._impl.server_properties.get("version", b"?")
-        finally:
-            conn.close()
-    except Exception as exc:
-        return f"unreachable: {one_line(exc)}"
-    return version.decode() if isinstance(version, bytes) else str(version)
-
-
 def facts(settings: Settings, tmp_root: Path) -> list[tuple[str, str]]:
     from sluice.backends.sqlite_settings import SQLiteSettings
 
@@ -422,7 +409,7 @@ def facts(settings: Settings, tmp_root: Path) -> list[tuple[str, str]]:
             " commits of one Database share an fsync, group commit)",
         ),
         *pg_facts(pg_conninfo(settings.pg_url)),
-        ("RabbitMQ", _rabbit_version()),
+        ("RabbitMQ", rabbit_version()),
         ("Packages", package_versions(("sluice", "pika", "psycopg"))),
     ]
 
