@@ -17,6 +17,7 @@ import sys
 import tempfile
 import uuid
 
+from tests.conftest import drop_schema
 from tests.contrib.peers import source
 
 FILES = ("t/integration/test_tasks.py", "t/integration/test_inspect.py")
@@ -52,17 +53,7 @@ def main() -> int:
             return subprocess.run(command, cwd=root, env=env, check=False).returncode
         finally:
             if args.backend == "postgresql":
-                _drop_schema(broker.removeprefix("sluice+"))
-
-
-def _drop_schema(url: str) -> None:
-    """The run's schema goes with it: the shared server is left as it was found."""
-    import psycopg
-
-    base, _, query = url.partition("?")
-    schema = dict(p.split("=", 1) for p in query.split("&"))["schema"]
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+                drop_schema(broker.removeprefix("sluice+"))  # the shared server as it was found
 
 
 if __name__ == "__main__":

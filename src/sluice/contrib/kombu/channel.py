@@ -105,11 +105,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             self._known.add(name)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
-        try:
-            self._db.queue(to_sluice(queue))
-        except sluice.QueueNotFound:
-            return False
-        return True
+        return self._exists(to_sluice(queue))
 
     def _size(self, queue: str) -> int:
         try:
