@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.celery.sink import SinkWriter
 from celery import Celery
+
+from bench.celery.sink import SinkWriter
 
 __all__ = [
     "BROKER_ENV",

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.harness import answers
 
+from bench.harness import answers
 from tests.conftest import unavailable
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import time
 
-import sluice.contrib.kombu  # noqa: F401  (registers sluice+... broker URLs)
 from celery import Celery
+
+import sluice.contrib.kombu  # noqa: F401  (registers sluice+... broker URLs)
 
 
 def make_app(broker: str) -> Celery:

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from bench.memory import SPARK_BOUND_MB, WORKER_BOUND_MB
-from bench.memory.probe import tree_mb
 
 import sluice
+from bench.memory import SPARK_BOUND_MB, WORKER_BOUND_MB
+from bench.memory.probe import tree_mb
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = [sys.executable, "-m", "bench.memory.probe"]  # run from ROOT, where bench is
