@@ -40,6 +40,7 @@ POOLED_MODULES = frozenset(
         "tests.contract.test_pause",
         "tests.contract.test_purge",
         "tests.contract.test_jobs",
+        "tests.contract.test_get_many",
     }
 )
 """The contract modules that also run through PgBouncer in transaction mode (backend

@@ -168,16 +168,17 @@ class PostgresStore:
         lanes: Sequence[str] = (),
         fill: bool = True,
         capped: bool = False,
+        chain: bool = True,
     ) -> list[MessageRow]:
         if capped:  # the queue's credit lock: the blocking backend's transaction
             rows: list[MessageRow] = await self._runner(
                 self._backend.claim, session, tx, queue, limit, own=own, select=select,
-                lanes=lanes, fill=fill, capped=True,
+                lanes=lanes, fill=fill, capped=True, chain=chain,
             )  # fmt: skip
             return rows
         steps = claim_steps(self._backend.selected, clock=self._backend.clock, session=session,
                             tx=tx, queue=queue, limit=limit, own=own, select=select, lanes=lanes,
-                            fill=fill, suffix="")  # fmt: skip
+                            fill=fill, suffix="", chain=chain)  # fmt: skip
         try:
             name, params = next(steps)
             while True:

@@ -128,6 +128,7 @@ class TxStore(Protocol):
         lanes: Sequence[str] = (),
         fill: bool = True,
         capped: bool = False,
+        chain: bool = True,
     ) -> list[MessageRow]:
         """Claim up to ``limit`` available messages, highest priority first, FIFO within one.
 
@@ -135,7 +136,9 @@ class TxStore(Protocol):
         only the messages its condition holds for, and orders by its keys first.
         Of a lane only its head is claimable; ``lanes``, those the transaction
         holds messages of, offer their next message too. When ``limit`` asks for
-        more, the lanes taken in this call offer theirs as well. ``fill`` False:
+        more, the lanes taken in this call offer theirs as well, unless ``chain`` is
+        False (at most one message of each lane: the claim of several messages that
+        are settled each on its own, ``Database.get_many``). ``fill`` False:
         with ``lanes``, only their messages (finish what it holds first).
         ``capped``: the queue has ``max_in_flight``; the claim then takes no more
         than the queue's credit (its cap less its claimed messages), counted in
@@ -154,6 +157,11 @@ class TxStore(Protocol):
 
     def commit(self, plan: CommitPlan) -> None:
         """Publish the transaction's enqueues and settle what it holds, all at once."""
+
+    def commit_many(self, plans: Sequence[CommitPlan]) -> list[BaseException | None]:
+        """Commit several transactions' plans, each all or nothing, with one durable
+        commit where the backend can: per plan, None or the error it failed with (the
+        others still commit). Raises only if the database failed them all."""
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         """Undo the transaction: drop its pending enqueues, release what it holds. Idempotent."""

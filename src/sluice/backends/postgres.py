@@ -53,6 +53,8 @@ from sluice.backends.records import (
     Selection,
     SessionInfo,
     browse_params,
+    merged_acks,
+    plain_ack,
 )
 from sluice.backends.sql_backend import (
     SqlBackend,
@@ -63,7 +65,7 @@ from sluice.backends.sql_backend import (
 )
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
-from sluice.errors import MissingDependency, StorageError
+from sluice.errors import MissingDependency, QueueNotFound, SluiceError, StorageError
 from sluice.expr.postgres import PostgresCompiler
 from sluice.expr.sql import Source
 from sluice.extras import install_hint
@@ -471,6 +473,34 @@ class PostgresBackend(
         except Expected as exc:
             raise commit_failure(plan, exc) from exc
         self.committed(plan, notified=notified)
+
+    def commit_many(self, plans: Sequence[CommitPlan]) -> list[BaseException | None]:
+        """All plans in one transaction, one round trip and one WAL flush; if any fails
+        (its lease lost, its queue gone), nothing did, and each is committed alone."""
+        if len(plans) > 1:
+            # Plain acks of one transaction number (one get_many's) settle in one statement.
+            units = merged_acks(plans) if all(plain_ack(p) for p in plans) else plans
+            statements = [s for plan in units for s in self.commit_unit(plan)]
+            enqueues = [e for plan in plans for e in plan.enqueues]
+            try:
+                notified = self._run_checked(
+                    statements, enqueues, durable=any(p.durable for p in plans)
+                )
+            except (Expected, QueueNotFound):
+                pass
+            else:
+                for plan in plans:
+                    self.committed(plan, notified=notified)
+                return [None] * len(plans)
+        results: list[BaseException | None] = []
+        for plan in plans:
+            try:
+                self.commit(plan)
+            except SluiceError as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        return results
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         # Idempotent, so it is retried through a server restart: an abort that

@@ -58,9 +58,10 @@ class PostgresClaims:
         lanes: Sequence[str] = (),
         fill: bool = True,
         capped: bool = False,
+        chain: bool = True,
     ) -> list[MessageRow]:
         if capped:
-            return self._capped_claim(session, tx, queue, limit, own, select, lanes, fill)
+            return self._capped_claim(session, tx, queue, limit, own, select, lanes, fill, chain)
         return claim_rounds(
             lambda name, params: self._claim(session, tx, name, params),
             self.selected,
@@ -73,6 +74,7 @@ class PostgresClaims:
             select=select,
             lanes=lanes,
             fill=fill,
+            chain=chain,
             suffix="",
         )
 
@@ -96,6 +98,7 @@ class PostgresClaims:
         select: Selection | None,
         lanes: Sequence[str],
         fill: bool,
+        chain: bool = True,
     ) -> list[MessageRow]:
         """A claim on a queue with max_in_flight: the queue's credit lock, its count and the
         claim in one transaction, so its claimers anywhere never hold more than the cap.
@@ -126,6 +129,7 @@ class PostgresClaims:
                         select=select,
                         lanes=lanes,
                         fill=fill,
+                        chain=chain,
                         suffix="",
                     )
                 conn.execute("COMMIT")

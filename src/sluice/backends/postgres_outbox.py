@@ -151,6 +151,7 @@ class ConnectionBackend:
         lanes: Sequence[str] = (),
         fill: bool = True,
         capped: bool = False,
+        chain: bool = True,
     ) -> list[MessageRow]:
         if capped:
             # The queue's credit lock is held until the caller's transaction ends: its
@@ -170,6 +171,7 @@ class ConnectionBackend:
             select=select,
             lanes=lanes,
             fill=fill,
+            chain=chain,
             suffix="_in_caller_tx",
         )
 
@@ -192,6 +194,13 @@ class ConnectionBackend:
             raise
         if plan.enqueues or plan.pending or plan.rejects or plan.lanes or plan.freed:
             self._notify()
+
+    def commit_many(self, plans: Sequence[CommitPlan]) -> list[BaseException | None]:
+        # All in the caller's transaction already: one after the other. A failed one
+        # fails the caller's transaction, as a failed commit does here.
+        for plan in plans:
+            self.commit(plan)
+        return [None] * len(plans)
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         key = {"session": session, "tx": tx, "ids": None}

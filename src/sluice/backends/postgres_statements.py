@@ -163,10 +163,12 @@ def claim_rounds(
     lanes: Sequence[str],
     fill: bool,
     suffix: str,
+    chain: bool = True,
 ) -> list[MessageRow]:
     """``claim_steps``, each statement run by ``run``."""
     steps = claim_steps(selected, clock=clock, session=session, tx=tx, queue=queue, limit=limit,
-                        own=own, select=select, lanes=lanes, fill=fill, suffix=suffix)  # fmt: skip
+                        own=own, select=select, lanes=lanes, fill=fill, suffix=suffix,
+                        chain=chain)  # fmt: skip
     try:
         statement = next(steps)
         while True:
@@ -189,6 +191,7 @@ def claim_steps(
     lanes: Sequence[str],
     fill: bool,
     suffix: str,
+    chain: bool = True,
 ) -> Generator[tuple[str, dict[str, Any]], list[MessageRow], list[MessageRow]]:
     """Claim in rounds: of a lane only the head is claimable, or the next message for the
     lane's holder, so lanes taken in one round offer their next message to the next.
@@ -217,7 +220,7 @@ def claim_steps(
         more = {
             r.lane for r in taken if r.lane is not None and (r.p_session, r.p_tx) != (session, tx)
         }
-        if not more:
+        if not more or not chain:
             break  # no lane took part: this round took all there was
         owned |= more
     if select is not None and select.order and len(rows) > 1:

@@ -7,7 +7,7 @@ built per message), shared by the engine and every backend.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
@@ -48,7 +48,9 @@ __all__ = [
     "isolation_in_use",
     "lane_of",
     "lease_lost",
+    "merged_acks",
     "message_row",
+    "plain_ack",
     "queue_in_use",
     "run_steps",
     "sink_host",
@@ -394,6 +396,28 @@ class CommitPlan:
     freed: Sequence[str] = ()
     """Queues with max_in_flight whose credit settling ``held`` frees: their waiters in
     other processes are told (where a backend does not tell them of every commit)."""
+
+
+def plain_ack(plan: CommitPlan) -> bool:
+    """Whether ``plan`` only deletes what it holds (the commonest commit)."""
+    return bool(plan.held) and not (
+        plan.rejects or plan.pending or plan.enqueues or plan.lanes or plan.effects or plan.kept
+    )
+
+
+def merged_acks(plans: Sequence[CommitPlan]) -> list[CommitPlan]:
+    """Plain acks (``plain_ack``) as one plan per transaction number: the same rows
+    deleted, fewer statements."""
+    merged: dict[tuple[int, int], CommitPlan] = {}
+    for plan in plans:
+        key = (plan.session, plan.tx)
+        into = merged.get(key)
+        if into is None:
+            merged[key] = replace(plan, held=list(plan.held))
+        else:
+            into.held = [*into.held, *plan.held]
+            into.durable = into.durable or plan.durable
+    return list(merged.values())
 
 
 STREAM_LEASE = 1e12

@@ -35,7 +35,9 @@ from sluice.backends.records import (
     Unchanged,
     browse_params,
     lease_lost,
+    merged_acks,
     message_row,
+    plain_ack,
     run_steps,
 )
 from sluice.backends.selection import compile_selection
@@ -442,6 +444,8 @@ class SQLiteBackend(
             except SluiceError as exc:
                 return [exc]
             return [None]
+        if all(plain_ack(plan) for plan in plans) and self._acks_at_once(plans):
+            return [None] * len(plans)
         results: list[BaseException | None] = []
         with self._transaction() as conn:
             for plan in plans:
@@ -455,6 +459,23 @@ class SQLiteBackend(
                     results.append(None)
                 conn.execute("RELEASE plan")
         return results
+
+    def _acks_at_once(self, plans: Sequence[CommitPlan]) -> bool:
+        """Plain acknowledgements, one statement per transaction number (the messages of
+        one ``get_many`` share theirs): whether all committed. If any row was missing
+        (a lease lost), nothing was, and the caller commits them one savepoint each."""
+        merged = merged_acks(plans)
+        try:
+            with self._transaction(durable=any(p.durable for p in plans)) as conn:
+                settled = 0
+                for plan in merged:
+                    name, params = delete_held({"session": plan.session, "tx": plan.tx}, plan.held)
+                    settled += conn.execute(self._q[name], params).rowcount
+                if settled != sum(len(plan.held) for plan in merged):
+                    raise _Short
+        except _Short:
+            return False
+        return True
 
     def _apply(self, conn: sqlite3.Connection, plan: CommitPlan) -> None:
         """The statements of a commit, inside the caller's database transaction."""
@@ -578,3 +599,7 @@ if Envelope._fields[1:11] != (
     "enqueued_at", "available_at", "expires_at",
 ):  # fmt: skip
     raise ImportError("Envelope's fields moved: the SQLite insert binds e[1:11] as num..expires_at")
+
+
+class _Short(Exception):
+    """Fewer rows settled than held: the transaction is rolled back."""

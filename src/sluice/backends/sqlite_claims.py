@@ -49,6 +49,7 @@ class SQLiteClaims:
         lanes: Sequence[str] = (),
         fill: bool = True,
         capped: bool = False,
+        chain: bool = True,
     ) -> list[MessageRow]:
         # Claims commit without fsync. A claim is not state worth a disk flush: a
         # power cut that undid it also killed its session, whose claims recovery
@@ -73,7 +74,14 @@ class SQLiteClaims:
                     params["limit"] = 1
                     return list(map(message_row, conn.execute(query, params | extra)))
                 return self._claim_rounds(
-                    conn, params, credit, own=own, select=select, lanes=lanes, fill=fill
+                    conn,
+                    params,
+                    credit,
+                    own=own,
+                    select=select,
+                    lanes=lanes,
+                    fill=fill,
+                    chain=chain,
                 )
         if limit == 1 and not lanes:
             # One statement, run without BEGIN/COMMIT; a scalar subquery picks the row.
@@ -82,7 +90,7 @@ class SQLiteClaims:
             return list(map(message_row, rows))
         with self._transaction(durable=False) as conn:
             return self._claim_rounds(
-                conn, params, limit, own=own, select=select, lanes=lanes, fill=fill
+                conn, params, limit, own=own, select=select, lanes=lanes, fill=fill, chain=chain
             )
 
     def _claim_rounds(
@@ -95,6 +103,7 @@ class SQLiteClaims:
         select: Selection | None,
         lanes: Sequence[str],
         fill: bool,
+        chain: bool = True,
     ) -> list[MessageRow]:
         """Claim up to ``limit`` in the caller's transaction, a round at a time.
 
@@ -126,7 +135,7 @@ class SQLiteClaims:
             conn.execute(self._q["mark_claimed"], params)
             rows += taken
             more = {r.lane for r in taken if r.lane is not None and not _own(r, session, tx)}
-            if not more:
+            if not more or not chain:
                 break  # no lane took part: this round took all there was
             owned |= more
         return rows

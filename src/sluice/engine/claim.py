@@ -39,9 +39,11 @@ def take_steps(
     own: bool,
     select: Selection | None,
     lanes: list[str],
+    chain: bool = True,
 ) -> Steps[list[MessageRow]]:
     """Claim up to ``limit`` of ``spec``'s messages, waiting until ``deadline`` (by the
-    monotonic clock) for the first; ``wait`` 0 does not wait for news."""
+    monotonic clock) for the first; ``wait`` 0 does not wait for news. ``chain`` False:
+    at most one message of each lane (the backend's ``claim``)."""
     queue = spec.name
     wakeups = context.wakeups
     capped = spec.max_in_flight is not None  # its claims take no more than its credit
@@ -53,7 +55,7 @@ def take_steps(
         if spec.kind == "queue":
             rows = yield from claim_steps(
                 session, tx, queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
-                capped=capped,
+                capped=capped, chain=chain,
             )  # fmt: skip
         else:
             # Pulling from its topic is the synchronous backend's work.
@@ -111,6 +113,7 @@ def claim_steps(
     select: Selection | None,
     lanes: list[str],
     capped: bool,
+    chain: bool = True,
 ) -> Steps[list[MessageRow]]:
     """Claim per the queue's isolation level (see docs/isolation.md, "limit").
 
@@ -122,6 +125,8 @@ def claim_steps(
 
     def claim(n: int, **more: Any) -> Call:
         options = {"own": own, "select": select, "capped": capped} | more
+        if not chain:
+            options["chain"] = False
         return Call("claim", (session, tx, queue, n), options)
 
     blockwise = isolation in ("blockwise", "ordered_blockwise")

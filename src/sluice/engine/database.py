@@ -24,7 +24,8 @@ from sluice.catalog import (
 )
 from sluice.clock import Clock
 from sluice.engine import topics
-from sluice.engine.any_queue import get_any
+from sluice.engine.acks import ack_many
+from sluice.engine.any_queue import get_any, get_many
 from sluice.engine.content import free_slot
 from sluice.engine.context import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, EngineContext
 from sluice.engine.credit import check_max_in_flight
@@ -33,7 +34,7 @@ from sluice.engine.queue import Queue
 from sluice.engine.topics import Start, Subscription
 from sluice.engine.transaction import Transaction
 from sluice.engine.types import definition_of
-from sluice.errors import ConfigurationError, QueueExists, QueueNotFound
+from sluice.errors import ConfigurationError, QueueExists, QueueNotFound, SluiceError
 from sluice.message import Message
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "Engine"]
@@ -373,6 +374,29 @@ class Engine:
         news for the queues sets it too, so clear it before you decide what to wait on.
         """
         return get_any(self.context, queues, wait, until)
+
+    def get_many(
+        self,
+        queues: Sequence[str],
+        *,
+        limit: int,
+        wait: float = 0.0,
+        until: threading.Event | None = None,
+    ) -> list[Message]:
+        """Take up to ``limit`` messages, from the first of ``queues`` that has some,
+        then the next, waiting as ``get_any`` for the first; [] if none came. Each is
+        held on its own and settled as one from ``Queue.get`` (``ack``, ``release``,
+        ``reject``, or ``ack_many``). A plain queue's are claimed in one statement, at
+        most one of each group; an isolated queue's or a subscription's one at a time.
+        """
+        return get_many(self.context, queues, wait, until, limit=limit)
+
+    def ack_many(self, messages: Sequence[Message]) -> list[SluiceError | None]:
+        """Acknowledge messages taken by ``get``, ``get_any`` or ``get_many`` in one
+        database commit (one disk flush), each still all or nothing on its own: per
+        message None, or the error it met (``LeaseLost``: it will be delivered again).
+        """
+        return ack_many(self.context, messages)
 
     def queues(self) -> list[QueueSpec]:
         """The settings of every queue, by name."""

@@ -93,6 +93,7 @@ class Transaction:
         "_pending",
         "_pending_queues",
         "_rejects",
+        "_shared",
         "_touched",
         "_writer",
         "implicit",
@@ -128,6 +129,7 @@ class Transaction:
         self._lanes_out: set[Lane] = set()  # lanes this transaction enqueued to
         self._rejects: dict[int, str] = {}
         self._touched = False
+        self._shared = False  # a part of a split: its number is its siblings' too
         self._durable = False
         self._effects: list[Effect] = []
         self._capped: set[str] | None = None  # queues with max_in_flight it took from
@@ -269,8 +271,11 @@ class Transaction:
         wait: float,
         where: str | None,
         order_by: Sequence[str] | None,
+        chain: bool = True,
     ) -> Steps[list[Message]]:
-        """``dequeue`` as steps (engine/steps.py): run here, or awaited by sluice.aio."""
+        """``dequeue`` as steps (engine/steps.py): run here, or awaited by sluice.aio.
+        ``chain`` False: at most one message of each lane (``get_many``, whose messages
+        are settled each on its own)."""
         self._check_active()
         content = self._context.content(queue)
         spec = content.spec
@@ -290,6 +295,7 @@ class Transaction:
         rows = yield from take_steps(
             self._context, self._backend, spec, session=self.session, tx=self.number,
             limit=limit, wait=wait, deadline=deadline, own=own, select=select, lanes=lanes,
+            chain=chain,
         )  # fmt: skip
         messages = self._hold(spec, rows)
         if len(messages) < len(rows):
@@ -299,7 +305,7 @@ class Transaction:
             left = 0.0 if messages else max(deadline - time.monotonic(), 0.0)
             messages += yield from self.dequeue_steps(
                 queue, limit=len(rows) - len(messages), wait=left, where=where,
-                order_by=order_by,
+                order_by=order_by, chain=chain,
             )  # fmt: skip
         return messages
 
@@ -346,6 +352,43 @@ class Transaction:
                 self._kept = set()
             self._kept.update(m.ref for m in messages)
         return messages
+
+    def split(self, messages: list[Message]) -> list[Message]:
+        """Hand each of ``messages``, taken by this take-only implicit transaction, to an
+        implicit transaction of its own, so that each is settled alone (``get_many``):
+        the same messages, each with its own holder.
+
+        The parts keep this transaction's session and number: a settle names the rows it
+        settles, so each touches only its own, and recovery, which gives back a session's
+        claims, treats them all alike. What stays here (messages its bound model refused,
+        rejected when this commits) is the caller's to commit. A lane's messages must
+        not be split up (take them with ``chain=False``: one of each lane at most).
+        """
+        self._check_active()
+        if not self.implicit or self._buffer or self._pending or self._effects:
+            raise TransactionError("only a take-only implicit transaction can be split")
+        parts = []
+        for m in messages:
+            self._check_held(m)
+            part = Transaction(
+                self._context, implicit=True, backend=self._backend,
+                owner=(self.session, self.number),
+            )  # fmt: skip
+            part._touched, part._durable, part._capped = True, self._durable, self._capped
+            part._shared = True
+            del self._held[m.ref]
+            m = m._replace(holder=part)  # noqa: PLW2901 (the same message, its new holder)
+            part._held[m.ref] = m
+            parts.append(m)
+            lane = self._held_lanes.pop(m.ref, None)
+            if lane is not None:
+                part._held_lanes[m.ref] = lane
+            if self._kept is not None and m.ref in self._kept:
+                self._kept.discard(m.ref)
+                part._kept = {m.ref}
+        if not self._held:
+            self.state = TxState.COMMITTED  # nothing left for it to do
+        return parts
 
     def release(self, message: Message) -> None:
         """Give a taken message back now, to its original place (counts an attempt).
@@ -433,10 +476,23 @@ class Transaction:
 
     def commit_steps(self) -> Steps[None]:
         """``commit`` as steps (engine/steps.py)."""
+        plan, freed = yield from self.plan_steps()
+        if plan is not None:
+            try:
+                yield Call("commit", (plan,), {})
+            except LeaseLost:
+                self.lost()
+                raise
+        self.committed(freed)
+
+    def plan_steps(self) -> Steps[tuple[CommitPlan | None, dict[str, int] | None]]:
+        """What this transaction's commit writes (None: nothing) and the credit it frees;
+        the caller commits the plan, then calls ``committed`` (or ``lost``)."""
         self._check_active()
         if self._held_lanes:
             yield from check_blocks(self._context, self.id, self._held_lanes, self._held)
         freed = freed_credit(self._capped, self._held) if self._capped else None
+        plan: CommitPlan | None = None
         if self._buffer or self._touched or self._effects:
             plan = CommitPlan(
                 session=self.session,
@@ -454,11 +510,14 @@ class Transaction:
                 kept = self._kept
                 plan.kept = [r for r in self._held if r in kept and r not in self._rejects]
                 plan.settled_at = self._context.clock.now()
-            try:
-                yield Call("commit", (plan,), {})
-            except LeaseLost:
-                self.state = TxState.ABORTED
-                raise
+        return plan, freed
+
+    def lost(self) -> None:
+        """Its plan's commit failed with LeaseLost: recovery has undone it."""
+        self.state = TxState.ABORTED
+
+    def committed(self, freed: dict[str, int] | None) -> None:
+        """Its plan is committed: it is over, and those waiting for its news are told."""
         self.state = TxState.COMMITTED
         wakeups = self._context.wakeups
         if self._pending or self._rejects or self._held_lanes:
@@ -533,7 +592,13 @@ class Transaction:
         if self.state is TxState.ABORTED:
             return
         self._check_active()
-        if self._touched:
+        if self._touched and self._shared:
+            # The backend's abort gives back all its number's claims, its siblings' too:
+            # this one gives back its own message, by its row.
+            if self._held:
+                lanes = sorted(set(self._held_lanes.values()))
+                yield Call("release", (self.session, self.number, list(self._held), lanes), {})
+        elif self._touched:
             lanes = sorted(set(self._held_lanes.values()))
             try:
                 yield Call("abort", (self.session, self.number, list(self._held), lanes), {})

@@ -234,7 +234,9 @@ class Channel(virtual.Channel):  # type: ignore[misc]
     ) -> Any:
         if no_ack:
             self._no_ack.add(queue)
-        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+        consumed = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+        self.room()  # a reader waiting for consumers (or on other queues) looks again now
+        return consumed
 
     def basic_cancel(self, consumer_tag: str) -> Any:
         queue = self._tag_to_queue.get(consumer_tag)
@@ -273,16 +275,30 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         """The next message of the first of ``queues`` that has one (waiting up to
         ``wait`` for one, or until ``until`` is set); a consumer without
         acknowledgement has it settled at once."""
+        taken = self.take_many(queues, limit=1, wait=wait, until=until)
+        if taken and no_ack:
+            taken[0].ack()
+        return taken[0] if taken else None
+
+    def take_many(
+        self,
+        queues: list[str],
+        *,
+        limit: int,
+        wait: float,
+        until: threading.Event | None = None,
+    ) -> list[sluice.Message]:
+        """Up to ``limit`` messages of ``queues``, the first queue's first (waiting up to
+        ``wait`` for one, or until ``until`` is set), each held on its own."""
         names = [to_sluice(q) for q in queues]
         try:
-            message = self._db.get_any(names, wait=wait, until=until)
+            return self._db.get_many(names, limit=limit, wait=wait, until=until)
         except sluice.QueueNotFound:
             # A queue consumed but not (or no longer) declared: nothing in it yet.
             names = [n for n in names if self._exists(n)]
-            message = self._db.get_any(names, wait=wait, until=until) if names else None
-        if message is not None and no_ack:
-            message.ack()
-        return message
+            if not names:
+                return []
+            return self._db.get_many(names, limit=limit, wait=wait, until=until)
 
     def _exists(self, name: str) -> bool:
         try:
@@ -331,11 +347,11 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             message = self._held.pop(tag, None)
         if message is None:
             return  # settled already (kombu marks a tag once per settle)
-        settler = None if self.connection is None else self.connection.settler
-        if how == "ack" and settler is not None:
+        acker = None if self.connection is None else self.connection.acker
+        if how == "ack" and acker is not None:
             # Off the caller's thread (Celery's event loop): acks of several tasks then
-            # commit side by side and share their fsyncs.
-            settler.submit(_settle, message, how)
+            # commit together, with one fsync.
+            acker.ack(message)
         else:
             _settle(message, how)
 
@@ -379,6 +395,7 @@ def _settle(message: sluice.Message, how: str) -> None:
     except sluice.SluiceError:
         if how != "ack":
             raise
-        # An ack on the settle thread: nobody to raise to. Still held, the message is
-        # given back when this consumer's session ends, and delivered again.
+        # kombu's ack has no answer to give (AMQP's basic.ack has none either). Still
+        # held, the message is given back when this consumer's session ends, and
+        # delivered again.
         log.exception("message %s of %r could not be acknowledged", message.id, message.queue)

@@ -29,9 +29,13 @@ class Source(Protocol):
 
     def consuming(self) -> dict[str, Any]: ...
 
-    def take_payload(
-        self, owners: dict[str, Any], wait: float, until: threading.Event | None = None
-    ) -> Handed | bool: ...
+    def take_payloads(
+        self,
+        owners: dict[str, Any],
+        limit: int,
+        wait: float,
+        until: threading.Event | None = None,
+    ) -> list[Handed | bool]: ...
 
     def deliver(self, payload: dict[str, Any], queue: str) -> None: ...
 
@@ -97,18 +101,22 @@ class Reader:
         batch: list[Handed] = []
         wait = _IDLE
         while owners and len(batch) < _BATCH:
-            handed = self._transport.take_payload(owners, wait, self.look_again)
-            if handed is False:
+            # As many as the consumer with the least room left may take: a message
+            # goes to its queue's consumer, whichever of them that is.
+            limit = min(_BATCH - len(batch), *(room[id(c)] for c in owners.values()))
+            taken = self._transport.take_payloads(owners, max(limit, 1), wait, self.look_again)
+            if not taken:
                 break
             wait = 0.0
-            if handed is True:  # not kombu's: rejected, nothing to hand over
-                continue
-            batch.append(handed)
-            taker = owners.get(handed[1])
-            if taker is not None:
-                room[id(taker)] -= 1
-                if room[id(taker)] <= 0:
-                    owners = {q: c for q, c in owners.items() if c is not taker}
+            for handed in taken:
+                if handed is True or handed is False:  # not kombu's: rejected, none handed
+                    continue
+                batch.append(handed)
+                taker = owners.get(handed[1])
+                if taker is not None:
+                    room[id(taker)] -= 1
+                    if room[id(taker)] <= 0:
+                        owners = {q: c for q, c in owners.items() if c is not taker}
         return batch
 
     def on_readable(self) -> None:

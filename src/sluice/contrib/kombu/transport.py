@@ -16,12 +16,12 @@ import itertools
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kombu.transport import virtual
 
 import sluice
+from sluice.contrib.kombu.acker import Acker
 from sluice.contrib.kombu.bindings import Bindings
 from sluice.contrib.kombu.channel import Channel
 from sluice.contrib.kombu.reader import Reader
@@ -47,6 +47,15 @@ def _database(url: str) -> tuple[sluice.Database, Bindings]:
                 db.close()
                 raise
         return found
+
+
+def _flag(value: Any) -> bool:
+    """A transport option's truth: a bool, or a word from a URL's query string."""
+    if isinstance(value, str):
+        if value.lower() not in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
+            raise sluice.ConfigurationError(f"expected true or false, not {value!r}")
+        return value.lower() in {"true", "1", "yes", "on"}
+    return bool(value)
 
 
 @atexit.register
@@ -83,11 +92,11 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self._settled = threading.Event()
         self._reader: Reader | None = None
         self._pid = os.getpid()
-        # Acks commit on these threads, several at once (their fsyncs shared); 0: in
-        # the caller's thread, the ack durable when kombu's ack returns.
-        self._settle_threads = int(options.get("settle_threads", 4))
-        self._settler: ThreadPoolExecutor | None = None
-        self._settler_lock = threading.Lock()
+        # Acks commit on a thread of their own, those that pile up together (one fsync);
+        # False: in the caller's thread, the ack durable when kombu's ack returns.
+        self._background_acks = _flag(options.get("background_acks", True))
+        self._acker: Acker | None = None
+        self._acker_lock = threading.Lock()
 
     def _opened(self) -> tuple[sluice.Database, Bindings]:
         if self._database is None:
@@ -164,21 +173,33 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         """The next message of the consumed queues as (payload, queue), held by the
         channel that consumes it (settled at once if that consumer does not
         acknowledge); False if none came, True if one came that was not kombu's."""
+        taken = self.take_payloads(owners, 1, wait, until)
+        return taken[0] if taken else False
+
+    def take_payloads(
+        self,
+        owners: dict[str, Any],
+        limit: int,
+        wait: float,
+        until: threading.Event | None = None,
+    ) -> list[tuple[dict[str, Any], str] | bool]:
+        """Up to ``limit`` messages of the consumed queues, as ``take_payload`` gives
+        each (True for one that was not kombu's); [] if none came."""
         queues = list(owners)
         turn = next(self._turn) % len(queues)  # each queue first in its turn
         queues = queues[turn:] + queues[:turn]
         first: Channel = owners[queues[0]]
-        message = first.take(queues, no_ack=False, wait=wait, until=until)
-        if message is None:
-            return False
-        queue = first.queue_of(message)
-        owner: Channel = owners.get(queue, first)
-        if queue in owner._no_ack:
-            message.ack()
-            payload = owner.payload(message, keep=False)
-        else:
-            payload = owner.payload(message, keep=True)
-        return True if payload is None else (payload, queue)
+        handed: list[tuple[dict[str, Any], str] | bool] = []
+        for message in first.take_many(queues, limit=limit, wait=wait, until=until):
+            queue = first.queue_of(message)
+            owner: Channel = owners.get(queue, first)
+            if queue in owner._no_ack:
+                message.ack()
+                payload = owner.payload(message, keep=False)
+            else:
+                payload = owner.payload(message, keep=True)
+            handed.append(True if payload is None else (payload, queue))
+        return handed
 
     def deliver(self, payload: dict[str, Any], queue: str) -> None:
         """Hand ``payload`` to the consumer of ``queue`` (kombu's ``_deliver``)."""
@@ -207,24 +228,22 @@ class Transport(virtual.Transport):  # type: ignore[misc]
             reader.stop()
 
     @property
-    def settler(self) -> ThreadPoolExecutor | None:
-        """The threads acks commit on (None: in the caller's thread)."""
-        if self._settle_threads <= 0:
+    def acker(self) -> Acker | None:
+        """The thread acks commit on (None: in the caller's thread)."""
+        if not self._background_acks:
             return None
-        with self._settler_lock:
-            if self._settler is None:
-                self._settler = ThreadPoolExecutor(
-                    self._settle_threads, thread_name_prefix="sluice-kombu-settle"
-                )
-            return self._settler
+        with self._acker_lock:
+            if self._acker is None:
+                self._acker = Acker(self.database)
+            return self._acker
 
     def close_connection(self, connection: Any) -> None:
         self._stop_reader()
         super().close_connection(connection)
-        with self._settler_lock:
-            settler, self._settler = self._settler, None
-        if settler is not None and os.getpid() == self._pid:
-            settler.shutdown(wait=True)  # every ack committed before the close returns
+        with self._acker_lock:
+            acker, self._acker = self._acker, None
+        if acker is not None and os.getpid() == self._pid:
+            acker.close()  # every ack committed before the close returns
 
     def settled(self) -> None:
         """A consumer settled a message: whoever waits for prefetch room looks again."""
