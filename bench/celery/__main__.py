@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     add_common_options(
         parser,
         quick="a smoke run of about a minute: few tasks, one kill, short waits",
+        repeats=3,
+        repeats_help="runs of each rate case, interleaved across brokers (the median is shown)",
         tmp_dir=None,
         only=list(BROKERS),
         only_help="brokers to run (repeatable); all by default",
@@ -52,13 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.n, args.n_sleep, args.samples = min(args.n, 100), min(args.n_sleep, 40), 20
         args.kill_n, args.kills, args.settle = min(args.kill_n, 24), 1, min(args.settle, 15.0)
+        args.repeats = 1
     names = args.only or list(BROKERS)
     tmp_root: Path = args.tmp_dir or Path(tempfile.gettempdir())
     timeout = 300.0
     kill_seconds, gap = 0.2, 1.0
     load_before = os.getloadavg()
     rates: list[RateResult] = []
-    for seconds in KINDS:
+    # Each round runs every broker once, so that a slow spell of the machine falls on all.
+    for seconds, _round in ((s, r) for s in KINDS for r in range(max(args.repeats, 1))):
         n = args.n if not seconds else args.n_sleep
         for name in names:
             if name in KILL_ONLY:

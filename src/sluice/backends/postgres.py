@@ -99,6 +99,7 @@ from sluice.backends.postgres_settings import PostgresSettings
 from sluice.backends.postgres_statements import (
     Expected,
     commit_failure,
+    fetched,
     first,
     fronts,
     lane_front_statements,
@@ -273,7 +274,7 @@ class PostgresBackend(
                 for name, params in statements:
                     cursors.append(conn.execute(self._q[name], params))
                 conn.execute("COMMIT")
-            return [cur.fetchall() if cur.description else [] for cur in cursors]
+            return [fetched(cur) for cur in cursors]
 
     def _one(self, name: str, params: Any, *, durable: bool = True) -> list[Row]:
         """One statement as its own transaction; durable ones need no BEGIN/COMMIT."""
@@ -281,7 +282,7 @@ class PostgresBackend(
             return self._unit([(name, params)], durable=False)[0]
         with self._conn() as conn:
             cur = statement(conn, self._q[name], params, pooled=self._pooled)
-            return cur.fetchall() if cur.description else []
+            return fetched(cur)
 
     def _retrying(self, work: Callable[[], Any]) -> Any:
         """Run idempotent work, retrying while the server is unreachable (a restart).

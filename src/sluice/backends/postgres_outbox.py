@@ -31,6 +31,7 @@ from sluice.backends.postgres_statements import (
     credit_limit,
     credit_statements,
     enqueue_statement,
+    fetched,
     fronts,
     lane_front_statements,
     lanes_params,
@@ -106,7 +107,7 @@ class ConnectionBackend:
         try:
             for name, params in statements:
                 cur = self._conn.execute(self._q[name], params)
-                results.append(cur.fetchall() if cur.description else [])
+                results.append(fetched(cur))
         except psycopg.Error as exc:
             raise translate(exc) from exc
         return results

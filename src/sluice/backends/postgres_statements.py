@@ -48,6 +48,7 @@ __all__ = [
     "credit_limit",
     "credit_statements",
     "enqueue_statement",
+    "fetched",
     "first",
     "fronts",
     "lane_front_statements",
@@ -147,6 +148,14 @@ def abort_statements(
         if lanes:
             statements.append(("promote", lanes_params(lanes)))
     return statements
+
+
+def fetched(cur: psycopg.Cursor[Any]) -> list[Any]:
+    """A cursor's rows; [] for a statement that returns none. (``cur.description`` would
+    say so too, but builds a Column for each of the result's columns every time: a sixth
+    of a claim's Python time.)"""
+    result = cur.pgresult
+    return cur.fetchall() if result is not None and result.nfields else []
 
 
 def claim_rounds(
