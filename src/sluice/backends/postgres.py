@@ -53,8 +53,6 @@ from sluice.backends.records import (
     Selection,
     SessionInfo,
     browse_params,
-    merged_acks,
-    plain_ack,
 )
 from sluice.backends.sql_backend import (
     SqlBackend,
@@ -98,6 +96,7 @@ from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
 from sluice.backends.postgres_settings import PostgresSettings
 from sluice.backends.postgres_statements import (
     Expected,
+    acks_statement,
     commit_failure,
     fetched,
     first,
@@ -479,9 +478,12 @@ class PostgresBackend(
         """All plans in one transaction, one round trip and one WAL flush; if any fails
         (its lease lost, its queue gone), nothing did, and each is committed alone."""
         if len(plans) > 1:
-            # Plain acks of one transaction number (one get_many's) settle in one statement.
-            units = merged_acks(plans) if all(plain_ack(p) for p in plans) else plans
-            statements = [s for plan in units for s in self.commit_unit(plan)]
+            # Plain acks: one statement. Not if a claim's outcome is uncertain (its
+            # commit gives back what it never heard of: commit_unit).
+            sure = not any((p.session, p.tx) in self._uncertain for p in plans)
+            statements = (acks_statement(plans) if sure else []) or [
+                s for plan in plans for s in self.commit_unit(plan)
+            ]
             enqueues = [e for plan in plans for e in plan.enqueues]
             try:
                 notified = self._run_checked(

@@ -30,6 +30,7 @@ from sluice.backends.records import (
     Selection,
     lease_lost,
     message_row,
+    plain_ack,
 )
 from sluice.clock import Clock
 from sluice.errors import Conflict, InvalidBody, MessageError, SluiceError, StorageError
@@ -40,6 +41,7 @@ __all__ = [
     "Expected",
     "Route",
     "abort_statements",
+    "acks_statement",
     "claim_answer",
     "claim_rounds",
     "claim_steps",
@@ -148,6 +150,18 @@ def abort_statements(
         if lanes:
             statements.append(("promote", lanes_params(lanes)))
     return statements
+
+
+def acks_statement(plans: Sequence[CommitPlan]) -> list[tuple[str, Any]]:
+    """Plain acknowledgements (``plain_ack``) of one session's transactions as the one
+    statement that settles them all; [] if ``plans`` are not only that."""
+    sessions = {plan.session for plan in plans}
+    if len(sessions) != 1 or not all(plain_ack(plan) for plan in plans):
+        return []
+    ids = [ref for plan in plans for ref in plan.held]
+    txs = [plan.tx for plan in plans for _ in plan.held]
+    params = {"session": sessions.pop(), "ids": ids, "txs": txs, "expected": len(ids)}
+    return [("delete_claimed_pairs", params)]
 
 
 def fetched(cur: psycopg.Cursor[Any]) -> list[Any]:

@@ -63,10 +63,8 @@ def get_many(
     news = sorted({s.name for s in specs} | {s.topic for s in specs if s.topic is not None})
     wakeups, clock = context.wakeups, context.clock
     deadline = time.monotonic() + wait
+    token: tuple[int, int] | None = None  # the first look needs none: a busy queue's only
     while True:
-        # Taken before the looks: a commit after them (here or in another process)
-        # ends the wait at once instead of being missed.
-        token = wakeups.token() if wait else (0, 0)
         taken: list[Message] = []
         for spec in specs:
             taken += _take(context, spec, limit - len(taken))
@@ -75,11 +73,17 @@ def get_many(
         remaining = deadline - time.monotonic()
         if taken or remaining <= 0 or (until is not None and until.is_set()):
             return taken
+        if token is None:
+            # Taken before a look, which then runs again: a commit after it (here or in
+            # another process) ends the wait at once instead of being missed.
+            token = wakeups.token()
+            continue
         for spec in specs:
             due = context.backend.next_due(spec.name)
             if due is not None:
                 remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
         wakeups.wait(token, remaining, news, event=until)
+        token = wakeups.token()
 
 
 def _take(context: EngineContext, spec: QueueSpec, limit: int) -> list[Message]:

@@ -404,6 +404,16 @@ WITH d AS (
     RETURNING 1)
 SELECT {schema}.expect((SELECT count(*) FROM d), %(expected)s, 'lease lost');
 
+-- name: delete_claimed_pairs
+-- Plain acknowledgements of one session's several transactions (Database.ack_many): one
+-- statement, one round trip, however many transactions they were taken in.
+WITH d AS (
+    DELETE FROM {schema}.messages AS m
+    USING unnest(%(ids)s::bigint[], %(txs)s::bigint[]) AS t(id, tx)
+    WHERE m.id = t.id AND m.state = 2 AND m.c_session = %(session)s AND m.c_tx = t.tx
+    RETURNING 1)
+SELECT {schema}.expect((SELECT count(*) FROM d), %(expected)s, 'lease lost');
+
 -- name: keep_claimed
 -- A queue with retention keeps what its transactions settle, as done (state 6), until
 -- its retention runs out (remove_kept) or it is purged. The lane stays as history: only
