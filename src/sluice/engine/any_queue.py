@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from sluice.catalog import QueueSpec
 from sluice.engine import steps
 from sluice.engine.enqueue import check_seconds
 from sluice.engine.transaction import Transaction
-from sluice.errors import ConfigurationError
+from sluice.errors import ConfigurationError, SluiceError
 from sluice.message import Message
 
 if TYPE_CHECKING:
@@ -92,22 +93,37 @@ def _take(context: EngineContext, spec: QueueSpec, limit: int) -> list[Message]:
         # One claim for them all; no lane chained (a group's next message waits for
         # its head's settle, as it would for another taker's).
         tx = Transaction(context, implicit=True)
-        taken = steps.run(
-            tx.dequeue_steps(spec.name, limit=limit, wait=0.0, where=None, order_by=None,
-                             chain=False),
-            context.backend,
-            context.wakeups,
-        )  # fmt: skip
-        parts = tx.split(taken) if taken else []
-        if not tx.closed:
-            tx.commit()  # what its bound model refused goes to the error queue; else nothing
+        with _undone_on_error(tx):
+            taken = steps.run(
+                tx.dequeue_steps(spec.name, limit=limit, wait=0.0, where=None, order_by=None,
+                                 chain=False),
+                context.backend,
+                context.wakeups,
+            )  # fmt: skip
+            parts = tx.split(taken) if taken else []
+            if not tx.closed:
+                tx.commit()  # what its model refused goes to the error queue; else nothing
         return parts
     messages: list[Message] = []
     while len(messages) < limit:
         tx = Transaction(context, implicit=True)
-        one = tx.dequeue(spec.name, limit=1)
-        if not one:
-            tx.commit()
-            break
+        with _undone_on_error(tx):
+            one = tx.dequeue(spec.name, limit=1)
+            if not one:
+                tx.commit()
+                break
         messages += one
     return messages
+
+
+@contextmanager
+def _undone_on_error(tx: Transaction) -> Iterator[None]:
+    """A take that failed (its connection lost mid-claim, say) gives back what it may
+    have claimed, rather than leaving it held until the session ends."""
+    try:
+        yield
+    except BaseException:
+        if not tx.closed:
+            with suppress(SluiceError):
+                tx.abort()
+        raise
