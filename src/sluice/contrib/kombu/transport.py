@@ -135,8 +135,9 @@ class Transport(virtual.Transport):  # type: ignore[misc]
             if owners:
                 # After the first, only what is ready now.
                 wait = 0.0 if delivered else max(remaining, 0.0)
-                if self._take(owners, wait):
-                    delivered += 1
+                taken = self._take(owners, DRAIN_BATCH - delivered, wait)
+                if taken:
+                    delivered += taken
                     continue
                 if delivered:
                     return
@@ -158,14 +159,16 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                     owners.setdefault(queue, channel)
         return owners
 
-    def _take(self, owners: dict[str, Any], wait: float) -> bool:
-        """Take and deliver one message; False if none came within ``wait``."""
-        taken = self.take_payload(owners, wait)
-        if taken is False:
-            return False
-        if taken is not True:
-            self._deliver(*taken)
-        return True
+    def _take(self, owners: dict[str, Any], most: int, wait: float) -> int:
+        """Take and deliver up to ``most`` messages, as many as the consumer with the
+        least prefetch room may have, in one claim; how many came within ``wait``."""
+        rooms = [c.qos.can_consume_max_estimate() for c in set(owners.values())]
+        limit = min([most, *(r for r in rooms if r is not None)])
+        taken = self.take_payloads(owners, max(limit, 1), wait)
+        for handed in taken:
+            if handed is not True and handed is not False:
+                self._deliver(*handed)
+        return len(taken)
 
     def take_payload(
         self, owners: dict[str, Any], wait: float, until: threading.Event | None = None
