@@ -26,12 +26,13 @@ $(BIN)/sluice-test-stamp: pyproject.toml
 	$(MAKE) peers
 	touch $@
 
-# Peers' own test suites, run unchanged against sluice by tests/contrib: the sdists of kombu
-# and Celery (their tests ship in them) of the versions installed, unpacked under .peers/.
+# Peers' own test suites, run unchanged against sluice by tests/contrib: the sdists of kombu,
+# Celery and moto (their tests ship in them; moto's SQS tests run against sluice's SQS
+# endpoint) of the versions installed, unpacked under .peers/.
 PEERS := .peers
 peers:
 	mkdir -p $(PEERS)
-	for p in kombu celery; do \
+	for p in kombu celery moto; do \
 	  v=$$($(BIN)/python -c "import importlib.metadata as m; print(m.version('$$p'))"); \
 	  test -d $(PEERS)/$$p-$$v || ( \
 	    $(BIN)/pip download --quiet --no-deps --no-binary :all: "$$p==$$v" -d $(PEERS) && \
