@@ -131,6 +131,27 @@ def test_batches_and_attributes(endpoint: Endpoint, sqs: Any) -> None:
     assert code(gone) == "AWS.SimpleQueueService.NonExistentQueue"
 
 
+def test_a_batch_delete_settles_its_handles_together(endpoint: Endpoint, sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="many")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(n), "MessageBody": str(n)} for n in range(8)])  # fmt: skip
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(int(m["Body"]) for m in got) == list(range(8))
+    handles = [m["ReceiptHandle"] for m in got]
+    # The entries run at once, answered in their order; a handle given twice deletes
+    # once and succeeds twice (as a retried DeleteMessage does), and a stale one fails
+    # alone.
+    entries = [{"Id": f"e{n}", "ReceiptHandle": h} for n, h in enumerate(handles)]
+    entries.insert(3, {"Id": "again", "ReceiptHandle": handles[0]})
+    entries.append({"Id": "bad", "ReceiptHandle": "nonsense"})
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+    assert [e["Id"] for e in deleted["Successful"]] == [
+        e["Id"] for e in entries if e["Id"] != "bad"]  # fmt: skip
+    assert [(e["Id"], e["Code"]) for e in deleted["Failed"]] == [("bad", "ReceiptHandleIsInvalid")]
+    stats = endpoint.db.queue("many").stats()
+    assert stats["claimed"] == stats["ready"] == 0
+
+
 def test_fifo_groups_and_deduplication(endpoint: Endpoint, sqs: Any) -> None:
     url = sqs.create_queue(QueueName="f.fifo", Attributes={
         "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]  # fmt: skip

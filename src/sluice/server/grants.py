@@ -254,6 +254,15 @@ class Keys:
         self._recent[digest] = (found, now)
         return found
 
+    def remembered_signer(self, access_key: str) -> tuple[Principal, str] | None:
+        """:meth:`signer`'s answer if it was found within the last ``remember`` seconds,
+        without asking the store (so without leaving the event loop); None: ask
+        :meth:`signer`."""
+        seen = self._signers.get(access_key)
+        if seen is None or self._db.clock.now() - seen[2] >= self._remember:
+            return None
+        return seen[0], seen[1]
+
     def signer(self, access_key: str) -> tuple[Principal, str] | None:
         """Whom the access key id ``access_key`` (a key's name) stands for and its secret,
         to check a Signature Version 4 request; None if there is no such unrevoked key, or

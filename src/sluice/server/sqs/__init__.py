@@ -27,6 +27,7 @@ def install(app: FastAPI, *, moto: bool = False) -> None:
         leases=app.state.leases,
         aio=app.state.aio,
         state=state,
+        offload=app.state.offload,
         reset=reset,
         extra=moto_tests.OPERATIONS if moto else {},
     )

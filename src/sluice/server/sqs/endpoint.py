@@ -10,7 +10,6 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import anyio
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,6 +25,7 @@ from sluice.server.asyncdb import AsyncDb
 from sluice.server.auth import ANONYMOUS, Gate
 from sluice.server.grants import Principal
 from sluice.server.leases import Leases
+from sluice.server.offload import Offload
 from sluice.server.sqs import handles, messages, queues, sigv4
 from sluice.server.sqs.context import Call, SqsState
 from sluice.server.sqs.errors import SqsError, invalid_parameter, no_queue, unsupported
@@ -67,10 +67,12 @@ class SqsEndpoint:
         leases: Leases,
         aio: AsyncDb,
         state: SqsState,
+        offload: Offload,
         reset: Callable[[], Awaitable[None]] | None = None,
         extra: Mapping[str, Sync] | None = None,
     ) -> None:
         self.app = app
+        self._offload = offload
         self._db = db
         self._gate = gate
         self._leases = leases
@@ -142,7 +144,7 @@ class SqsEndpoint:
     async def _run(self, call: Call, asked: Asked) -> dict[str, Any]:
         op = asked.operation
         if op in self._sync:
-            return await anyio.to_thread.run_sync(self._sync[op], call, asked.params)
+            return await self._offload(self._sync[op], call, asked.params)
         if op in _ASYNC:
             return await _ASYNC[op](call, asked.params)
         if op in _UNSUPPORTED:
@@ -156,7 +158,10 @@ class SqsEndpoint:
         if keys is None:
             return ANONYMOUS, _REGION
         cred = sigv4.credential(headers)
-        found = await anyio.to_thread.run_sync(keys.signer, cred.access_key)
+        # Remembered for a second: read on the loop, no thread hop per request.
+        found = keys.remembered_signer(cred.access_key) or await self._offload(
+            keys.signer, cred.access_key
+        )
         if found is None:
             raise SqsError(
                 "InvalidClientTokenId",

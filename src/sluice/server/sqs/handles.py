@@ -11,6 +11,7 @@ another one now holds (docs/sqs.md, differences)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -115,18 +116,44 @@ async def change_message_visibility(call: Call, params: dict[str, Any]) -> dict[
 
 
 async def _batch(
-    params: dict[str, Any], what: str, each: Callable[[dict[str, Any]], Awaitable[None]]
+    params: dict[str, Any],
+    what: str,
+    each: Callable[[dict[str, Any]], Awaitable[None]],
+    *,
+    together: bool = False,
 ) -> dict[str, Any]:
+    """Each entry's outcome, in the entries' order. ``together``: the entries run at once
+    (each settle is a commit of its own, and concurrent commits share one flush to disk
+    through group commit), but an entry repeating an earlier entry's receipt handle runs
+    after them, so that it finds the message deleted, not its lease being taken."""
     entries = batches.entries(params, what)
-    done: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for entry in entries:
+    outcomes: list[BaseException | None] = [None] * len(entries)
+
+    async def run(i: int) -> None:
         try:
-            await each(entry)
-            done.append({"Id": entry["Id"]})
+            await each(entries[i])
         except SqsError as exc:
-            failed.append(batches.failed(entry["Id"], exc))
+            outcomes[i] = exc
+
+    first: list[int] = []
+    repeated: list[int] = []
+    handles: set[str] = set()
+    for i, entry in enumerate(entries):
+        handle = entry.get("ReceiptHandle")
+        key = handle if isinstance(handle, str) else None
+        (repeated if not together or key in handles else first).append(i)
+        if key is not None:
+            handles.add(key)
+    raised = await asyncio.gather(*(run(i) for i in first), return_exceptions=True)
+    for exc in raised:
+        if isinstance(exc, BaseException):  # not an SQS refusal: the request fails
+            raise exc
+    for i in repeated:
+        await run(i)
+    done = [{"Id": e["Id"]} for e, o in zip(entries, outcomes, strict=True) if o is None]
     out: dict[str, Any] = {"Successful": done}
+    failed = [batches.failed(e["Id"], o) for e, o in zip(entries, outcomes, strict=True)
+              if isinstance(o, SqsError)]  # fmt: skip
     if failed:
         out["Failed"] = failed
     return out
@@ -138,7 +165,7 @@ async def delete_message_batch(call: Call, params: dict[str, Any]) -> dict[str, 
     async def each(entry: dict[str, Any]) -> None:
         await _delete(call, name, entry.get("ReceiptHandle"), batch=True)
 
-    return await _batch(params, "DeleteMessageBatch", each)
+    return await _batch(params, "DeleteMessageBatch", each, together=True)
 
 
 async def change_message_visibility_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ message's enqueue (sql/*/sqs.sql) and kept five minutes.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -23,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from sluice.aio import AsyncMessage, AsyncQueue
 from sluice.backends.records import Effect
 from sluice.backends.sqs import dedup_owner
 from sluice.errors import Conflict
@@ -310,17 +312,56 @@ async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     wanted = params.get("MessageAttributeNames")
     attributes.asked_for({}, wanted)  # checks the names' form
     queue = await (await call.aio.get()).queue(name)
-    messages: list[dict[str, Any]] = []
-    pause = float(wait)
-    while len(messages) < most:
+    taken: list[AsyncMessage] = []
+    messages = []
+    try:
+        await _take(queue, most, float(wait), taken, together=not settings.fifo)
+    finally:  # what was taken is leased even if the rest failed, as SQS would hold it
+        for m in taken:
+            lease = call.leases.add(m, float(seconds))
+            call.state.remember(call.state.issued, lease.token, None)
+            messages.append(_received(call, lease, system, wanted))
+    return {"Messages": messages} if messages else {}
+
+
+async def _take(
+    queue: AsyncQueue, most: int, wait: float, taken: list[AsyncMessage], *, together: bool
+) -> None:
+    """Up to ``most`` messages into ``taken``, each in a transaction of its own (so that
+    each settles alone), the first waiting up to ``wait`` seconds. ``together`` (a
+    standard queue, whose order SQS does not promise): once two came one after the other,
+    the rest are claimed at once, their round trips to the database overlapping, and put
+    back in the queue's delivery order; a FIFO queue's are claimed one by one, in order."""
+    pause = wait
+    while len(taken) < most:
+        if together and len(taken) >= 2:
+            await _take_together(queue, most - len(taken), taken)
+            return
         m = await queue.get(wait=pause)
         if m is None:
-            break
-        lease = call.leases.add(m, float(seconds))
-        call.state.remember(call.state.issued, lease.token, None)
-        messages.append(_received(call, lease, system, wanted))
+            return
+        taken.append(m)
         pause = 0.0
-    return {"Messages": messages} if messages else {}
+
+
+async def _take_together(queue: AsyncQueue, n: int, taken: list[AsyncMessage]) -> None:
+    """``n`` claims at once into ``taken``, in the queue's delivery order; the first error
+    raised once every claim ended (a cancelled request keeps what its claims took)."""
+    tasks = [asyncio.ensure_future(queue.get()) for _ in range(n)]
+    try:
+        await asyncio.wait(tasks)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()  # a cancelled get holds nothing (sluice.aio)
+            elif not task.cancelled() and task.exception() is None:
+                m = task.result()
+                if m is not None:
+                    taken.append(m)
+        taken.sort(key=lambda m: (-m.position.priority, m.position.seq))
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 def _consumed(call: Call, params: dict[str, Any]) -> tuple[str, QueueSettings]:

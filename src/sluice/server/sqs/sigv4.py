@@ -8,13 +8,13 @@ time, as AWS requires.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import hmac
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from urllib.parse import parse_qsl, quote, unquote
 
 from sluice.server.sqs.errors import SqsError
@@ -28,7 +28,7 @@ _ALGORITHM = "AWS4-HMAC-SHA256"
 _AUTH = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=([^,\s]+),\s*SignedHeaders=([^,\s]+),\s*Signature=([0-9a-f]{64})$"
 )
-_DATE = "%Y%m%dT%H%M%SZ"
+_STAMP = re.compile(r"(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +85,11 @@ def verify(
 ) -> None:
     """Nothing if the request is signed by ``secret``; SqsError with SQS's code if not."""
     stamp = headers.get("x-amz-date", "")
-    try:
-        when = datetime.strptime(stamp, _DATE).replace(tzinfo=UTC).timestamp()
-    except ValueError:
+    when = _seconds(stamp)
+    if when is None:
         raise SqsError(
             "IncompleteSignature", "the request has no valid X-Amz-Date (YYYYMMDDTHHMMSSZ)"
-        ) from None
+        )
     if abs(now() - when) > SKEW:
         raise SqsError(
             "RequestExpired",
@@ -116,6 +115,19 @@ def verify(
             "Check your AWS Secret Access Key and signing method.",
             403,
         )
+
+
+def _seconds(stamp: str) -> float | None:
+    """``X-Amz-Date`` (YYYYMMDDTHHMMSSZ, UTC) as seconds since the epoch; None if it is
+    not one (a regular expression and calendar.timegm: strptime took a fifth of a
+    signature check's time)."""
+    found = _STAMP.fullmatch(stamp)
+    if found is None:
+        return None
+    year, month, day, hour, minute, second = map(int, found.groups())
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None
+    return float(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)))
 
 
 def _canonical(
