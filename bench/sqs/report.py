@@ -7,7 +7,17 @@ from dataclasses import dataclass, field
 
 from bench.server.report import Row
 
-__all__ = ["HTTP", "HTTP_TX", "IN_PROCESS", "P50_MS", "RATIO", "SQS", "Results", "render"]
+__all__ = [
+    "HTTP",
+    "HTTP_TX",
+    "IN_PROCESS",
+    "P50_MS",
+    "RATIO",
+    "SQS",
+    "SQS_LEAN",
+    "Results",
+    "render",
+]
 
 RATIO = 0.7
 """SQS against sluice's own HTTP API, the same work: at least this."""
@@ -15,6 +25,8 @@ P50_MS = 3.0
 """One durable SendMessage, p50 (1 client): at most this."""
 
 SQS = "SQS (boto3)"
+SQS_LEAN = "SQS (lean client)"
+"""bench/sqs/lean.py: the same requests signed by a few lines over http.client."""
 HTTP = "HTTP API"
 HTTP_TX = "HTTP API, transaction"
 IN_PROCESS = "in-process"
@@ -88,9 +100,12 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
     for system in systems:
         for c in clients:
             w = f"{system}, {c} client(s)"
+            send = find(rows, system, HTTP, "send 10", c)
             out.append(_ratio(f"{w}: SQS SendMessageBatch(10) / HTTP enqueue of 10",
-                              find(rows, system, SQS, "send 10", c),
-                              find(rows, system, HTTP, "send 10", c), RATIO))  # fmt: skip
+                              find(rows, system, SQS, "send 10", c), send, RATIO))  # fmt: skip
+            out.append(_ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
+                              find(rows, system, SQS_LEAN, "send 10", c), send,
+                              RATIO).replace("- ", "  - ", 1))  # fmt: skip
             http = _fastest(find(rows, system, HTTP, "receive 10 + delete", c),
                             find(rows, system, HTTP_TX, "receive 10 + delete", c))  # fmt: skip
             which = f" ({http.api})" if http else ""
@@ -98,6 +113,13 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
                               f"HTTP receive of 10{which}",
                               find(rows, system, SQS, "receive 10 + delete", c), http,
                               RATIO))  # fmt: skip
+            out.append(_ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
+                              find(rows, system, SQS_LEAN, "receive 10 + delete", c), http,
+                              RATIO).replace("- ", "  - ", 1))  # fmt: skip
+            out.append(_ratio("the same leases: the lean client's / HTTP lease of 10 + acks",
+                              find(rows, system, SQS_LEAN, "receive 10 + delete", c),
+                              find(rows, system, HTTP, "receive 10 + delete", c),
+                              RATIO).replace("- ", "  - ", 1))  # fmt: skip
     for system in systems:
         one = find(rows, system, SQS, "send 1", 1)
         lat = one.latency() if one and not one.error else {}
@@ -108,6 +130,13 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
         verdict = "PASS" if p50 <= P50_MS else "MISS"
         out.append(f"- {verdict}  {system}: one durable SendMessage (1 client), p50 "
                    f"{p50:.2f} ms, p99 {p99:.2f} ms (need p50 <= {P50_MS:g} ms)")  # fmt: skip
+        for label, api in (("the lean client", SQS_LEAN), ("HTTP enqueue of 1", HTTP),
+                           ("in-process put", IN_PROCESS)):  # fmt: skip
+            row = find(rows, system, api, "send 1", 1)
+            other = row.latency() if row and not row.error else {}
+            if other:
+                out.append(f"  - {label}: p50 {other['p50'] * 1000:.2f} ms, "
+                           f"p99 {other['p99'] * 1000:.2f} ms")  # fmt: skip
     return out
 
 
