@@ -50,8 +50,15 @@ TRANSPORT_OPTIONS = {
 
 
 class Endpoint:
-    def __init__(self, db_url: str, broker: str) -> None:
-        self.db_url, self.broker = db_url, broker
+    def __init__(self, db_url: str, port: int, secrets: dict[str, str]) -> None:
+        self.db_url, self.port, self.secrets = db_url, port, secrets
+
+    def broker_of(self, key: str) -> str:
+        return f"sqs://{key}:{quote(self.secrets[key], safe='')}@127.0.0.1:{self.port}"
+
+    @property
+    def broker(self) -> str:
+        return self.broker_of("worker")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -59,13 +66,17 @@ def endpoint(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Endpoin
     db_url = url_for(request.param, tmp_path, request)
     signing = SigningKey.generate(tmp_path / "signing.key")
     with sluice.connect(db_url) as db:
-        grant = Grant.parse("celery*:produce,consume,manage")
-        secret = Keys(db, signing=signing).add("worker", [grant])
+        keys = Keys(db, signing=signing)
+        secrets = {
+            "worker": keys.add("worker", [Grant.parse("celery*:produce,consume,manage")]),
+            # Without manage: it cannot create queues, so it names them (predefined_queues).
+            "plain": keys.add("plain", [Grant.parse("celery*:produce,consume")]),
+        }
     port = free_port()
     process = serve(db_url, "--port", str(port), "--signing-key", str(tmp_path / "signing.key"))
     try:
         ready(f"http://127.0.0.1:{port}", process)
-        yield Endpoint(db_url, f"sqs://worker:{quote(secret, safe='')}@127.0.0.1:{port}")
+        yield Endpoint(db_url, port, secrets)
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -151,3 +162,34 @@ def test_a_task_killed_mid_run_runs_again_after_its_visibility_timeout(
     with sluice.connect(endpoint.db_url) as db:
         stats = db.queue("celery").stats()
     assert stats["ready"] == stats["claimed"] == stats["delayed"] == 0
+
+
+def test_predefined_queues_need_no_manage_grant(endpoint: Endpoint, tmp_path: Path) -> None:
+    """kombu's ``predefined_queues``: the queue URLs given, so kombu neither lists nor
+    creates queues, and a key that may only produce and consume runs the worker."""
+    import boto3
+
+    admin = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{endpoint.port}",
+                         region_name="us-east-1", aws_access_key_id="worker",
+                         aws_secret_access_key=endpoint.secrets["worker"])  # fmt: skip
+    url = admin.create_queue(QueueName="celery")["QueueUrl"]
+    assert url == f"http://127.0.0.1:{endpoint.port}/000000000000/celery"
+    options = {**TRANSPORT_OPTIONS, "predefined_queues": {"celery": {"url": url}}}
+    env = {"SLUICE_TEST_TRANSPORT_OPTIONS": json.dumps(options)}
+    group = Workers(endpoint.broker_of("plain"), tmp_path / "tasks.log", tmp_path, env)
+    try:
+        producer = make_app(endpoint.broker_of("plain"), options)
+        group.start("w1")
+        producer.send_task("work", args=(7, 0.0))
+        wait_until("the task done", lambda: ["done", "7"] in lines(group.log), group)
+    finally:
+        group.stop_all()
+    # Without the queue named, the same key is refused CreateQueue (AccessDenied).
+    from botocore.exceptions import ClientError
+
+    plain = boto3.client("sqs", endpoint_url=f"http://127.0.0.1:{endpoint.port}",
+                         region_name="us-east-1", aws_access_key_id="plain",
+                         aws_secret_access_key=endpoint.secrets["plain"])  # fmt: skip
+    with pytest.raises(ClientError) as refused:
+        plain.create_queue(QueueName="celery-other")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
