@@ -19,7 +19,7 @@ def install(app: FastAPI, *, moto: bool = False) -> None:
     STS's GetCallerIdentity, and its reset route, ``POST /moto-api/reset``, which drops
     every queue of the database."""
     state = SqsState(moto_tests.MOTO_ACCOUNT, moto_tests.MOTO_BASE) if moto else SqsState()
-    reset = moto_tests.reset_for(app.state.db, app.state.leases) if moto else None
+    reset = moto_tests.reset_for(app.state.db, app.state.leases, state) if moto else None
     app.add_middleware(
         SqsEndpoint,
         db=app.state.db,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +19,14 @@ from sluice.server.leases import Leases
 from sluice.server.sqs.errors import SqsError, access_denied, no_queue
 from sluice.server.sqs.settings import QueueSettings
 
-__all__ = ["ACCOUNT", "REMEMBERED", "Call", "SqsState"]
+__all__ = ["ACCOUNT", "REMEMBERED", "SETTINGS_REMEMBERED", "Call", "SqsState"]
 
 REMEMBERED = 100_000
 """How many receipt handles of deleted messages the endpoint remembers."""
+
+SETTINGS_REMEMBERED = 1.0
+"""Seconds a queue's SQS attributes are used as read (as a key is: grants.REMEMBER): a
+change made through another server is seen within this."""
 
 ACCOUNT = "000000000000"
 """The account id in queue URLs and ARNs (one sluice database is one account)."""
@@ -45,6 +50,20 @@ class SqsState:
     issued: OrderedDict[str, None] = field(default_factory=OrderedDict)
     """The last REMEMBERED receipt handles given out: a stale one is told from a made-up
     one in the refusal's message."""
+
+    settings: dict[str, tuple[QueueSettings, float]] = field(default_factory=dict)
+    """Queue -> its SQS attributes and when they were read (time.monotonic): sends and
+    receives read them without a round trip to the database for SETTINGS_REMEMBERED
+    seconds; this server's own changes forget them at once (``forget``)."""
+
+    def forget(self, name: str | None = None) -> None:
+        """The remembered attributes of queue ``name`` (None: of every queue) are read
+        anew: this server changed or dropped them."""
+        with self.lock:
+            if name is None:
+                self.settings.clear()
+            else:
+                self.settings.pop(name, None)
 
     def remember(self, handles: OrderedDict[str, Any], handle: str, value: Any) -> None:
         """Note ``handle`` in ``handles`` (issued or deleted), the newest REMEMBERED kept."""
@@ -109,5 +128,16 @@ class Call:
         return name
 
     def settings(self, name: str) -> QueueSettings:
+        """The queue's SQS attributes, as read within SETTINGS_REMEMBERED seconds."""
+        now = time.monotonic()
+        with self.state.lock:
+            seen = self.state.settings.get(name)
+        if seen is not None and now - seen[1] < SETTINGS_REMEMBERED:
+            return seen[0]
         stored = self.db.backend.sqs_queue_find(name)
-        return QueueSettings(json.loads(stored.attributes) if stored else {})
+        settings = QueueSettings(json.loads(stored.attributes) if stored else {})
+        with self.state.lock:
+            if len(self.state.settings) >= REMEMBERED:
+                self.state.settings.clear()
+            self.state.settings[name] = (settings, now)
+        return settings

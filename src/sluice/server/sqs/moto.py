@@ -13,7 +13,7 @@ import anyio
 
 import sluice
 from sluice.server.leases import Leases
-from sluice.server.sqs.context import Call
+from sluice.server.sqs.context import Call, SqsState
 
 __all__ = ["MOTO_ACCOUNT", "MOTO_BASE", "OPERATIONS", "reset_for"]
 
@@ -37,13 +37,17 @@ OPERATIONS = {"GetCallerIdentity": caller_identity}
 """The operations beyond SQS's that moto's tests ask of the endpoint."""
 
 
-def reset_for(db: sluice.Database, leases: Leases) -> Callable[[], Awaitable[None]]:
-    """The reset: every queue dropped (error queues last), with what was leased from it."""
+def reset_for(
+    db: sluice.Database, leases: Leases, state: SqsState
+) -> Callable[[], Awaitable[None]]:
+    """The reset: every queue dropped (error queues last), with what was leased from it
+    and the attributes the endpoint remembered."""
 
     async def reset() -> None:
         for spec in db.queues():
             await leases.end_queue(spec.name)
         await anyio.to_thread.run_sync(_drop_all, db)
+        state.forget()
 
     return reset
 

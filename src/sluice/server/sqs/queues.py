@@ -63,6 +63,7 @@ def _save(call: Call, name: str, attributes: dict[str, str], tags: dict[str, str
         json.dumps(tags, sort_keys=True),
         call.db.clock.now(),
     )
+    call.state.forget(name)
 
 
 def _redrive(call: Call, name: str, policy: str | None, *, fifo: bool) -> None:
@@ -173,6 +174,7 @@ def _drop(call: Call, name: str) -> dict[str, Any]:
     except QueueInUse as exc:
         raise invalid_parameter(f"the queue cannot be deleted now: {exc}") from None
     call.db.backend.sqs_queue_forget(name)
+    call.state.forget(name)
     return {}
 
 
