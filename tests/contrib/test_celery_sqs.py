@@ -36,9 +36,10 @@ from tests.integration.test_serve import free_port, ready, serve
 
 pytestmark = pytest.mark.slow
 
-VISIBILITY = 4
+VISIBILITY = 6
 """The visibility timeout given to kombu (seconds): how long a killed worker's task waits
-before the next worker may take it. Longer than any task here runs or waits."""
+before the next worker may take it. Longer than any task here runs or waits (the 2 s
+countdown, which the worker holds received meanwhile), with room for a loaded machine."""
 
 TRANSPORT_OPTIONS = {
     "region": "us-east-1",
