@@ -78,8 +78,10 @@ NOTES = [
     "the HTTP API's lease of 10 + acks, not its transaction's: the bound is sluice's "
     "per-message claim (one claim transaction per message, claims of a standard queue's "
     "batch overlapped), until sluice can claim several messages in one statement each "
-    "under its own holder. DeleteMessageBatch settles its handles at once, so that their "
-    "commits share a flush (group commit).",
+    "under its own holder, and settle several holders in one commit. DeleteMessageBatch "
+    "and the rest of a receive's claims run at once: on PostgreSQL their round trips "
+    "overlap; on SQLite sluice's asyncio API runs them one by one in its database thread, "
+    "so each delete waits for its own fsync there, as each HTTP ack does.",
     "**Durable SendMessage** waits for its commit's fsync (SQLite `synchronous=FULL`; "
     "PostgreSQL's WAL flush): the in-process `put` row is that floor on this disk.",
 ]

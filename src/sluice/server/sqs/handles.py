@@ -123,9 +123,11 @@ async def _batch(
     together: bool = False,
 ) -> dict[str, Any]:
     """Each entry's outcome, in the entries' order. ``together``: the entries run at once
-    (each settle is a commit of its own, and concurrent commits share one flush to disk
-    through group commit), but an entry repeating an earlier entry's receipt handle runs
-    after them, so that it finds the message deleted, not its lease being taken."""
+    (each settle is a commit of its own: on PostgreSQL their round trips overlap and their
+    commits can share a WAL flush; SQLite's asyncio API runs them one by one in its
+    database thread, each with its fsync), but an entry repeating an earlier entry's
+    receipt handle runs after them, so that it finds the message deleted, not its lease
+    being taken."""
     entries = batches.entries(params, what)
     outcomes: list[BaseException | None] = [None] * len(entries)
 

@@ -330,8 +330,9 @@ async def _take(
     """Up to ``most`` messages into ``taken``, each in a transaction of its own (so that
     each settles alone), the first waiting up to ``wait`` seconds. ``together`` (a
     standard queue, whose order SQS does not promise): once two came one after the other,
-    the rest are claimed at once, their round trips to the database overlapping, and put
-    back in the queue's delivery order; a FIFO queue's are claimed one by one, in order."""
+    the rest are claimed at once (on PostgreSQL their round trips overlap; SQLite's asyncio
+    API runs them one by one in its database thread) and put back in the queue's delivery
+    order; a FIFO queue's are claimed one by one, in order."""
     pause = wait
     while len(taken) < most:
         if together and len(taken) >= 2:
