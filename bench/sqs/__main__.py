@@ -74,14 +74,12 @@ NOTES = [
     "**A receive takes each message in a transaction of its own** (a lease, so that each "
     "deletes, changes or expires alone: SQS's receipt handles), as the HTTP API's leases "
     "do; the HTTP API's transaction takes 10 in one statement and settles them in one "
-    "commit, which no receipt handle can be. So SQS's receive + delete runs at the rate of "
-    "the HTTP API's lease of 10 + acks, not its transaction's: the bound is sluice's "
-    "per-message claim (one claim transaction per message, claims of a standard queue's "
-    "batch overlapped), until sluice can claim several messages in one statement each "
-    "under its own holder, and settle several holders in one commit. DeleteMessageBatch "
-    "and the rest of a receive's claims run at once: on PostgreSQL their round trips "
-    "overlap; on SQLite sluice's asyncio API runs them one by one in its database thread, "
-    "so each delete waits for its own fsync there, as each HTTP ack does.",
+    "commit, which no set of receipt handles can be. The endpoint claims a receive's "
+    "messages with the blocking API in one hop to the server's offload threads and "
+    "commits a DeleteMessageBatch's deletes at once from those threads, so that they share "
+    "a flush to disk (group commit); the bound left is one claim transaction per message "
+    "and one commit per delete, until sluice can claim several messages in one statement "
+    "each under its own holder.",
     "**Durable SendMessage** waits for its commit's fsync (SQLite `synchronous=FULL`; "
     "PostgreSQL's WAL flush): the in-process `put` row is that floor on this disk.",
 ]

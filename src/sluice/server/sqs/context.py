@@ -16,6 +16,7 @@ from sluice.errors import ConfigurationError, QueueNotFound
 from sluice.server.asyncdb import AsyncDb
 from sluice.server.grants import Principal
 from sluice.server.leases import Leases
+from sluice.server.offload import Offload
 from sluice.server.sqs.errors import SqsError, access_denied, no_queue
 from sluice.server.sqs.settings import QueueSettings
 
@@ -85,6 +86,8 @@ class Call:
     region: str
     base: str
     """``scheme://host`` the request was sent to: queue URLs are made from it."""
+    offload: Offload
+    """The app's threads for blocking work (server/offload.py)."""
 
     def url(self, name: str) -> str:
         return f"{self.state.base or self.base}/{self.state.account}/{name}"

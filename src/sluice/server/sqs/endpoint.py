@@ -119,6 +119,7 @@ class SqsEndpoint:
             self._state,
             region,
             f"{scope.get('scheme', 'http')}://{host}",
+            self._offload,
         )
         try:
             result = await self._run(call, asked)

@@ -15,8 +15,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-
 from sluice.server.leases import MAX_LEASE, Lease
 from sluice.server.problems import Problem
 from sluice.server.sqs import batches
@@ -104,13 +102,13 @@ async def _change(
 
 
 async def delete_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
+    name = await call.offload(call.queue_of, params, "consume")
     await _delete(call, name, params.get("ReceiptHandle"), batch=False)
     return {}
 
 
 async def change_message_visibility(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
+    name = await call.offload(call.queue_of, params, "consume")
     await _change(call, name, params.get("ReceiptHandle"), params, batch=False)
     return {}
 
@@ -123,11 +121,10 @@ async def _batch(
     together: bool = False,
 ) -> dict[str, Any]:
     """Each entry's outcome, in the entries' order. ``together``: the entries run at once
-    (each settle is a commit of its own: on PostgreSQL their round trips overlap and their
-    commits can share a WAL flush; SQLite's asyncio API runs them one by one in its
-    database thread, each with its fsync), but an entry repeating an earlier entry's
-    receipt handle runs after them, so that it finds the message deleted, not its lease
-    being taken."""
+    (each settle is a commit of its own, made in the offload threads for what a receive
+    took there, sqs/held.py: concurrent commits share their flush to disk through group
+    commit), but an entry repeating an earlier entry's receipt handle runs after them, so
+    that it finds the message deleted, not its lease being taken."""
     entries = batches.entries(params, what)
     outcomes: list[BaseException | None] = [None] * len(entries)
 
@@ -162,7 +159,7 @@ async def _batch(
 
 
 async def delete_message_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
+    name = await call.offload(call.queue_of, params, "consume")
 
     async def each(entry: dict[str, Any]) -> None:
         await _delete(call, name, entry.get("ReceiptHandle"), batch=True)
@@ -171,7 +168,7 @@ async def delete_message_batch(call: Call, params: dict[str, Any]) -> dict[str, 
 
 
 async def change_message_visibility_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "consume")
+    name = await call.offload(call.queue_of, params, "consume")
 
     async def each(entry: dict[str, Any]) -> None:
         await _change(call, name, entry.get("ReceiptHandle"), entry, batch=True)

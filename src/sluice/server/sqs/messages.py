@@ -14,7 +14,6 @@ message's enqueue (sql/*/sqs.sql) and kept five minutes.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import itertools
 import json
@@ -22,14 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
-from sluice.aio import AsyncMessage, AsyncQueue
+from sluice.aio import AsyncMessage
 from sluice.backends.records import Effect
 from sluice.backends.sqs import dedup_owner
 from sluice.errors import Conflict
 from sluice.server.leases import MAX_LEASE, Lease
-from sluice.server.sqs import attributes, batches
+from sluice.server.sqs import attributes, batches, held
 from sluice.server.sqs.attributes import Attributes
 from sluice.server.sqs.context import Call
 from sluice.server.sqs.errors import SqsError, integer, invalid_parameter, missing_parameter
@@ -278,7 +275,7 @@ def send_message_batch(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name, settings = await anyio.to_thread.run_sync(_consumed, call, params)
+    name, settings = await call.offload(_consumed, call, params)
     most = integer(
         params,
         "MaxNumberOfMessages",
@@ -311,58 +308,31 @@ async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     )
     wanted = params.get("MessageAttributeNames")
     attributes.asked_for({}, wanted)  # checks the names' form
-    queue = await (await call.aio.get()).queue(name)
     taken: list[AsyncMessage] = []
     messages = []
     try:
-        await _take(queue, most, float(wait), taken, together=not settings.fifo)
+        # What is ready, in one hop to the offload threads (sqs/held.py); then, if that
+        # was short, what leases that ran out still hold (a visibility timeout over is
+        # over for this receive, whenever the reaper's thread gets to it); if nothing
+        # came and the receive may wait, the first to come through sluice.aio (no
+        # thread held while waiting), then what is ready behind it.
+        taken += await held.take(call.db, call.offload, name, most)
+        if len(taken) < most and await call.leases.give_back_due(name):
+            taken += await held.take(call.db, call.offload, name, most - len(taken))
+        if not taken and wait > 0:
+            first = await (await (await call.aio.get()).queue(name)).get(wait=float(wait))
+            if first is not None:
+                taken.append(first)
+                if most > 1:
+                    taken += await held.take(call.db, call.offload, name, most - 1)
     finally:  # what was taken is leased even if the rest failed, as SQS would hold it
         for m in taken:
             lease = call.leases.add(m, float(seconds))
             call.state.remember(call.state.issued, lease.token, None)
             messages.append(_received(call, lease, system, wanted))
+    if messages and seconds == 0:  # visible again at once: back now, not by the reaper
+        await call.leases.give_back_due(name)
     return {"Messages": messages} if messages else {}
-
-
-async def _take(
-    queue: AsyncQueue, most: int, wait: float, taken: list[AsyncMessage], *, together: bool
-) -> None:
-    """Up to ``most`` messages into ``taken``, each in a transaction of its own (so that
-    each settles alone), the first waiting up to ``wait`` seconds. ``together`` (a
-    standard queue, whose order SQS does not promise): once two came one after the other,
-    the rest are claimed at once (on PostgreSQL their round trips overlap; SQLite's asyncio
-    API runs them one by one in its database thread) and put back in the queue's delivery
-    order; a FIFO queue's are claimed one by one, in order."""
-    pause = wait
-    while len(taken) < most:
-        if together and len(taken) >= 2:
-            await _take_together(queue, most - len(taken), taken)
-            return
-        m = await queue.get(wait=pause)
-        if m is None:
-            return
-        taken.append(m)
-        pause = 0.0
-
-
-async def _take_together(queue: AsyncQueue, n: int, taken: list[AsyncMessage]) -> None:
-    """``n`` claims at once into ``taken``, in the queue's delivery order; the first error
-    raised once every claim ended (a cancelled request keeps what its claims took)."""
-    tasks = [asyncio.ensure_future(queue.get()) for _ in range(n)]
-    try:
-        await asyncio.wait(tasks)
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()  # a cancelled get holds nothing (sluice.aio)
-            elif not task.cancelled() and task.exception() is None:
-                m = task.result()
-                if m is not None:
-                    taken.append(m)
-        taken.sort(key=lambda m: (-m.position.priority, m.position.seq))
-    for task in tasks:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
 
 
 def _consumed(call: Call, params: dict[str, Any]) -> tuple[str, QueueSettings]:

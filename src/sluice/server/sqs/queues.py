@@ -12,8 +12,6 @@ import json
 import re
 from typing import Any
 
-import anyio
-
 from sluice.errors import QueueInUse
 from sluice.server.sqs.context import Call
 from sluice.server.sqs.errors import SqsError, integer, invalid_parameter, no_queue
@@ -158,9 +156,9 @@ def list_queues(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def delete_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(call.queue_of, params, "manage")
+    name = await call.offload(call.queue_of, params, "manage")
     await call.leases.end_queue(name)  # what this server leased from it goes back first
-    return await anyio.to_thread.run_sync(_drop, call, name)
+    return await call.offload(_drop, call, name)
 
 
 def _drop(call: Call, name: str) -> dict[str, Any]:
@@ -230,12 +228,12 @@ def set_queue_attributes(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def purge_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    name = await anyio.to_thread.run_sync(_may_purge, call, params)
+    name = await call.offload(_may_purge, call, params)
     # SQS's purge deletes the messages in flight too: those this server leased go first.
     for lease in call.leases.take_queue(name):
         await lease.message.ack()
         call.state.remember(call.state.deleted, lease.token, name)
-    await anyio.to_thread.run_sync(lambda: call.db.queue(name).purge("ready"))
+    await call.offload(lambda: call.db.queue(name).purge("ready"))
     return {}
 
 
