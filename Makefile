@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test peers celery-suite bench-celery lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-gateways soak soak-mixed campaign clean
+.PHONY: run test peers celery-suite bench-celery lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-sqs bench-gateways soak soak-mixed campaign clean
 
 $(BIN)/sluice-run-stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +26,13 @@ $(BIN)/sluice-test-stamp: pyproject.toml
 	$(MAKE) peers
 	touch $@
 
-# Peers' own test suites, run unchanged against sluice by tests/contrib: the sdists of kombu
-# and Celery (their tests ship in them) of the versions installed, unpacked under .peers/.
+# Peers' own test suites, run unchanged against sluice by tests/contrib: the sdists of kombu,
+# Celery and moto (their tests ship in them; moto's SQS tests run against sluice's SQS
+# endpoint) of the versions installed, unpacked under .peers/.
 PEERS := .peers
 peers:
 	mkdir -p $(PEERS)
-	for p in kombu celery; do \
+	for p in kombu celery moto; do \
 	  v=$$($(BIN)/python -c "import importlib.metadata as m; print(m.version('$$p'))"); \
 	  test -d $(PEERS)/$$p-$$v || ( \
 	    $(BIN)/pip download --quiet --no-deps --no-binary :all: "$$p==$$v" -d $(PEERS) && \
@@ -128,6 +129,11 @@ bench-rules: $(BIN)/sluice-bench-stamp
 # PostgreSQL (127.0.0.1:5432), RabbitMQ at 127.0.0.1:5672, about 5 minutes.
 bench-server: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench server
+
+# The SQS endpoint (boto3 batches of 10, one SendMessage's latency) against sluice's own HTTP
+# API and its Python API, on a SQLite file and PostgreSQL (127.0.0.1:5432), about 5 minutes.
+bench-sqs: $(BIN)/sluice-bench-stamp
+	$(BIN)/python -m bench sqs
 
 # Dropbox directories (sluice.dropbox): ingest and emit against the file system's floor
 # (create + write + fsync + rename), on a SQLite file and PostgreSQL (127.0.0.1:5432).

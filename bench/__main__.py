@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "rules-profile": "bench.rules.profile",
     "rules-spark": "bench.rules.spark",
     "server": "bench.server.__main__",
+    "sqs": "bench.sqs.__main__",
     "jobs": "bench.jobs.__main__",
     "jobs-peers": "bench.jobs.peers",
     "celery": "bench.celery.__main__",

@@ -102,10 +102,12 @@ def _process(name: str, argv: Sequence[str], probe: tuple[str, str]) -> Iterator
             proc.wait()
 
 
-def sluice_serve(url: str) -> AbstractContextManager[Server]:
-    """``sluice serve --db URL`` with keys asked, through the CLI's own entry point."""
+def sluice_serve(url: str, *extra: str) -> AbstractContextManager[Server]:
+    """``sluice serve --db URL`` with keys asked, through the CLI's own entry point;
+    ``extra``: more of its options (``--signing-key FILE`` for the SQS endpoint)."""
     entry = "import sys; from sluice.cli import main; sys.exit(main())"
-    argv = [sys.executable, "-c", entry, "serve", "--db", url, "--log-level", LOG_LEVEL]
+    argv = [sys.executable, "-c", entry, "serve", "--db", url, "--log-level", LOG_LEVEL,
+            *extra]  # fmt: skip
     return _process("sluice serve", argv, ("GET", "/openapi.json"))
 
 

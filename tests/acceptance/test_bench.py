@@ -64,6 +64,7 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
     "topics": (["--only", "sqlite"], [], []),
     "rules": (["--only", "sqlite", "--no-profile"], [], []),
     "server": (["--only", "sqlite", "--repeats", "1"], [RABBIT], ["pika"]),
+    "sqs": (["--only", "sqlite"], [], ["boto3"]),
     "gateways": (["--only", "dropbox"], [], []),
     "jobs": (["--peers", "rq", "--n", "100", "--workers", "1"], [PG, REDIS], ["rq"]),
     "celery": (

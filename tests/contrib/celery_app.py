@@ -1,21 +1,25 @@
 """The Celery application the worker tests run: a worker started with ``-A`` on this
-module, and the test process as its producer. Its broker is ``SLUICE_TEST_BROKER``;
-each task writes what it does to ``SLUICE_TEST_TASK_LOG`` (one appended line, so
-that processes killed mid-task leave whole lines)."""
+module, and the test process as its producer. Its broker is ``SLUICE_TEST_BROKER``
+(``SLUICE_TEST_TRANSPORT_OPTIONS``, JSON: its ``broker_transport_options``); each task
+writes what it does to ``SLUICE_TEST_TASK_LOG`` (one appended line, so that processes
+killed mid-task leave whole lines)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from typing import Any
 
 from celery import Celery
 
 import sluice.contrib.kombu  # noqa: F401  (registers sluice+... broker URLs)
 
 
-def make_app(broker: str) -> Celery:
+def make_app(broker: str, transport_options: dict[str, Any] | None = None) -> Celery:
     app = Celery("sluice_celery_test", broker=broker)
     app.conf.update(
+        broker_transport_options=transport_options or {},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -42,4 +46,7 @@ def work(n: int, seconds: float) -> int:
     return n
 
 
-app = make_app(os.environ.get("SLUICE_TEST_BROKER", "sluice+memory://"))
+app = make_app(
+    os.environ.get("SLUICE_TEST_BROKER", "sluice+memory://"),
+    json.loads(os.environ.get("SLUICE_TEST_TRANSPORT_OPTIONS", "{}")),
+)

@@ -35,8 +35,11 @@ ROOT = Path(__file__).resolve().parents[2]
 class Workers:
     """The worker processes of one test, each in its own process group."""
 
-    def __init__(self, broker: str, log: Path, tmp: Path) -> None:
+    def __init__(
+        self, broker: str, log: Path, tmp: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.broker, self.log, self.tmp = broker, log, tmp
+        self.env = env or {}
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str, concurrency: int = 2) -> subprocess.Popen[bytes]:
@@ -45,6 +48,7 @@ class Workers:
             "SLUICE_TEST_BROKER": self.broker,
             "SLUICE_TEST_TASK_LOG": str(self.log),
             "PYTHONPATH": str(ROOT),
+            **self.env,
         }
         with (self.tmp / f"{name}.log").open("wb") as output:
             process = subprocess.Popen(

@@ -51,6 +51,7 @@ from sluice.backends.records import (
     StoredGateway,
     StoredKey,
     StoredProperty,
+    StoredSqsQueue,
     StreamState,
     lane_of,
 )
@@ -92,10 +93,12 @@ __all__ = [
     "SessionInfo",
     "Sessions",
     "Sinks",
+    "SqsStore",
     "StagedPart",
     "StoredGateway",
     "StoredKey",
     "StoredProperty",
+    "StoredSqsQueue",
     "StreamState",
     "Streams",
     "Topics",
@@ -427,8 +430,18 @@ class KeyStore(Protocol):
     its name, when revoked.
     """
 
-    def keys_add(self, name: str, digest: str, grants: str, *, admin: bool, now: float) -> None:
-        """Store a new key: its name, the hash of its secret, its grants as JSON text.
+    def keys_add(
+        self,
+        name: str,
+        digest: str,
+        grants: str,
+        *,
+        admin: bool,
+        now: float,
+        signing: str | None = None,
+    ) -> None:
+        """Store a new key: its name, the hash of its secret, its grants as JSON text and
+        ``signing``, its secret encrypted under the server's signing key (None: none).
 
         ConfigurationError (and nothing stored) if a key of that name exists, revoked
         or not.
@@ -448,6 +461,32 @@ class KeyStore(Protocol):
 
     def keys_used(self, name: str, now: float) -> None:
         """Record that the key was used at ``now``; not durable (a lost mark is harmless)."""
+
+    def keys_signing(self, name: str) -> tuple[StoredKey, str | None] | None:
+        """The unrevoked key named ``name`` and its encrypted signing secret (None: it has
+        none yet), or None if there is no such key or it is revoked."""
+
+    def keys_set_signing(self, name: str, digest: str, signing: str) -> bool:
+        """Give the key named ``name`` whose secret hashes to ``digest`` its encrypted
+        signing secret; False if there is no such key. Idempotent."""
+
+
+class SqsStore(Protocol):
+    """What the SQS endpoint keeps of a queue beyond sluice's catalog (sluice.server.sqs;
+    backends/sqs.py, sqs.sql): its SQS attributes and tags, as JSON text."""
+
+    def sqs_queue_find(self, name: str) -> StoredSqsQueue | None:
+        """The SQS record of queue ``name``, or None if it has none."""
+
+    def sqs_queue_put(self, name: str, attributes: str, tags: str, now: float) -> None:
+        """Write the SQS record of ``name`` (its creation time kept if it had one)."""
+
+    def sqs_queue_forget(self, name: str) -> None:
+        """Remove the SQS record of ``name`` and its deduplication ids, if any. Idempotent."""
+
+    def sqs_dedup_find(self, queue: str, dedup: str, since: float) -> str | None:
+        """The answer (JSON text) kept for deduplication id ``dedup`` of ``queue`` since
+        ``since``, or None."""
 
 
 class GatewayStore(Protocol):
@@ -534,6 +573,7 @@ class Backend(
     KeyStore,
     IdempotencyStore,
     GatewayStore,
+    SqsStore,
     Protocol,
 ):
     """Queue storage: every capability above, plus its dialect and its optional outbox."""

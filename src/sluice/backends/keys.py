@@ -1,7 +1,8 @@
 """The HTTP server's API keys in the SQL backends (sluice.server.grants; SQL in keys.sql).
 
-The server makes a key's secret and its hash; the store only keeps the hash, the
-grants as JSON text and the key's times, and finds a key by the hash of the secret a
+The server makes a key's secret and its hash; the store keeps the hash, the grants
+as JSON text, the key's times and, for Signature Version 4, the secret encrypted under
+the server's signing key (sluice.server.signing), and finds a key by the hash of the secret a
 request presents.
 """
 
@@ -26,8 +27,18 @@ class SqlKeys:
     @abstractmethod
     def _write_rows(self, name: str, params: Mapping[str, Any], *, durable: bool = True) -> int: ...
 
-    def keys_add(self, name: str, digest: str, grants: str, *, admin: bool, now: float) -> None:
-        params = {"name": name, "hash": digest, "grants": grants, "admin": admin, "now": now}
+    def keys_add(
+        self,
+        name: str,
+        digest: str,
+        grants: str,
+        *,
+        admin: bool,
+        now: float,
+        signing: str | None = None,
+    ) -> None:
+        params = {"name": name, "hash": digest, "grants": grants, "admin": admin, "now": now,
+                  "signing": signing}  # fmt: skip
         try:
             self._write_rows("keys_insert", params)
         except Duplicate:
@@ -49,6 +60,17 @@ class SqlKeys:
 
     def keys_used(self, name: str, now: float) -> None:
         self._write_rows("keys_used", {"name": name, "now": now}, durable=False)
+
+    def keys_signing(self, name: str) -> tuple[StoredKey, str | None] | None:
+        rows = self._read_rows("keys_signing", {"name": name})
+        if not rows:
+            return None
+        *key, signing = rows[0]
+        return _stored_key(tuple(key)), signing
+
+    def keys_set_signing(self, name: str, digest: str, signing: str) -> bool:
+        params = {"name": name, "hash": digest, "signing": signing}
+        return self._write_rows("keys_set_signing", params) > 0
 
 
 def _stored_key(row: Row) -> StoredKey:

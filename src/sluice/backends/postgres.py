@@ -61,6 +61,7 @@ from sluice.backends.sql_backend import (
     queue_counts,
     state_counts,
 )
+from sluice.backends.sqs import SqlSqs
 from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
 from sluice.errors import MissingDependency, QueueNotFound, SluiceError, StorageError
@@ -126,6 +127,7 @@ class PostgresBackend(
     PostgresRules,
     SqlKeys,
     SqlIdempotency,
+    SqlSqs,
     SqlGateways,
     Backend,
 ):

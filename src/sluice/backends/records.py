@@ -41,6 +41,7 @@ __all__ = [
     "StoredGateway",
     "StoredKey",
     "StoredProperty",
+    "StoredSqsQueue",
     "StreamState",
     "Unchanged",
     "browse_params",
@@ -305,6 +306,17 @@ class StoredGateway:
     transport: str
     settings: str
     created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSqsQueue:
+    """What the SQS endpoint keeps of a queue (sluice.server.sqs): its SQS attributes and
+    tags as JSON text, and when it was created and last changed through SQS."""
+
+    attributes: str
+    tags: str
+    created_at: float
+    changed_at: float
 
 
 @dataclass(frozen=True, slots=True)

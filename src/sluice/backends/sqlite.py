@@ -64,6 +64,7 @@ from sluice.backends.sqlite_statements import (
     typed,
 )
 from sluice.backends.sqlite_streams import SQLiteStreams
+from sluice.backends.sqs import SqlSqs
 from sluice.backends.topics import SqlTopics
 from sluice.clock import STEP_BACK_HELD, Clock, SystemClock
 from sluice.errors import (
@@ -93,6 +94,7 @@ class SQLiteBackend(
     SQLiteRules,
     SqlKeys,
     SqlIdempotency,
+    SqlSqs,
     SqlGateways,
     Backend,
 ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -12,13 +13,16 @@ import sluice
 from sluice.cli.options import Adder
 from sluice.cli.output import when
 from sluice.server.grants import ACTIONS, Grant, KeyInfo, Keys
+from sluice.server.signing import ENV as SIGNING_ENV
+from sluice.server.signing import SigningKey
 
 __all__ = ["add_commands"]
 
 
 def cmd_add(args: argparse.Namespace, db: sluice.Database) -> int:
     grants = [Grant.parse(text) for text in args.grant]
-    secret = Keys(db).add(args.name, grants, admin=args.admin)
+    signing = SigningKey.load(args.signing_key) if args.signing_key else None
+    secret = Keys(db, signing=signing).add(args.name, grants, admin=args.admin)
     # Keys belong to one database: a server started on another refuses this one (401).
     if args.json:
         print(json.dumps({"name": args.name, "secret": secret}))
@@ -77,6 +81,17 @@ def _when(when: float | None, none: str = "") -> str:
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def cmd_signing_key(args: argparse.Namespace) -> int:
+    SigningKey.generate(args.file)
+    print(
+        f"sluice keys: wrote a new signing key to {args.file}: give it to `sluice serve "
+        f"--signing-key` and `sluice keys add --signing-key` (or ${SIGNING_ENV}); keep it "
+        "apart from the database, and never lose it (docs/sqs.md)",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def add_commands(add: Adder) -> None:
     p = add("keys add", cmd_add, "add an API key and print its secret, once")
     p.add_argument("name", help="the key's name: 1-64 letters, digits and _ . -")
@@ -89,6 +104,15 @@ def add_commands(add: Adder) -> None:
         "* any run of characters: 'orders*:produce,consume'; repeatable",
     )
     p.add_argument("--admin", action="store_true", help="the key may do everything")
+    p.add_argument(
+        "--signing-key", default=os.environ.get(SIGNING_ENV), metavar="FILE",
+        help="also keep the secret encrypted under this signing key, so that the key signs "
+        f"SQS requests (docs/sqs.md; ${SIGNING_ENV})",
+    )  # fmt: skip
+    p = add("keys signing-key", cmd_signing_key, "make a new signing key file for the SQS "
+            "endpoint (docs/sqs.md)")  # fmt: skip
+    p.set_defaults(needs_db=False)
+    p.add_argument("file", help="the new file (never overwritten)")
     add("keys list", cmd_list, "list the API keys and their grants (never their secrets)")
     p = add("keys revoke", cmd_revoke, "revoke an API key: requests with it are refused")
     p.add_argument("name", help="the key's name")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import sys
 
 import sluice
@@ -58,8 +59,14 @@ def cmd_serve(args: argparse.Namespace, db: sluice.Database) -> int:
         print(f"sluice serve: WARNING: {no_key_warning(args.db)}", file=sys.stderr, flush=True)
     # Given only when asked for: the server's own default (BODY_TIMEOUT) otherwise.
     timeouts = {} if args.body_timeout is None else {"body_timeout": args.body_timeout}
+    signing = None
+    if args.signing_key:
+        from sluice.server.signing import SigningKey  # noqa: PLC0415  (needs the extra)
+
+        signing = SigningKey.load(args.signing_key)
     app = create_app(db, auth=not args.no_auth, max_request=args.max_request,
-                     idempotency_stale=args.idempotency_stale, **timeouts)  # fmt: skip
+                     idempotency_stale=args.idempotency_stale, signing=signing,
+                     moto_tests=args.moto_tests, **timeouts)  # fmt: skip
     # TLS, workers behind a proxy and the rest: uvicorn's own options (docs/server.md).
     uvicorn.run(
         app,
@@ -103,5 +110,12 @@ def add_commands(add: Adder) -> None:
         help="seconds before a retry may run again a request with an Idempotency-Key that "
         "never answered (its server died); 60",
     )  # fmt: skip
+    p.add_argument(
+        "--signing-key", default=os.environ.get("SLUICE_SIGNING_KEY_FILE"), metavar="FILE",
+        help="the signing key that recovers keys' secrets for the SQS endpoint's Signature "
+        "Version 4 (`sluice keys signing-key FILE` makes one; $SLUICE_SIGNING_KEY_FILE; "
+        "docs/sqs.md)",
+    )  # fmt: skip
+    p.add_argument("--moto-tests", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")

@@ -29,6 +29,7 @@ from sluice.server import (
     profiles,
     queues,
     rules,
+    sqs,
     startup,
     topics,
     transactions,
@@ -41,6 +42,8 @@ from sluice.server.leases import Leases
 from sluice.server.models import with_read_bodies
 from sluice.server.offload import THREADS, Offload
 from sluice.server.problems import PROBLEM, RESPONSES, install, problem_body
+from sluice.server.signing import ENV as SIGNING_ENV
+from sluice.server.signing import SigningKey
 
 __all__ = ["BEARER", "BODY_TIMEOUT", "MAX_REQUEST", "create_app", "from_environment"]
 
@@ -64,6 +67,8 @@ def create_app(
     telemetry: bool = False,
     idempotency_stale: float = idempotency.STALE,
     body_timeout: float = BODY_TIMEOUT,
+    signing: SigningKey | None = None,
+    moto_tests: bool = False,
 ) -> FastAPI:
     """The HTTP API and the web console over ``db``. ``auth``: requests need an API key
     (``sluice keys``); False lets every request do everything (``sluice serve
@@ -75,6 +80,10 @@ def create_app(
     ``idempotency_stale``: seconds after which a request with an Idempotency-Key that
     never answered (its server died) is run again by a retry (server/idempotency.py).
     ``body_timeout``: seconds a request's body may take to arrive (408 beyond).
+    ``signing``: the server's signing key, which recovers keys' secrets for the SQS
+    endpoint's Signature Version 4 (docs/sqs.md); without it SQS requests are refused
+    (``--no-auth`` excepted). ``moto_tests``: moto's account id and reset route, for
+    moto's SQS test suite only (sluice.server.sqs.moto).
     ``telemetry``: FastAPI's own OpenTelemetry traces, metrics and logs, for an app whose
     process has an OpenTelemetry SDK set up (off: its check costs every request several
     environment lookups, and the server's metrics are Prometheus', at /metrics).
@@ -106,7 +115,7 @@ def create_app(
         telemetry={"tracing": telemetry, "metrics": telemetry, "logs": telemetry},
     )
     app.state.db = db
-    app.state.gate = Gate(Keys(db) if auth else None)
+    app.state.gate = Gate(Keys(db, signing=signing) if auth else None)
     app.state.aio = AsyncDb(db)
     app.state.leases = Leases(db.clock)
     app.state.transactions = transactions.Transactions(db.clock)
@@ -133,6 +142,7 @@ def create_app(
     sampler = console.install(app, db, sample_every=sample_every, sample_duty=sample_duty)
     # Inside the size limit and the metrics:
     hot.install(app, (messages.router, messages.HOT), (gateways.router, gateways.HOT))
+    sqs.install(app, moto=moto_tests)  # SQS's POST / and queue URLs, before FastAPI's routes
     app.add_middleware(_Limit, limit=max_request, timeout=body_timeout)
     metrics.install(app)  # outermost: refused bodies (413) are timed too
     return app
@@ -166,13 +176,16 @@ def _secured(document: dict[str, Any], keyed: bool) -> dict[str, Any]:
 def from_environment() -> FastAPI:
     """The app for ``uvicorn --factory sluice.server.app:from_environment``: the database
     is ``SLUICE_URL``'s (as for the CLI; ``SLUICE_DB``, its old name, still works with a
-    warning); ``SLUICE_NO_AUTH=1`` serves without keys."""
+    warning); ``SLUICE_NO_AUTH=1`` serves without keys; ``SLUICE_SIGNING_KEY_FILE`` names
+    the signing key of the SQS endpoint."""
     url = startup.database_url(os.environ)
     auth = os.environ.get("SLUICE_NO_AUTH") != "1"
+    signing_file = os.environ.get(SIGNING_ENV)
+    signing = SigningKey.load(signing_file) if signing_file else None
     db = sluice.connect(url)
     if auth and startup.keyless(db):
         log.warning("%s", startup.no_key_warning(url))
-    return create_app(db, auth=auth)
+    return create_app(db, auth=auth, signing=signing)
 
 
 class _Limit:

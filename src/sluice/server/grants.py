@@ -1,9 +1,11 @@
 """API keys of the server and their grants: who a request's key says it is, and what it
 may do on which queues.
 
-A key's secret is shown once, when it is added; the store keeps only its SHA-256. A
-key is either ``admin`` (everything) or has grants: actions on the queues whose names
-match a pattern in which ``*`` stands for any run of characters.
+A key's secret is shown once, when it is added; the store keeps its SHA-256 and, when
+the server has a signing key (sluice.server.signing), the secret encrypted under it, for
+Signature Version 4 (the SQS endpoint). A key is either ``admin`` (everything) or has
+grants: actions on the queues whose names match a pattern in which ``*`` stands for any
+run of characters.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from sluice.backends.records import StoredKey
 from sluice.database import Database
 from sluice.errors import ConfigurationError, KeyNotFound
+from sluice.server.signing import SigningKey
 
 __all__ = [
     "ACTIONS",
@@ -166,9 +169,16 @@ class KeyInfo:
 class Keys:
     """The server's API keys in a database: add, list, revoke, and authenticate a secret."""
 
-    def __init__(self, db: Database, *, remember: float = REMEMBER) -> None:
+    def __init__(
+        self, db: Database, *, remember: float = REMEMBER, signing: SigningKey | None = None
+    ) -> None:
         self._db = db
         self._remember = remember
+        self._signing = signing
+        # Names of keys known to have their signing secret stored (no need to look again).
+        self._sealed: set[str] = set()
+        # Access key id -> whom it stands for, its signing secret, when it was read.
+        self._signers: dict[str, tuple[Principal, str, float]] = {}
         # The digest of a found secret -> whom it stands for, and when it was read (the
         # database's clock, so that a test's manual clock can move past it).
         self._recent: dict[str, tuple[Principal, float]] = {}
@@ -188,9 +198,9 @@ class Keys:
                 f"the key {name!r} would allow nothing: give it grants (--grant) or admin"
             )
         secret = KEY_PREFIX + secrets.token_urlsafe(32)
-        self._db.backend.keys_add(
-            name, _digest(secret), _grants_json(grants), admin=admin, now=self._db.clock.now()
-        )
+        sealed = None if self._signing is None else self._signing.seal(name, secret)
+        self._db.backend.keys_add(name, _digest(secret), _grants_json(grants), admin=admin,
+                                  now=self._db.clock.now(), signing=sealed)  # fmt: skip
         return secret
 
     def list(self) -> builtins.list[KeyInfo]:  # builtins: "list" is this method here
@@ -208,6 +218,7 @@ class Keys:
         if not named or not self._db.backend.keys_revoke(name, self._db.clock.now()):
             raise KeyNotFound(f"no API key named {name!r}; see `sluice keys list`")
         self._recent.clear()
+        self._signers.clear()
 
     def remembered(self, secret: str) -> Principal | None:
         """Whom ``secret`` stands for if it was found within the last ``remember``
@@ -236,10 +247,57 @@ class Keys:
         if stored.used_at is None or now - stored.used_at >= USED_EVERY:
             self._db.backend.keys_used(stored.name, now)
         found = Principal(stored.name, stored.admin, _grants_of(stored.grants))
+        if self._signing is not None and stored.name not in self._sealed:
+            self._seal(stored.name, secret, digest)
         if len(self._recent) >= _REMEMBERED:
             self._recent.clear()
         self._recent[digest] = (found, now)
         return found
+
+    def remembered_signer(self, access_key: str) -> tuple[Principal, str] | None:
+        """:meth:`signer`'s answer if it was found within the last ``remember`` seconds,
+        without asking the store (so without leaving the event loop); None: ask
+        :meth:`signer`."""
+        seen = self._signers.get(access_key)
+        if seen is None or self._db.clock.now() - seen[2] >= self._remember:
+            return None
+        return seen[0], seen[1]
+
+    def signer(self, access_key: str) -> tuple[Principal, str] | None:
+        """Whom the access key id ``access_key`` (a key's name) stands for and its secret,
+        to check a Signature Version 4 request; None if there is no such unrevoked key, or
+        its secret cannot be recovered (no signing key here, none stored for it yet, or
+        sealed under another signing key). Remembered as :meth:`remembered` is."""
+        now = self._db.clock.now()
+        seen = self._signers.get(access_key)
+        if seen is not None and now - seen[2] < self._remember:
+            return seen[0], seen[1]
+        if self._signing is None or not _KEY_NAME.fullmatch(access_key):
+            return None
+        found = self._db.backend.keys_signing(access_key)
+        if found is None:
+            return None
+        stored, sealed = found
+        secret = None if sealed is None else self._signing.open(stored.name, sealed)
+        if secret is None:
+            return None
+        if stored.used_at is None or now - stored.used_at >= USED_EVERY:
+            self._db.backend.keys_used(stored.name, now)
+        who = Principal(stored.name, stored.admin, _grants_of(stored.grants))
+        if len(self._signers) >= _REMEMBERED:
+            self._signers.clear()
+        self._signers[access_key] = (who, secret, now)
+        return who, secret
+
+    def _seal(self, name: str, secret: str, digest: str) -> None:
+        """A key made without a signing secret gets one now that a request showed it (the
+        migration of keys made before the server had a signing key: docs/sqs.md)."""
+        if self._signing is None:
+            return
+        found = self._db.backend.keys_signing(name)
+        if found is not None and found[1] is None:
+            self._db.backend.keys_set_signing(name, digest, self._signing.seal(name, secret))
+        self._sealed.add(name)
 
 
 def _digest(secret: str) -> str:

@@ -120,6 +120,40 @@ class Leases:
             await _release(lease)
         return len(ended)
 
+    def take_queue(self, queue: str) -> list[Lease]:
+        """The leases of every message held from ``queue``, ended now (the caller settles
+        their messages)."""
+        with self._changed:
+            ended = [lease for lease in self._held.values() if lease.message.queue == queue]
+            for lease in ended:
+                del self._held[lease.token]
+            self._changed.notify_all()
+        return ended
+
+    async def end_queue(self, queue: str) -> int:
+        """Give back every message held from ``queue`` (before it is dropped); how many."""
+        ended = self.take_queue(queue)
+        for lease in ended:
+            await _release(lease)
+        return len(ended)
+
+    async def give_back_due(self, queue: str) -> int:
+        """Release now, on this loop, the messages of ``queue`` whose lease ran out and
+        that the reaper has not given back yet; how many. A consumer that comes for
+        messages just after a lease ended finds its message back, however late the
+        reaper's thread runs on a loaded machine."""
+        now = self._clock.now()
+        with self._changed:
+            ended = [lease for lease in self._held.values()
+                     if lease.expires <= now and lease.message.queue == queue]  # fmt: skip
+            for lease in ended:
+                del self._held[lease.token]
+            if ended:
+                self._changed.notify_all()
+        for lease in ended:
+            await _release(lease)
+        return len(ended)
+
     def expire(self) -> int:
         """Release every message whose lease ran out; how many. Called off the event loop
         (the reaper's thread): each is given back on its loop, waited for."""

@@ -47,9 +47,10 @@ _FILES = (
     "keys.sql",
     "idempotency.sql",
     "gateways.sql",
+    "sqs.sql",
 )
 """Per folder: the queue engine's statements, then those of topics, jobs and tasks, the
-rules engine, API keys, idempotency keys and gateways."""
+rules engine, API keys, idempotency keys, gateways and the SQS endpoint."""
 _FOLDERS = ("common", "{dialect}")
 
 _SECTION = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)

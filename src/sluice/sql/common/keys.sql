@@ -6,8 +6,8 @@
 name, grants, admin, created_at, used_at, revoked_at
 
 -- name: keys_insert
-INSERT INTO {schema}.api_keys (name, hash, grants, admin, created_at)
-VALUES (:name, :hash, :grants, :admin, :now);
+INSERT INTO {schema}.api_keys (name, hash, grants, admin, created_at, signing)
+VALUES (:name, :hash, :grants, :admin, :now, :signing);
 
 -- name: keys_list
 -- Every key, revoked ones too, without their hashes.
@@ -31,3 +31,15 @@ WHERE hash = :hash AND revoked_at IS NULL;
 -- name: keys_used
 -- Not durable: a mark lost to a power cut only makes the key look used a little earlier.
 UPDATE {schema}.api_keys SET used_at = :now WHERE name = :name;
+
+-- name: keys_signing
+-- The unrevoked key named :name and its encrypted signing secret (Signature Version 4
+-- names a key by its access key id, the key's name; sluice.server.sqs).
+SELECT {key_columns}, signing
+FROM {schema}.api_keys
+WHERE name = :name AND revoked_at IS NULL;
+
+-- name: keys_set_signing
+-- A key made without a signing secret gets one from a request that showed its secret.
+UPDATE {schema}.api_keys SET signing = :signing
+WHERE name = :name AND hash = :hash;

@@ -465,7 +465,8 @@ CREATE TABLE {schema}.api_keys (
     admin      boolean NOT NULL DEFAULT false,
     created_at double precision NOT NULL,
     used_at    double precision,
-    revoked_at double precision
+    revoked_at double precision,
+    signing    text
 );
 
 -- The answers of requests with an Idempotency-Key (0010_server.sql).
@@ -487,4 +488,13 @@ CREATE TABLE {schema}.gateways (
     transport  text    NOT NULL,
     settings   text    NOT NULL,
     created_at double precision NOT NULL
+);
+
+-- The SQS endpoint's attributes and tags of queues (0013_sqs.sql).
+CREATE TABLE {schema}.sqs_queues (
+    name       text    PRIMARY KEY,
+    attributes text    NOT NULL,
+    tags       text    NOT NULL,
+    created_at double precision    NOT NULL,
+    changed_at double precision    NOT NULL
 );

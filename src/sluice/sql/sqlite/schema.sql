@@ -263,7 +263,8 @@ CREATE TABLE api_keys (
     admin      INTEGER NOT NULL DEFAULT 0,
     created_at REAL    NOT NULL,
     used_at    REAL,
-    revoked_at REAL
+    revoked_at REAL,
+    signing    TEXT
 );
 
 -- The answers of requests with an Idempotency-Key (0008_server.sql).
@@ -285,4 +286,13 @@ CREATE TABLE gateways (
     transport  TEXT    NOT NULL,
     settings   TEXT    NOT NULL,
     created_at REAL    NOT NULL
+);
+
+-- The SQS endpoint's attributes and tags of queues (0012_sqs.sql).
+CREATE TABLE sqs_queues (
+    name       TEXT    PRIMARY KEY,
+    attributes TEXT    NOT NULL,
+    tags       TEXT    NOT NULL,
+    created_at REAL    NOT NULL,
+    changed_at REAL    NOT NULL
 );
