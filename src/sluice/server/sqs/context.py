@@ -18,6 +18,7 @@ from sluice.server.grants import Principal
 from sluice.server.leases import Leases
 from sluice.server.offload import Offload
 from sluice.server.sqs.errors import SqsError, access_denied, no_queue
+from sluice.server.sqs.held import Acks
 from sluice.server.sqs.settings import QueueSettings
 
 __all__ = ["ACCOUNT", "REMEMBERED", "SETTINGS_REMEMBERED", "Call", "SqsState"]
@@ -88,6 +89,8 @@ class Call:
     """``scheme://host`` the request was sent to: queue URLs are made from it."""
     offload: Offload
     """The app's threads for blocking work (server/offload.py)."""
+    acks: Acks
+    """Where the acks of one turn of the event loop commit together (sqs/held.py)."""
 
     def url(self, name: str) -> str:
         return f"{self.state.base or self.base}/{self.state.account}/{name}"

@@ -29,6 +29,7 @@ from sluice.server.offload import Offload
 from sluice.server.sqs import handles, messages, queues, sigv4
 from sluice.server.sqs.context import Call, SqsState
 from sluice.server.sqs.errors import SqsError, invalid_parameter, no_queue, unsupported
+from sluice.server.sqs.held import Acks
 from sluice.server.sqs.protocol import Answer, Asked, error_answer, from_form, from_json, ok_answer
 
 __all__ = ["SqsEndpoint"]
@@ -73,6 +74,7 @@ class SqsEndpoint:
     ) -> None:
         self.app = app
         self._offload = offload
+        self._acks = Acks(db, offload)
         self._db = db
         self._gate = gate
         self._leases = leases
@@ -120,6 +122,7 @@ class SqsEndpoint:
             region,
             f"{scope.get('scheme', 'http')}://{host}",
             self._offload,
+            self._acks,
         )
         try:
             result = await self._run(call, asked)

@@ -316,15 +316,15 @@ async def receive_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         # over for this receive, whenever the reaper's thread gets to it); if nothing
         # came and the receive may wait, the first to come through sluice.aio (no
         # thread held while waiting), then what is ready behind it.
-        taken += await held.take(call.db, call.offload, name, most)
+        taken += await held.take(call.db, call.offload, call.acks, name, most)
         if len(taken) < most and await call.leases.give_back_due(name):
-            taken += await held.take(call.db, call.offload, name, most - len(taken))
+            taken += await held.take(call.db, call.offload, call.acks, name, most - len(taken))
         if not taken and wait > 0:
             first = await (await (await call.aio.get()).queue(name)).get(wait=float(wait))
             if first is not None:
                 taken.append(first)
                 if most > 1:
-                    taken += await held.take(call.db, call.offload, name, most - 1)
+                    taken += await held.take(call.db, call.offload, call.acks, name, most - 1)
     finally:  # what was taken is leased even if the rest failed, as SQS would hold it
         for m in taken:
             lease = call.leases.add(m, float(seconds))
