@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mail": ("aiosmtpd",),
     "pydantic": ("pydantic",),
     "celery": ("kombu",),  # the kombu transport needs kombu alone; Celery is its user
+    "sqs": ("cryptography",),  # the signing key that keeps API keys' secrets (SigV4)
 }
 """Each extra and the modules it brings, as ``pyproject.toml`` declares them."""
 

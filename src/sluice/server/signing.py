@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.errors import ConfigurationError
+from sluice.extras import require
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -32,12 +33,9 @@ _NONCE = 12
 
 
 def _aesgcm(key: bytes) -> AESGCM:
-    try:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - the extra is installed in tests
-        raise ConfigurationError(
-            "a signing key needs the cryptography package: pip install 'sluice-queue[sqs]'"
-        ) from None
+    require("sqs", "a signing key (the secrets SQS's signatures are checked with)")
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
+
     return AESGCM(key)
 
 
