@@ -10,7 +10,20 @@ from bench.harness import summarize
 from bench.server.clients import Run
 from bench.server.profile import Parts
 
-__all__ = ["BATCH_RATIO", "HTTP", "IN_PROCESS", "LEAST", "P50_MS", "Results", "Row", "render"]
+__all__ = [
+    "BATCH_RATIO",
+    "HTTP",
+    "IN_PROCESS",
+    "LEAST",
+    "P50_MS",
+    "Results",
+    "Row",
+    "find",
+    "num",
+    "ratio",
+    "render",
+    "table",
+]
 
 BATCH_RATIO = 0.5
 """HTTP enqueue of batches of 10 against the in-process put_many(10): at least this."""
@@ -78,11 +91,12 @@ class Results:
     no browser figure)."""
 
 
-def _num(value: float | None, fmt: str = ",.0f") -> str:
+def num(value: float | None, fmt: str = ",.0f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _table(rows: list[Row]) -> list[str]:
+def table(rows: list[Row], op_note: str = "latency of the {n} requests") -> list[str]:
+    """The rows' table; ``op_note``: the note of a row whose operation is several requests."""
     out = [
         "| API | workload | clients | msgs/s | requests/s | p50 ms | p99 ms "
         "| serving CPU us/msg | client CPU us/request | note |",
@@ -98,26 +112,26 @@ def _table(rows: list[Row]) -> list[str]:
         p99 = lat["p99"] * 1000 if lat else None
         notes = []
         if r.requests_per_op > 1:
-            notes.append(f"latency of the {r.requests_per_op} requests")
+            notes.append(op_note.format(n=r.requests_per_op))
         if any(run.dry for run in r.runs):
             notes.append("queue ran dry")
         client = "-" if r.api == IN_PROCESS else f"{r.client_cpu_per_request():,.0f}"
         out.append(
-            head + f"| {_num(r.rate)} | {_num(r.request_rate)} | {_num(p50, '.2f')} "
-            f"| {_num(p99, '.2f')} | {_num(r.cpu_per_message())} | {client} "
+            head + f"| {num(r.rate)} | {num(r.request_rate)} | {num(p50, '.2f')} "
+            f"| {num(p99, '.2f')} | {num(r.cpu_per_message())} | {client} "
             f"| {'; '.join(notes)} |"
         )
     return out
 
 
-def _find(rows: list[Row], system: str, api: str, workload: str, clients: int) -> Row | None:
+def find(rows: list[Row], system: str, api: str, workload: str, clients: int) -> Row | None:
     for r in rows:
         if (r.system, r.api, r.workload, r.clients) == (system, api, workload, clients):
             return r
     return None
 
 
-def _ratio(label: str, num: Row | None, den: Row | None, need: float | None = None) -> str:
+def ratio(label: str, num: Row | None, den: Row | None, need: float | None = None) -> str:
     a = num.rate if num else None
     b = den.rate if den else None
     if a is None or b is None:
@@ -133,19 +147,19 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
     out = []
     for system in systems:
         for c in clients:
-            mine = _find(rows, system, IN_PROCESS, "enqueue 10", c)
-            out.append(_ratio(
+            mine = find(rows, system, IN_PROCESS, "enqueue 10", c)
+            out.append(ratio(
                 f"{system}, {c} client(s): HTTP enqueue 10 / in-process put_many(10), msgs/s",
-                _find(rows, system, HTTP, "enqueue 10", c), mine, BATCH_RATIO))  # fmt: skip
+                find(rows, system, HTTP, "enqueue 10", c), mine, BATCH_RATIO))  # fmt: skip
             out.append(
-                _ratio(
+                ratio(
                     "  the bound: the least server's enqueue 10 / in-process put_many(10)",
-                    _find(rows, system, LEAST, "enqueue 10", c),
+                    find(rows, system, LEAST, "enqueue 10", c),
                     mine,
                 ).replace("- ", "  - ", 1)
             )
     for system in systems:
-        one = _find(rows, system, HTTP, "enqueue 1", 1)
+        one = find(rows, system, HTTP, "enqueue 1", 1)
         lat = one.latency() if one and not one.error else {}
         if not lat:
             out.append(f"- MISS  {system}: one durable HTTP enqueue, p50: no figure")
@@ -176,21 +190,21 @@ def _ratios(res: Results, systems: list[str], clients: list[int]) -> list[str]:
         for c in clients:
             w = f"{system}, {c} client(s)"
             out += [
-                _ratio(f"{w}: HTTP enqueue 1 / in-process put", _find(rows, system, HTTP,
-                       "enqueue 1", c), _find(rows, system, IN_PROCESS, "enqueue 1", c)),
-                _ratio(f"{w}: HTTP lease + ack / in-process get + ack", _find(rows, system,
-                       HTTP, "lease + ack", c), _find(rows, system, IN_PROCESS,
+                ratio(f"{w}: HTTP enqueue 1 / in-process put", find(rows, system, HTTP,
+                       "enqueue 1", c), find(rows, system, IN_PROCESS, "enqueue 1", c)),
+                ratio(f"{w}: HTTP lease + ack / in-process get + ack", find(rows, system,
+                       HTTP, "lease + ack", c), find(rows, system, IN_PROCESS,
                        "lease + ack", c)),
-                _ratio(f"{w}: HTTP enqueue 1 / RabbitMQ HTTP publish", _find(rows, system,
-                       HTTP, "enqueue 1", c), _find(rows, "rabbitmq", RABBIT, "enqueue 1", c)),
-                _ratio(f"{w}: HTTP lease + ack / RabbitMQ HTTP get", _find(rows, system, HTTP,
-                       "lease + ack", c), _find(rows, "rabbitmq", RABBIT, "get + ack", c)),
-                _ratio(f"{w}: HTTP enqueue 1 / the floor, requests/s", _find(rows, system,
-                       HTTP, "enqueue 1", c), _find(rows, "floor", FLOOR, "http.client", c)),
-                _ratio(f"{w}: HTTP enqueue 10 / the least server's", _find(rows, system, HTTP,
-                       "enqueue 10", c), _find(rows, system, LEAST, "enqueue 10", c)),
-                _ratio(f"{w}: HTTP enqueue 1 / the least server's", _find(rows, system, HTTP,
-                       "enqueue 1", c), _find(rows, system, LEAST, "enqueue 1", c)),
+                ratio(f"{w}: HTTP enqueue 1 / RabbitMQ HTTP publish", find(rows, system,
+                       HTTP, "enqueue 1", c), find(rows, "rabbitmq", RABBIT, "enqueue 1", c)),
+                ratio(f"{w}: HTTP lease + ack / RabbitMQ HTTP get", find(rows, system, HTTP,
+                       "lease + ack", c), find(rows, "rabbitmq", RABBIT, "get + ack", c)),
+                ratio(f"{w}: HTTP enqueue 1 / the floor, requests/s", find(rows, system,
+                       HTTP, "enqueue 1", c), find(rows, "floor", FLOOR, "http.client", c)),
+                ratio(f"{w}: HTTP enqueue 10 / the least server's", find(rows, system, HTTP,
+                       "enqueue 10", c), find(rows, system, LEAST, "enqueue 10", c)),
+                ratio(f"{w}: HTTP enqueue 1 / the least server's", find(rows, system, HTTP,
+                       "enqueue 1", c), find(rows, system, LEAST, "enqueue 1", c)),
             ]  # fmt: skip
     return out
 
@@ -198,9 +212,9 @@ def _ratios(res: Results, systems: list[str], clients: list[int]) -> list[str]:
 def _parts(res: Results) -> list[str]:
     out: list[str] = []
     for system, parts in res.parts.items():
-        one = _find(res.rows, system, HTTP, "enqueue 1", 1)
-        ten = _find(res.rows, system, HTTP, "enqueue 10", 1)
-        floor = _find(res.rows, "floor", FLOOR, "http.client", 1)
+        one = find(res.rows, system, HTTP, "enqueue 1", 1)
+        ten = find(res.rows, system, HTTP, "enqueue 10", 1)
+        floor = find(res.rows, "floor", FLOOR, "http.client", 1)
         out += [f"**{system}** (median us of one call, one caller):", "",
                 "| part | enqueue 1 | enqueue 10 |", "|---|---:|---:|"]  # fmt: skip
 
@@ -209,7 +223,7 @@ def _parts(res: Results) -> list[str]:
             return lat["p50"] * 1e6 if lat else None
 
         def line(label: str, a: float | None, b: float | None, out: list[str] = out) -> None:
-            out.append(f"| {label} | {_num(a)} | {_num(b)} |")
+            out.append(f"| {label} | {num(a)} | {num(b)} |")
 
         h1, h10 = p50(one), p50(ten)
         line("HTTP request through uvicorn, p50 latency (the table above)", h1, h10)
@@ -250,7 +264,7 @@ def render(res: Results, systems: list[str], clients: list[int]) -> str:
     for system in [*systems, "rabbitmq", "floor"]:
         mine = [r for r in res.rows if r.system == system]
         if mine:
-            out += [f"### {titles.get(system, system)}", "", *_table(mine), ""]
+            out += [f"### {titles.get(system, system)}", "", *table(mine), ""]
     out += ["## Targets", "", *_targets(res, systems, clients), ""]
     out += ["## Ratios (msgs/s unless said)", "", *_ratios(res, systems, clients), ""]
     if res.parts or res.parts_errors:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.server.report import Row
+from bench.server.report import IN_PROCESS, Row, find, ratio, table
 
 __all__ = [
     "HTTP",
@@ -29,7 +29,6 @@ SQS_LEAN = "SQS (lean client)"
 """bench/sqs/lean.py: the same requests signed by a few lines over http.client."""
 HTTP = "HTTP API"
 HTTP_TX = "HTTP API, transaction"
-IN_PROCESS = "in-process"
 
 
 @dataclass
@@ -38,56 +37,6 @@ class Results:
     workload: list[str]
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def _num(value: float | None, fmt: str = ",.0f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _table(rows: list[Row]) -> list[str]:
-    out = [
-        "| API | workload | clients | msgs/s | requests/s | p50 ms | p99 ms "
-        "| serving CPU us/msg | client CPU us/request | note |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in rows:
-        head = f"| {r.api} | {r.workload} | {r.clients} "
-        if r.error:
-            out.append(head + f"| - | - | - | - | - | - | error: {r.error} |")
-            continue
-        lat = r.latency()
-        p50 = lat["p50"] * 1000 if lat else None
-        p99 = lat["p99"] * 1000 if lat else None
-        notes = []
-        if r.requests_per_op != 1:
-            notes.append(f"latency of one operation ({r.requests_per_op:g} requests)")
-        if any(run.dry for run in r.runs):
-            notes.append("queue ran dry")
-        client = "-" if r.api == IN_PROCESS else f"{r.client_cpu_per_request():,.0f}"
-        out.append(
-            head + f"| {_num(r.rate)} | {_num(r.request_rate)} | {_num(p50, '.2f')} "
-            f"| {_num(p99, '.2f')} | {_num(r.cpu_per_message())} | {client} "
-            f"| {'; '.join(notes)} |"
-        )
-    return out
-
-
-def find(rows: list[Row], system: str, api: str, workload: str, clients: int) -> Row | None:
-    for r in rows:
-        if (r.system, r.api, r.workload, r.clients) == (system, api, workload, clients):
-            return r
-    return None
-
-
-def _ratio(label: str, num: Row | None, den: Row | None, need: float | None = None) -> str:
-    a = num.rate if num else None
-    b = den.rate if den else None
-    if a is None or b is None:
-        return f"- {'MISS  ' if need else ''}{label}: no figure"
-    text = f"{label}: {a:,.0f} / {b:,.0f} = {a / b:.2f}"
-    if need is None:
-        return f"- {text}"
-    return f"- {'PASS' if a / b >= need else 'MISS'}  {text} (need >= {need:g})"
 
 
 def _fastest(*rows: Row | None) -> Row | None:
@@ -101,22 +50,22 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
         for c in clients:
             w = f"{system}, {c} client(s)"
             send = find(rows, system, HTTP, "send 10", c)
-            out.append(_ratio(f"{w}: SQS SendMessageBatch(10) / HTTP enqueue of 10",
+            out.append(ratio(f"{w}: SQS SendMessageBatch(10) / HTTP enqueue of 10",
                               find(rows, system, SQS, "send 10", c), send, RATIO))  # fmt: skip
-            out.append(_ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
+            out.append(ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
                               find(rows, system, SQS_LEAN, "send 10", c), send,
                               RATIO).replace("- ", "  - ", 1))  # fmt: skip
             http = _fastest(find(rows, system, HTTP, "receive 10 + delete", c),
                             find(rows, system, HTTP_TX, "receive 10 + delete", c))  # fmt: skip
             which = f" ({http.api})" if http else ""
-            out.append(_ratio(f"{w}: SQS ReceiveMessage(10) + DeleteMessageBatch / the faster "
+            out.append(ratio(f"{w}: SQS ReceiveMessage(10) + DeleteMessageBatch / the faster "
                               f"HTTP receive of 10{which}",
                               find(rows, system, SQS, "receive 10 + delete", c), http,
                               RATIO))  # fmt: skip
-            out.append(_ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
+            out.append(ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
                               find(rows, system, SQS_LEAN, "receive 10 + delete", c), http,
                               RATIO).replace("- ", "  - ", 1))  # fmt: skip
-            out.append(_ratio("the same leases: the lean client's / HTTP lease of 10 + acks",
+            out.append(ratio("the same leases: the lean client's / HTTP lease of 10 + acks",
                               find(rows, system, SQS_LEAN, "receive 10 + delete", c),
                               find(rows, system, HTTP, "receive 10 + delete", c),
                               RATIO).replace("- ", "  - ", 1))  # fmt: skip
@@ -146,13 +95,13 @@ def _ratios(res: Results, systems: list[str], clients: list[int]) -> list[str]:
         for c in clients:
             w = f"{system}, {c} client(s)"
             for workload in ("send 10", "receive 10 + delete"):
-                out.append(_ratio(f"{w}: SQS / in-process, {workload}",
+                out.append(ratio(f"{w}: SQS / in-process, {workload}",
                                   find(rows, system, SQS, workload, c),
                                   find(rows, system, IN_PROCESS, workload, c)))  # fmt: skip
-                out.append(_ratio(f"{w}: HTTP API / in-process, {workload}",
+                out.append(ratio(f"{w}: HTTP API / in-process, {workload}",
                                   find(rows, system, HTTP, workload, c),
                                   find(rows, system, IN_PROCESS, workload, c)))  # fmt: skip
-        out.append(_ratio(f"{system}, 1 client: SQS SendMessage / HTTP enqueue of 1",
+        out.append(ratio(f"{system}, 1 client: SQS SendMessage / HTTP enqueue of 1",
                           find(rows, system, SQS, "send 1", 1),
                           find(rows, system, HTTP, "send 1", 1)))  # fmt: skip
     return out
@@ -169,7 +118,12 @@ def render(res: Results, systems: list[str], clients: list[int]) -> str:
     for system in systems:
         mine = [r for r in res.rows if r.system == system]
         if mine:
-            out += [f"### {titles.get(system, system)}", "", *_table(mine), ""]
+            out += [
+                f"### {titles.get(system, system)}",
+                "",
+                *table(mine, "latency of one operation ({n} requests)"),
+                "",
+            ]
     out += ["## Targets (issue 43)", "", *_targets(res, systems, clients), ""]
     out += ["## Ratios (msgs/s)", "", *_ratios(res, systems, clients), ""]
     if res.notes:
