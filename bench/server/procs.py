@@ -27,6 +27,7 @@ __all__ = [
     "RABBIT_API_PORT",
     "Server",
     "beam_pid",
+    "canned_sqs",
     "child_environment",
     "cpu_seconds",
     "ensure_management",
@@ -115,6 +116,12 @@ def floor() -> AbstractContextManager[Server]:
     """The bare Starlette route on uvicorn (bench/server/floor.py)."""
     argv = [sys.executable, "-m", "bench.server.floor", "--log-level", LOG_LEVEL]
     return _process("the floor", argv, ("POST", "/floor"))
+
+
+def canned_sqs() -> AbstractContextManager[Server]:
+    """An SQS endpoint of canned answers, no work at all (bench/sqs/floor.py)."""
+    argv = [sys.executable, "-m", "bench.sqs.floor", "--log-level", LOG_LEVEL]
+    return _process("the canned SQS endpoint", argv, ("POST", "/"))
 
 
 def least(url: str) -> AbstractContextManager[Server]:

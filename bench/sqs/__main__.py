@@ -43,11 +43,20 @@ from bench.harness import (
     write_report,
 )
 from bench.server.clients import Factory, drive
-from bench.server.procs import LOG_LEVEL, Server, sluice_serve
+from bench.server.procs import LOG_LEVEL, Server, canned_sqs, sluice_serve
 from bench.server.report import Row
 from bench.sqs.clients import REGION, WORKLOADS, http_ops, in_process_ops, sqs_ops
 from bench.sqs.lean import lean_ops
-from bench.sqs.report import HTTP, HTTP_TX, IN_PROCESS, SQS, SQS_LEAN, Results, render
+from bench.sqs.report import (
+    HTTP,
+    HTTP_TX,
+    IN_PROCESS,
+    SQS,
+    SQS_CANNED,
+    SQS_LEAN,
+    Results,
+    render,
+)
 
 SYSTEMS = ("sqlite", "postgresql")
 SCHEMA = "bench_sqs"
@@ -70,16 +79,16 @@ NOTES = [
     "checks), as much as the server spends on a batch of 10, on the same 2 cores. The lean "
     "client's rows (bench/sqs/lean.py: the same requests, signed by a few lines over "
     "http.client) are the endpoint's own rate; the boto3 rows are what a boto3 user gets on "
-    "a machine this small.",
+    "a machine this small. Their bound is measured in the same run: boto3 against an "
+    f"endpoint of canned answers that does no work at all (*{SQS_CANNED}*, "
+    "bench/sqs/floor.py).",
     "**A receive takes each message in a transaction of its own** (a lease, so that each "
     "deletes, changes or expires alone: SQS's receipt handles), as the HTTP API's leases "
     "do; the HTTP API's transaction takes 10 in one statement and settles them in one "
     "commit, which no set of receipt handles can be. The endpoint claims a receive's "
-    "messages with the blocking API in one hop to the server's offload threads and "
-    "commits a DeleteMessageBatch's deletes at once from those threads, so that they share "
-    "a flush to disk (group commit); the bound left is one claim transaction per message "
-    "and one commit per delete, until sluice can claim several messages in one statement "
-    "each under its own holder.",
+    "messages in one statement (`Database.get_many`: each message still held, and later "
+    "deleted or expired, on its own) and commits the deletes of one turn of its event loop "
+    "(a DeleteMessageBatch's) together (`Database.ack_many`: one commit, one flush).",
     "**Durable SendMessage** waits for its commit's fsync (SQLite `synchronous=FULL`; "
     "PostgreSQL's WAL flush): the in-process `put` row is that floor on this disk.",
 ]
@@ -174,6 +183,7 @@ def _measure(row: Row, make: Factory, s: Settings, pid: int | None, log: Log) ->
 
 
 _REQUESTS = {(SQS, "receive 10 + delete"): 2, (SQS_LEAN, "receive 10 + delete"): 2,
+             (SQS_CANNED, "receive 10 + delete"): 2,
              (HTTP, "receive 10 + delete"): 11, (HTTP_TX, "receive 10 + delete"): 3}  # fmt: skip
 """Requests per operation where it is not one (a lease of 10 and its acks: 11 when full)."""
 
@@ -184,12 +194,20 @@ def _rows(system: str, s: Settings) -> list[Row]:
         apis = [SQS, SQS_LEAN, HTTP, HTTP_TX, IN_PROCESS] if w.startswith("receive") else [
             SQS, SQS_LEAN, HTTP, IN_PROCESS]  # fmt: skip
         for c in (1,) if w == "send 1" else s.clients:
+            apis.insert(1, SQS_CANNED)
             rows += [Row(system, api, w, c, _REQUESTS.get((api, w), 1)) for api in apis]
     return rows
 
 
 def _rounds(
-    rows: list[Row], s: Settings, place: Place, db: sluice.Database, server: Server, *, log: Log
+    rows: list[Row],
+    s: Settings,
+    place: Place,
+    db: sluice.Database,
+    *,
+    server: Server,
+    canned: Server,
+    log: Log,
 ) -> None:
     import boto3
 
@@ -199,8 +217,11 @@ def _rounds(
     queue_url = admin.create_queue(QueueName=QUEUES[SQS])["QueueUrl"]
     admin.close()
     http = http_ops(server.port, place.secret, QUEUES[HTTP])
+    at = f"http://127.0.0.1:{canned.port}"
+    canned_ops = sqs_ops(at, KEY, place.secret, f"{at}/000000000000/bench_sqs")
     ops: dict[str, tuple[dict[str, Factory], int]] = {
         SQS: (sqs_ops(endpoint, KEY, place.secret, queue_url), server.pid),
+        SQS_CANNED: (canned_ops, canned.pid),
         SQS_LEAN: (lean_ops(server.port, KEY, place.secret, queue_url), server.pid),
         HTTP: (http, server.pid),
         HTTP_TX: ({"receive 10 + delete": http["receive 10 + delete (tx)"]}, server.pid),
@@ -208,7 +229,7 @@ def _rounds(
     }
     for _ in range(s.repeats):
         for row in rows:
-            if row.workload.startswith("receive"):
+            if row.workload.startswith("receive") and row.api != SQS_CANNED:
                 _top_up(db, QUEUES[row.api], s.backlog)
             made, pid = ops[row.api]
             _measure(row, made[row.workload], s, pid, log)
@@ -221,8 +242,8 @@ def run_system(system: str, s: Settings, tmp_root: Path, res: Results, log: Log)
     try:
         with fresh(system, tmp_root) as place, sluice.connect(place.url) as db:
             signing = ("--signing-key", str(place.signing))
-            with sluice_serve(place.url, *signing) as server:
-                _rounds(rows, s, place, db, server, log=log)
+            with sluice_serve(place.url, *signing) as server, canned_sqs() as canned:
+                _rounds(rows, s, place, db, server=server, canned=canned, log=log)
     except Exception as exc:
         for row in rows:
             row.error = row.error or one_line(exc)
@@ -256,6 +277,10 @@ def workload(s: Settings) -> list[str]:
         "protocol: `SendMessageBatch` of 10; `ReceiveMessage` (MaxNumberOfMessages 10, "
         "WaitTimeSeconds 0, the queue's VisibilityTimeout 30 s) then `DeleteMessageBatch` of "
         "what it got; `SendMessage`.",
+        f"- **{SQS_CANNED}**: the boto3 client and requests of the first row against an "
+        "endpoint that does no work (bench/sqs/floor.py: uvicorn and a bare ASGI app answering "
+        "each request with a canned, valid answer; nothing checked, nothing stored): boto3's "
+        "ceiling on this machine, the bound of the boto3 rows.",
         f"- **{SQS_LEAN}**: the same requests over the standard library's `http.client` "
         "(one keep-alive connection per thread), signed with Signature Version 4 by "
         "bench/sqs/lean.py (hashlib and hmac; the day's signing key derived once), the "

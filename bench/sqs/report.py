@@ -14,6 +14,7 @@ __all__ = [
     "P50_MS",
     "RATIO",
     "SQS",
+    "SQS_CANNED",
     "SQS_LEAN",
     "Results",
     "render",
@@ -25,6 +26,8 @@ P50_MS = 3.0
 """One durable SendMessage, p50 (1 client): at most this."""
 
 SQS = "SQS (boto3)"
+SQS_CANNED = "SQS (boto3), canned answers"
+"""boto3 against bench/sqs/floor.py, an endpoint that does no work: boto3's ceiling here."""
 SQS_LEAN = "SQS (lean client)"
 """bench/sqs/lean.py: the same requests signed by a few lines over http.client."""
 HTTP = "HTTP API"
@@ -44,6 +47,25 @@ def _fastest(*rows: Row | None) -> Row | None:
     return max(rated, key=lambda r: r.rate or 0.0, default=None)
 
 
+def _ceiling(rows: list[Row], system: str, workload: str, c: int, http: Row | None) -> list[str]:
+    """boto3's bound beside a boto3 ratio: boto3 against canned answers, as a share of the
+    HTTP API's rate (with 16 clients sharing the cores, the most any endpoint could reach with
+    boto3 here), the boto3 row as a share of it, and for one client the serial bound."""
+    canned = find(rows, system, SQS_CANNED, workload, c)
+    mine = find(rows, system, SQS, workload, c)
+    ceiling = ratio("boto3's ceiling (canned answers, no server work) / HTTP", canned, http)
+    share = ratio("boto3 on the endpoint / boto3's ceiling", mine, canned)
+    out = ["  " + ceiling, "  " + share]
+    if c == 1 and canned and http and canned.rate and http.rate:
+        # One closed-loop client waits for each answer: its boto3 time and the server's add
+        # up, so even a server as fast as the HTTP API's gives at most this.
+        serial = 1 / (1 / canned.rate + 1 / http.rate)
+        out.append(f"  - the bound of one boto3 client: boto3's own time in series with the "
+                   f"HTTP API's, 1 / (1/{canned.rate:,.0f} + 1/{http.rate:,.0f}) = "
+                   f"{serial:,.0f} msgs/s, {serial / http.rate:.2f} x HTTP")  # fmt: skip
+    return out
+
+
 def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
     rows, out = res.rows, []
     for system in systems:
@@ -52,6 +74,7 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
             send = find(rows, system, HTTP, "send 10", c)
             out.append(ratio(f"{w}: SQS SendMessageBatch(10) / HTTP enqueue of 10",
                               find(rows, system, SQS, "send 10", c), send, RATIO))  # fmt: skip
+            out += _ceiling(rows, system, "send 10", c, send)
             out.append(ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
                               find(rows, system, SQS_LEAN, "send 10", c), send,
                               RATIO).replace("- ", "  - ", 1))  # fmt: skip
@@ -62,6 +85,7 @@ def _targets(res: Results, systems: list[str], clients: list[int]) -> list[str]:
                               f"HTTP receive of 10{which}",
                               find(rows, system, SQS, "receive 10 + delete", c), http,
                               RATIO))  # fmt: skip
+            out += _ceiling(rows, system, "receive 10 + delete", c, http)
             out.append(ratio("the endpoint without boto3's CPU: the lean client's / HTTP",
                               find(rows, system, SQS_LEAN, "receive 10 + delete", c), http,
                               RATIO).replace("- ", "  - ", 1))  # fmt: skip
