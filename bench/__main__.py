@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "gateways": "bench.gateways.__main__",
     "soak": "bench.soak.__main__",
     "soak-mixed": "bench.soak.mixed",
+    "otel": "bench.otel.__main__",
 }
 
 

@@ -13,6 +13,7 @@ from sluice.clock import Clock, FastClock, ManualClock, SystemClock
 from sluice.connect import connect
 from sluice.database import Database
 from sluice.engine.enqueue import EnqueueOptions
+from sluice.engine.observe import Destination, Observer, set_default_observer
 from sluice.engine.queue import Queue
 from sluice.engine.transaction import Transaction
 from sluice.errors import (
@@ -61,6 +62,7 @@ __all__ = [
     "ConnectionLost",
     "Database",
     "DeliveryFailed",
+    "Destination",
     "DropboxError",
     "EnqueueOptions",
     "ExpressionError",
@@ -79,6 +81,7 @@ __all__ = [
     "MessageStateError",
     "MissingDependency",
     "NotASluiceDatabase",
+    "Observer",
     "PayloadTooLarge",
     "Position",
     "Queue",
@@ -102,4 +105,5 @@ __all__ = [
     "UnknownTaskType",
     "__version__",
     "connect",
+    "set_default_observer",
 ]

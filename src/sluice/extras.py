@@ -28,6 +28,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "pydantic": ("pydantic",),
     "celery": ("kombu",),  # the kombu transport needs kombu alone; Celery is its user
     "sqs": ("cryptography",),  # the signing key that keeps API keys' secrets (SigV4)
+    "otel": ("opentelemetry.trace", "opentelemetry.metrics"),  # sluice.contrib.otel
 }
 """Each extra and the modules it brings, as ``pyproject.toml`` declares them."""
 

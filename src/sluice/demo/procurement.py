@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -62,12 +63,22 @@ def _request(rid: str, customer: str | None, items: str) -> str:
     return f'<offerRequest id="{rid}"{who}>{items}</offerRequest>'
 
 
+def _processing(db: sluice.Database, m: sluice.Message) -> AbstractContextManager[object]:
+    """With telemetry on, the supplier's answer is traced as its request's processing
+    (docs/observability.md follows one request through it)."""
+    if db.observer is None:
+        return nullcontext()
+    return db.observer.process(sluice.Destination(m.queue), [m], operation="process")
+
+
 def _supplier_answers(db: sluice.Database) -> None:
     """The supplier: every availability request gets an answer with a price."""
     with db.transaction() as tx:
         for m in tx.dequeue("supplier", limit=100):
             request = str(m.body).split('request="', 1)[1].split('"', 1)[0]
-            tx.enqueue("checks", f'<supplierOK request="{request}" price="100"/>', content_type=XML)
+            with _processing(db, m):
+                answer = f'<supplierOK request="{request}" price="100"/>'
+                tx.enqueue("checks", answer, content_type=XML)
 
 
 def _received(db: sluice.Database) -> list[str]:

@@ -55,7 +55,7 @@ def ack_many(context: EngineContext, messages: Sequence[Message]) -> list[Sluice
             errors.append(None)
         elif isinstance(result, SluiceError):
             if isinstance(result, LeaseLost):
-                holder.lost()
+                holder.lost(result)
             errors.append(result)
         else:
             raise result

@@ -23,6 +23,7 @@ from sluice.catalog import QueueSpec, check_queue_name
 from sluice.clock import Clock
 from sluice.engine import lease as leases
 from sluice.engine.content import QueueContent
+from sluice.engine.observe import Observer, default_observer
 from sluice.engine.types import TypeRegistry
 from sluice.engine.upkeep import upkeep
 from sluice.engine.wakeups import Wakeups
@@ -98,6 +99,8 @@ class EngineContext:
         self._contents: dict[str, QueueContent] = {}
         self.ready_hints: dict[str, int] = {}
         """Per subscription, about how many ready messages it has (engine.topics)."""
+        self.observer: Observer | None = default_observer()
+        """Telemetry's observer (engine/observe.py); None, the default, is telemetry off."""
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._renewed = time.monotonic()  # before the write: others judge by a later stamp

@@ -29,6 +29,7 @@ from sluice.engine.any_queue import get_any, get_many
 from sluice.engine.content import free_slot
 from sluice.engine.context import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, EngineContext
 from sluice.engine.credit import check_max_in_flight
+from sluice.engine.observe import Observer
 from sluice.engine.overview import QueueOverview, overview
 from sluice.engine.queue import Queue
 from sluice.engine.topics import Start, Subscription
@@ -91,6 +92,16 @@ class Engine:
     def session(self) -> int:
         """This connection's session id (the S of message ids)."""
         return self.context.session
+
+    @property
+    def observer(self) -> Observer | None:
+        """Telemetry's observer of this connection's messaging (engine/observe.py); None,
+        the default, is telemetry off. ``sluice.contrib.otel.instrument`` sets one."""
+        return self.context.observer
+
+    @observer.setter
+    def observer(self, observer: Observer | None) -> None:
+        self.context.observer = observer
 
     # --- transactions ----------------------------------------------------------------
     def begin(self, *, connection: object | None = None) -> Transaction:

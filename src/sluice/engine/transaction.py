@@ -36,6 +36,7 @@ from sluice.engine.enqueue import (
     check_text,
     envelopes,
 )
+from sluice.engine.observe import Span, destination_of, settle_operation, settled
 from sluice.engine.reading import BrowseState, browse, to_message
 from sluice.engine.steps import Blocking, Call, Steps
 from sluice.errors import (
@@ -90,6 +91,7 @@ class Transaction:
         "_held_lanes",
         "_kept",
         "_lanes_out",
+        "_observed",
         "_pending",
         "_pending_queues",
         "_rejects",
@@ -133,6 +135,7 @@ class Transaction:
         self._durable = False
         self._effects: list[Effect] = []
         self._capped: set[str] | None = None  # queues with max_in_flight it took from
+        self._observed: list[Span] | None = None  # telemetry's, ended with the transaction
 
     @property
     def id(self) -> str:
@@ -195,12 +198,25 @@ class Transaction:
             topics.check_target(spec)
         lane = lane_of(spec.isolation, check_group(group), self._writer, self.number)
         first = self._count + 1
-        added = envelopes(
-            self._context.types, content, queue, bodies, first=first, lane=lane,
-            now=self._context.clock.now(), priority=priority, properties=properties,
-            delay=delay, ttl=ttl, content_type=content_type, correlation_id=correlation_id,
-            reply_to=reply_to, type=type, group=group,
-        )  # fmt: skip
+        span = None
+        observer = self._context.observer
+        if observer is not None:  # telemetry on: the ids are known before the bodies
+            bodies = bodies if isinstance(bodies, list | tuple) else list(bodies)
+            ids = [f"{self.session}/{self.number}/{n}" for n in range(first, first + len(bodies))]
+            properties, span = observer.send(destination_of(spec), ids, properties)
+        try:
+            added = envelopes(
+                self._context.types, content, queue, bodies, first=first, lane=lane,
+                now=self._context.clock.now(), priority=priority, properties=properties,
+                delay=delay, ttl=ttl, content_type=content_type, correlation_id=correlation_id,
+                reply_to=reply_to, type=type, group=group,
+            )  # fmt: skip
+        except BaseException as exc:
+            if span is not None:  # refused: nothing was sent
+                span.end(exc)
+            raise
+        if span is not None:
+            self._watch(span)
         self._count += len(added)
         if lane is not None:
             self._lanes_out.add((queue, lane))
@@ -277,6 +293,8 @@ class Transaction:
         ``chain`` False: at most one message of each lane (``get_many``, whose messages
         are settled each on its own)."""
         self._check_active()
+        observer = self._context.observer
+        started = time.time_ns() if observer is not None else 0
         content = self._context.content(queue)
         spec = content.spec
         select = content.selection(where, order_by)
@@ -298,6 +316,8 @@ class Transaction:
             chain=chain,
         )  # fmt: skip
         messages = self._hold(spec, rows)
+        if observer is not None and messages:
+            observer.received(destination_of(spec), messages, started)
         if len(messages) < len(rows):
             # Some were refused by their bound model and rejected (_hold): the ones behind
             # take their places, as if they had never been there; each round rejects one
@@ -405,7 +425,16 @@ class Transaction:
         lane = self._held_lanes.get(message.ref)
         check_release(message, lane, self._held_lanes)
         lanes = [lane] if lane is not None else []
-        yield Call("release", (self.session, self.number, [message.ref], lanes), {})
+        observer = self._context.observer
+        span = None if observer is None else settled(observer, "release", [message], self._spec)
+        try:
+            yield Call("release", (self.session, self.number, [message.ref], lanes), {})
+        except BaseException as exc:
+            if span is not None:
+                span.end(exc)
+            raise
+        if span is not None:
+            span.end()
         del self._held[message.ref]
         self._held_lanes.pop(message.ref, None)
         self._rejects.pop(message.ref, None)
@@ -480,8 +509,8 @@ class Transaction:
         if plan is not None:
             try:
                 yield Call("commit", (plan,), {})
-            except LeaseLost:
-                self.lost()
+            except LeaseLost as exc:
+                self.lost(exc)
                 raise
         self.committed(freed)
 
@@ -493,6 +522,10 @@ class Transaction:
             yield from check_blocks(self._context, self.id, self._held_lanes, self._held)
         freed = freed_credit(self._capped, self._held) if self._capped else None
         plan: CommitPlan | None = None
+        if self._held and self._context.observer is not None:
+            operation = settle_operation(len(self._held), len(self._rejects))
+            held = list(self._held.values())
+            self._watch(settled(self._context.observer, operation, held, self._spec))
         if self._buffer or self._touched or self._effects:
             plan = CommitPlan(
                 session=self.session,
@@ -512,13 +545,17 @@ class Transaction:
                 plan.settled_at = self._context.clock.now()
         return plan, freed
 
-    def lost(self) -> None:
-        """Its plan's commit failed with LeaseLost: recovery has undone it."""
+    def lost(self, error: LeaseLost) -> None:
+        """Its plan's commit failed with ``error``: recovery has undone it."""
         self.state = TxState.ABORTED
+        if self._observed is not None:
+            self._end_observed(error)
 
     def committed(self, freed: dict[str, int] | None) -> None:
         """Its plan is committed: it is over, and those waiting for its news are told."""
         self.state = TxState.COMMITTED
+        if self._observed is not None:
+            self._end_observed(None)
         wakeups = self._context.wakeups
         if self._pending or self._rejects or self._held_lanes:
             # Which queues gained how many is not known here (a lane's next message
@@ -592,6 +629,8 @@ class Transaction:
         if self.state is TxState.ABORTED:
             return
         self._check_active()
+        if self._observed is not None or (self._held and self._context.observer is not None):
+            self._observe_abort()
         if self._touched and self._shared:
             # The backend's abort gives back all its number's claims, its siblings' too:
             # this one gives back its own message, by its row.
@@ -644,6 +683,26 @@ class Transaction:
                 raise
         else:
             self.abort()
+
+    # --- telemetry (engine/observe.py) ------------------------------------------------
+    def _watch(self, span: Span) -> None:
+        if self._observed is None:
+            self._observed = []
+        self._observed.append(span)
+
+    def _end_observed(self, error: BaseException | None) -> None:
+        spans, self._observed = self._observed or [], None
+        for span in spans:
+            span.end(error)
+
+    def _observe_abort(self) -> None:
+        """What this transaction sent is not sent; what it held goes back (a release)."""
+        self._end_observed(TransactionError(f"transaction {self.id} was aborted"))
+        if self._held and (observer := self._context.observer) is not None:
+            settled(observer, "release", list(self._held.values()), self._spec).end()
+
+    def _spec(self, queue: str) -> QueueSpec:
+        return self._context.spec(queue)
 
     # --- checks ----------------------------------------------------------------------
     def check_lease(self) -> None:

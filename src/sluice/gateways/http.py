@@ -5,7 +5,9 @@ Out, per message: the body as stored (JSON, text, XML or bytes) with its content
 ``Idempotency-Key`` and ``Sluice-Message-Id`` the message's id, so a receiver that
 deduplicates (sluice serve does) stores a retried delivery once; ``Sluice-Properties``
 the properties as a JSON object; ``Sluice-Priority``, and ``Sluice-Correlation-Id``,
-``Sluice-Reply-To``, ``Sluice-Group`` and ``Sluice-Type`` where set. A 2xx answer
+``Sluice-Reply-To``, ``Sluice-Group`` and ``Sluice-Type`` where set, and W3C
+``traceparent`` and ``tracestate`` where the properties carry them (the producer's trace
+context: docs/observability.md). A 2xx answer
 delivers it; with a ``reply_queue`` the answer's body goes there, correlated to the
 message. Connection failures are ``disconnected``, no answer within ``timeout`` is
 ``timed out``, 5xx, 408, 409, 425 and 429 are ``bad response``: all three are tried
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from sluice.engine.observe import TRACE_PROPERTIES
 from sluice.errors import ConfigurationError, DeliveryFailed
 from sluice.gateways.client import Answer, HttpClient
 from sluice.gateways.model import Gateway
@@ -120,6 +123,10 @@ class HttpOut:
         if message.type is not None:
             headers["sluice-type"] = message.type
         headers["sluice-priority"] = str(message.priority)
+        for name in TRACE_PROPERTIES:  # the producer's trace context, for any receiver
+            value = message.properties.get(name)
+            if isinstance(value, str):
+                headers[name] = value
         answer = self._post(url, body, headers)
         return reply_of(answer)
 

@@ -20,6 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from sluice.backends.base import Effect
+from sluice.engine.observe import Destination
 from sluice.engine.transaction import Transaction
 from sluice.engine.wakeups import Token, Wakeups
 from sluice.errors import Conflict, LeaseLost, SluiceError, TaskTimeout, UnknownTaskType
@@ -358,7 +359,7 @@ class Worker:
             ran += 1
             task = Task(message, task_type, tx, self._jobs.types, clock)
             mark = tx.savepoint()
-            error = self._call(task_type, task)
+            error = self._observed_call(task_type, task, message)
             if error is None:
                 settled.append((message, task.success, task.note, started))
                 continue
@@ -381,6 +382,21 @@ class Worker:
             return ran
         self.stats.committed(len(settled), sum(not success for _, success, _, _ in settled))
         return ran
+
+    def _observed_call(
+        self, task_type: TaskType, task: Task, message: Message
+    ) -> BaseException | None:
+        """``_call``, inside a ``process {task type}`` span when telemetry is on
+        (engine/observe.py): what the task enqueues is traced as its work."""
+        observer = self._db.context.observer
+        if observer is None:
+            return self._call(task_type, task)
+        where = Destination(task_type.queue)
+        with observer.process(where, [message], operation="process", target=task_type.name) as span:
+            error = self._call(task_type, task)
+            if error is not None:
+                span.end(error)
+        return error
 
     def _call(self, task_type: TaskType, task: Task) -> BaseException | None:
         """Run the task's function in this thread, within its timeout; what it raised."""

@@ -60,6 +60,7 @@ class Batch:
         queue_ids: Mapping[str, int],
         turns: Turns,
         evaluate: Evaluate | None = None,
+        traced: bool = False,
     ) -> None:
         self.evaluate = evaluate
         self._evaluated: dict[int, Sequence[Any]] = {}
@@ -81,7 +82,7 @@ class Batch:
         self.result = BatchResult()
         self.contents: dict[str, QueueContent] = {}
         """The SQL enqueue's targets, as this batch found them."""
-        self.decider = Decider(app, now, self._typed)
+        self.decider = Decider(app, now, self._typed, traced=traced)
 
     # --- the unit ------------------------------------------------------------------
     def run(self, limit: int) -> BatchResult:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.backends.base import Envelope
+from sluice.engine.observe import TRACE_PROPERTIES
 from sluice.errors import StorageError
 from sluice.expr.python_rules import json_number
 from sluice.expr.xml import parse_xml
@@ -66,10 +67,14 @@ def read_trigger(row: Sequence[Any], queue: str) -> Trigger:
 class Decider:
     """The rules of a batch's plans applied to evaluated rows, at the batch's ``now``."""
 
-    def __init__(self, app: Application, now: float, make: MakeEnvelope) -> None:
+    def __init__(
+        self, app: Application, now: float, make: MakeEnvelope, *, traced: bool = False
+    ) -> None:
         self.app = app
         self.now = now
         self._make = make
+        self._traced = traced
+        """Telemetry is on: a made message inherits its trigger's trace context."""
 
     def decide(self, plan: QueuePlan, row: Sequence[Any]) -> Actions | Failure:
         """What ``plan``'s rules do for one message: its resets and envelopes, or its
@@ -109,6 +114,10 @@ class Decider:
         body, content_type = self._body(rule, action, values, trigger)
         target = self.app.queues.get(action.queue)
         properties: dict[str, Any] = {}
+        if self._traced:
+            for name in TRACE_PROPERTIES:
+                if name in trigger.properties:
+                    properties[name] = trigger.properties[name]
         for name, prop in self.app.properties.items():
             if prop.inherited and action.queue in prop.values and name in trigger.properties:
                 properties[name] = trigger.properties[name]

@@ -66,6 +66,8 @@ class _Compiled:
     queue_ids: Mapping[str, int] = field(default_factory=dict)
     missing: str | None = None
     """Why this process cannot run it (an extra not installed): raised before any batch."""
+    traced: bool = False
+    """Compiled with telemetry on: made messages inherit their triggers' trace context."""
 
 
 @dataclass(slots=True)
@@ -261,17 +263,19 @@ class Rules:
         """Read the applied version; compile it if it changed. True if it did."""
         backend = self._engine.backend
         latest = backend.rules_read("rules_version", {})  # cheap: the text only if it changed
-        if (int(latest[0][0]) if latest else 0) == self._compiled.version:
+        traced = self._context.observer is not None
+        compiled = self._compiled
+        if (int(latest[0][0]) if latest else 0) == compiled.version and traced == compiled.traced:
             return False
         with self._lock:
             rows = backend.rules_read("rules_catalog_read", {})
             version = int(rows[0][0]) if rows else 0
-            if version == self._compiled.version:
+            if version == self._compiled.version and traced == self._compiled.traced:
                 return False  # another worker compiled it meanwhile
             app = codec.decode(rows[0][1]) if rows else Application()
             ids = {str(name): int(ref) for name, ref in backend.rules_read("rules_queue_ids", {})}
             plans = compile_application(app, backend, ids)
-            fast = {p.name: build_fast(app, backend, p) for p in plans}
+            fast = {p.name: build_fast(app, backend, p, traced=traced) for p in plans}
             groups = tuple(arrival_groups(plans))
             for group in groups:
                 self._turns.setdefault(_key(group), Turns())
@@ -280,7 +284,9 @@ class Rules:
                 missing = None
             except MissingDependency as exc:  # raised by the next batch, not by every look
                 missing = str(exc)
-            self._compiled = _Compiled(version, app, tuple(plans), groups, fast, ids, missing)
+            self._compiled = _Compiled(
+                version, app, tuple(plans), groups, fast, ids, missing, traced
+            )
         return True
 
     # --- running -----------------------------------------------------------------------
@@ -343,6 +349,8 @@ class Rules:
         so a busy queue does not starve another of its priority. ``idle``: the keys of
         groups found without work, until a batch produces into one of their queues.
         """
+        if (self._context.observer is not None) != self._compiled.traced:
+            self.reload()  # telemetry turned on or off: compiled again to match
         compiled = self._compiled
         if compiled.missing is not None:
             raise MissingDependency(compiled.missing)
@@ -368,6 +376,7 @@ class Rules:
                     compiled.fast,
                     compiled.queue_ids,
                     self._turns[key],
+                    traced=compiled.traced,
                 )
             except StalePlan:
                 self.reload()

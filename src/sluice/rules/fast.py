@@ -21,6 +21,7 @@ from sluice.backends.base import Backend
 from sluice.backends.records import StoredProperty
 from sluice.engine.content import QueueContent
 from sluice.engine.enqueue import property_value
+from sluice.engine.observe import TRACE_PROPERTIES
 from sluice.errors import MessageError
 from sluice.expr import Node, parse
 from sluice.expr.coercion import as_type
@@ -88,8 +89,12 @@ def made_bodies(plan: QueuePlan, fast: Mapping[ActionKey, FastInsert]) -> frozen
     )
 
 
-def build_fast(app: Application, backend: Backend, plan: QueuePlan) -> dict[ActionKey, FastInsert]:
-    """The SQL enqueue of every action of ``plan`` that can have one."""
+def build_fast(
+    app: Application, backend: Backend, plan: QueuePlan, *, traced: bool = False
+) -> dict[ActionKey, FastInsert]:
+    """The SQL enqueue of every action of ``plan`` that can have one. ``traced``: each
+    made message inherits its trigger's trace context (engine/observe.py), as the Python
+    path's do (decide.Decider)."""
     if plan.sequential:
         return {}
     found: dict[ActionKey, FastInsert] = {}
@@ -99,7 +104,7 @@ def build_fast(app: Application, backend: Backend, plan: QueuePlan) -> dict[Acti
             for a, action in enumerate(branch.actions):
                 number += 1
                 if isinstance(action, PlannedEnqueue) and number < _MAX_ACTIONS:
-                    fast = _insert(app, backend, plan, planned.rule.name, action, number)
+                    fast = _insert(app, backend, plan, planned.rule.name, action, number, traced)
                     if fast is not None:
                         found[(r, b, a)] = fast
     return found
@@ -112,6 +117,7 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
     rule: str,
     action: PlannedEnqueue,
     number: int,
+    traced: bool,
 ) -> FastInsert | None:
     target = app.queues.get(action.queue)
     if target is None or target.kind == "echo":
@@ -126,6 +132,9 @@ def _insert(  # noqa: PLR0917  (one action's part of its queue's plan)
     # writes it, 8.0 as 8), so no row formats it again.
     now = backend.rules_json_text(compiler.placeholder(NOW_JSON))
     pairs: dict[str, tuple[str, str]] = {}
+    if traced:  # NULL where the trigger has none: left out, as inherited values are
+        for name in TRACE_PROPERTIES:
+            pairs[name] = (backend.rules_inherited(name), "json")
     for name, prop in app.properties.items():
         if prop.inherited and action.queue in prop.values:
             pairs[name] = (backend.rules_inherited(name), "json")

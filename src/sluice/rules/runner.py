@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from sluice.backends.base import Backend, RuleUnit
 from sluice.engine.context import EngineContext
+from sluice.engine.observe import Destination
 from sluice.errors import StorageError
 from sluice.rules.arrival import Group
 from sluice.rules.batch import Batch
@@ -44,12 +45,15 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
     fast: Mapping[str, Mapping[ActionKey, FastInsert]],
     queue_ids: Mapping[str, int],
     turns: Turns,
+    *,
+    traced: bool = False,
 ) -> BatchResult:
     """Process up to ``limit`` due messages of ``group``'s queues in one transaction: a
     queue taken alone, or an arrival group's queues in arrival order (rules/arrival.py).
     StalePlan if the applied version is not ``version`` any more. ``fast``: the SQL
     enqueues by queue; ``turns``: the group's, shared by the workers of this engine (see
-    turns.py)."""
+    turns.py). ``traced``: what the batch makes inherits its triggers' trace context, and
+    the batch is a ``process`` span (engine/observe.py); ``fast`` was built so too."""
     backend: Backend = context.backend
     durable = any(plan.definition.mode == "persistent" for plan in group)
 
@@ -60,7 +64,7 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
             first = group[0]
             batch = Batch(context, app, first, unit, now=context.clock.now(), version=version,
                            fast=fast.get(first.name, {}), queue_ids=queue_ids,
-                           turns=turns)  # fmt: skip
+                           turns=turns, traced=traced)  # fmt: skip
             batches.append(batch)
             return batch.run(limit) if len(group) == 1 else batch.run_group(group, fast, limit)
 
@@ -77,7 +81,20 @@ def process_batch(  # noqa: PLR0917  (what one batch needs)
                 if batch.ticket is not None:
                     turns.done(batch.ticket, rolled_back=rolled_back)
 
-    return _with_fallback(context, group, fast, attempt)
+    observer = context.observer
+    if not traced or observer is None:
+        return _with_fallback(context, group, fast, attempt)
+    # One span for the batch, its triggers unknown until taken: each message it makes
+    # carries its own trigger's creation context instead (docs/observability.md).
+    where = (
+        Destination(group[0].name)
+        if len(group) == 1
+        else Destination("+".join(p.name for p in group))
+    )
+    with observer.process(where, (), operation="rules") as span:
+        result = _with_fallback(context, group, fast, attempt)
+        span.count(result.processed)
+    return result
 
 
 def process_given(  # noqa: PLR0917  (what one batch needs)

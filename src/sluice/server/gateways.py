@@ -42,6 +42,7 @@ from sluice.server.idempotency import Answered, Idempotency, Replay
 from sluice.server.models import body_of, read_body, shallow
 from sluice.server.offload import Offload
 from sluice.server.problems import Problem, problem_body, status_of
+from sluice.server.tracing import traced
 
 __all__ = ["HOT", "Incoming", "router"]
 
@@ -107,13 +108,13 @@ async def post(
     body = _body(raw, kind)
     posted = _Post(name, body, kind, _options(request))
     if idempotency_key is None:
-        message_id = await offload(posted.put, db)
+        message_id = await offload(traced(db, request.headers, posted.put), db)
         return JSONResponse({"id": message_id}, status_code=201)
     keys: Idempotency = request.app.state.idempotency
     asked = posted.asked(f"/api/gateways/{name}", raw)  # the path (request.url costs)
     once = functools.partial(keys.once, who.name, [(idempotency_key, asked)],
                              functools.partial(posted.put_many, db, [posted]))  # fmt: skip
-    done = await offload(once)
+    done = await offload(traced(db, request.headers, once))
     if isinstance(done, Replay):
         return done.response()
     if done is None:  # one key gets an answer (the type says so), never None

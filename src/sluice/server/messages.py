@@ -32,6 +32,7 @@ from sluice.server.models import (
     runs,
 )
 from sluice.server.offload import Offload
+from sluice.server.tracing import traced
 
 __all__ = ["router"]
 
@@ -82,10 +83,12 @@ async def enqueue(
     need(who, name, "produce")
     batch = await read_body(request, Enqueue)
     done: Enqueued | Response
+    db = _db(request)
     if idempotency_key is None:
-        done = await _offload(request)(_enqueue, _db(request), name, batch)
+        done = await _offload(request)(traced(db, request.headers, _enqueue), db, name, batch)
     else:
-        done = await _offload(request)(_enqueue_once, request, who, name, batch, idempotency_key)
+        once = traced(db, request.headers, _enqueue_once)
+        done = await _offload(request)(once, request, who, name, batch, idempotency_key)
         if isinstance(done, Response):
             return done
     count(request, name, "enqueued", len(done.ids))
