@@ -50,6 +50,7 @@ from sluice.errors import (
     TypeViolation,
     UnknownTaskType,
 )
+from sluice.jobs.submit import TaskSpec
 from sluice.message import Message, MessageState, Position
 
 __version__ = "0.1.0"
@@ -93,6 +94,7 @@ __all__ = [
     "SluiceError",
     "StorageError",
     "SystemClock",
+    "TaskSpec",
     "TaskTimeout",
     "Transaction",
     "TransactionClosed",
