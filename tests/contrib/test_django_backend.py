@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("django", reason="the 'django' extra is not installed")
 
-from tests.contrib.django_support import Stores, alias, django_project, stores  # noqa: E402
+from tests.contrib.django_support import Stores, alias, django_project, stores
 
 __all__ = ["alias", "django_project", "stores"]  # the fixtures this module uses
 
@@ -45,17 +45,24 @@ def test_enqueue_gives_a_ready_result_that_get_result_finds(alias: str) -> None:
     t = tasks().add.using(backend=alias)
     result = t.enqueue(2, 3)
     assert result.status == TaskResultStatus.READY
-    assert result.id and result.backend == alias
+    assert result.id
+    assert result.backend == alias
     assert (result.args, result.kwargs) == ([2, 3], {})
-    assert result.enqueued_at is not None and result.enqueued_at.tzinfo is not None
-    assert result.started_at is None and result.finished_at is None
-    assert not result.is_finished and result.worker_ids == []
+    assert result.enqueued_at is not None
+    assert result.enqueued_at.tzinfo is not None
+    assert result.started_at is None
+    assert result.finished_at is None
+    assert not result.is_finished
+    assert result.worker_ids == []
     with pytest.raises(ValueError, match="not finished"):
         _ = result.return_value
     found = backend_of(alias).get_result(result.id)
-    assert found.id == result.id and found.status == TaskResultStatus.READY
-    assert found.task.func is t.func and found.task.backend == alias
-    assert found.args == [2, 3] and found.enqueued_at == result.enqueued_at
+    assert found.id == result.id
+    assert found.status == TaskResultStatus.READY
+    assert found.task.func is t.func
+    assert found.task.backend == alias
+    assert found.args == [2, 3]
+    assert found.enqueued_at == result.enqueued_at
     assert t.get_result(result.id).id == result.id
 
 
@@ -66,12 +73,17 @@ def test_a_worker_runs_it_and_the_result_says_successful(alias: str) -> None:
     result = tasks().add.using(backend=alias).enqueue(a=20, b=22)
     assert run_all(alias) == 1
     result.refresh()
-    assert result.status == TaskResultStatus.SUCCESSFUL and result.is_finished
-    assert result.return_value == 42 and result.errors == []
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.is_finished
+    assert result.return_value == 42
+    assert result.errors == []
     assert result.kwargs == {"a": 20, "b": 22}
-    assert result.worker_ids == [worker_id()] and result.attempts == 1
-    assert result.enqueued_at is not None and result.started_at is not None
-    assert result.finished_at is not None and result.last_attempted_at == result.started_at
+    assert result.worker_ids == [worker_id()]
+    assert result.attempts == 1
+    assert result.enqueued_at is not None
+    assert result.started_at is not None
+    assert result.finished_at is not None
+    assert result.last_attempted_at == result.started_at
     assert result.enqueued_at <= result.started_at <= result.finished_at
     assert run_all(alias) == 0  # ran once
 
@@ -91,7 +103,8 @@ def test_status_is_running_while_the_task_runs(alias: str) -> None:
         module.GATE.set()
         thread.join(10)
     result.refresh()
-    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "through"
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "through"
 
 
 def test_a_task_that_raises_is_failed_with_its_exception_and_traceback(alias: str) -> None:
@@ -100,11 +113,13 @@ def test_a_task_that_raises_is_failed_with_its_exception_and_traceback(alias: st
     result = tasks().fail.using(backend=alias).enqueue("no stock for order 7")
     assert run_all(alias) == 1
     result.refresh()
-    assert result.status == TaskResultStatus.FAILED and result.is_finished
+    assert result.status == TaskResultStatus.FAILED
+    assert result.is_finished
     (error,) = result.errors
     assert error.exception_class is ValueError
     assert error.exception_class_path == "builtins.ValueError"
-    assert "no stock for order 7" in error.traceback and "Traceback" in error.traceback
+    assert "no stock for order 7" in error.traceback
+    assert "Traceback" in error.traceback
     assert "raise ValueError(message)" in error.traceback
     with pytest.raises(ValueError, match="Task failed"):
         _ = result.return_value
@@ -138,9 +153,9 @@ def test_higher_priority_runs_first_and_equal_priorities_in_enqueue_order(alias:
 
 
 def test_run_after_keeps_the_task_until_then(alias: str) -> None:
-    import sluice
     from django.utils import timezone
 
+    import sluice
     from sluice.contrib.django.api import TaskResultStatus
 
     backend = backend_of(alias)
@@ -188,10 +203,12 @@ def test_what_django_validates_is_refused(alias: str) -> None:
     with pytest.raises(InvalidTask, match="priority must be a whole number"):
         add.using(priority=-101)
     with pytest.raises(InvalidTask, match="run_after must be an aware datetime"):
-        add.using(run_after=datetime(2030, 1, 1))  # noqa: DTZ001  (naive on purpose)
+        add.using(run_after=datetime(2030, 1, 1))
     backend = backend_of(alias)
-    assert backend.supports_defer and backend.supports_async_task
-    assert backend.supports_get_result and backend.supports_priority
+    assert backend.supports_defer
+    assert backend.supports_async_task
+    assert backend.supports_get_result
+    assert backend.supports_priority
 
 
 def test_an_async_task_runs(alias: str) -> None:
@@ -353,7 +370,7 @@ def make_backend(options: dict[str, Any], queues: list[str] | None = None) -> An
 def test_bad_options_are_improperly_configured(stores: Stores) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    with pytest.raises(ImproperlyConfigured, match="unknown option.*'URL'.*docs/django.md"):
+    with pytest.raises(ImproperlyConfigured, match=r"unknown option.*'URL'.*docs/django\.md"):
         make_backend({"URL": stores.sluice_url})
     with pytest.raises(ImproperlyConfigured, match="'transaction'] must be 'auto', 'join'"):
         make_backend({"transaction": "later"})

@@ -13,7 +13,7 @@ import os
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-SECRET_KEY = "sluice-tests"  # noqa: S105  (a test project)
+SECRET_KEY = "sluice-tests"
 USE_TZ = True
 TIME_ZONE = "Europe/Berlin"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

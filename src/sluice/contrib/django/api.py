@@ -50,10 +50,9 @@ def _modules() -> tuple[str, dict[str, ModuleType]]:
         try:
             importlib.import_module("django_tasks")
         except ImportError as exc:
-            import django
-
+            version = importlib.import_module("django").get_version()
             raise MissingDependency(
-                f"{_WHAT} needs Django's task API: Django {django.get_version()} has no "
+                f"{_WHAT} needs Django's task API: Django {version} has no "
                 "django.tasks (Django 6 has, on Python >= 3.12), and the django-tasks "
                 f"backport is not installed ({exc}): {install_hint('django')}, or "
                 "pip install 'django-tasks>=0.12'"
@@ -101,7 +100,9 @@ else:
     TASK_MAX_PRIORITY = _m["base"].TASK_MAX_PRIORITY
     TASK_MIN_PRIORITY = _m["base"].TASK_MIN_PRIORITY
     # Django 6 names it InvalidTask; the backport, InvalidTaskError.
-    InvalidTask = getattr(_m["exceptions"], "InvalidTask", None) or _m["exceptions"].InvalidTaskError
+    InvalidTask = (
+        getattr(_m["exceptions"], "InvalidTask", None) or _m["exceptions"].InvalidTaskError
+    )
     TaskResultDoesNotExist = _m["exceptions"].TaskResultDoesNotExist
     task_enqueued = _m["signals"].task_enqueued
     task_started = _m["signals"].task_started

@@ -13,6 +13,7 @@ application's commit and sluice's loses them). docs/django.md says which is whic
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -118,9 +119,9 @@ class SluiceBackend(BaseTaskBackend):
         conn = self._connection()
         if conn.vendor != "postgresql":
             return False, f"that database is {conn.vendor}"
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-        if not is_psycopg3:
+        # Imported only for a PostgreSQL database: it imports psycopg.
+        psycopg_any = importlib.import_module("django.db.backends.postgresql.psycopg_any")
+        if not psycopg_any.is_psycopg3:
             return False, "Django uses psycopg2 there; sluice joins psycopg 3 connections"
         parts = urlsplit(self.url)
         if not parts.scheme.startswith("postgres"):

@@ -77,7 +77,9 @@ def read_options(alias: str, options: Mapping[str, Any]) -> Options:
         )
     max_attempts = options.get("max_attempts", 3)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ImproperlyConfigured(f"{where}['max_attempts'] must be an int >= 1, not {max_attempts!r}")
+        raise ImproperlyConfigured(
+            f"{where}['max_attempts'] must be an int >= 1, not {max_attempts!r}"
+        )
     return Options(
         alias=alias,
         url=url,
@@ -125,7 +127,12 @@ def database_url(options: Options, settings: Mapping[str, Any]) -> str:
     name = settings.get("NAME")
     if engine.endswith("postgresql"):
         return _postgres_url(settings, options.schema)
-    if engine.endswith("sqlite3") and name and str(name) != ":memory:" and "mode=memory" not in str(name):
+    if (
+        engine.endswith("sqlite3")
+        and name
+        and str(name) != ":memory:"
+        and "mode=memory" not in str(name)
+    ):
         return f"sqlite:///{Path(str(name)).resolve().parent / 'sluice.db'}"
     raise ImproperlyConfigured(
         f"TASKS[{options.alias!r}]: sluice cannot derive its database from DATABASES"

@@ -132,9 +132,7 @@ def task_of(call: Mapping[str, Any]) -> Task[Any, Any]:
     )
 
 
-def outcome_note(
-    worker: str, *, value: Any = None, error: tuple[str, str] | None = None
-) -> str:
+def outcome_note(worker: str, *, value: Any = None, error: tuple[str, str] | None = None) -> str:
     """A finished task's record note: its return value, or ``error`` (class path, traceback)."""
     if error is None:
         return json.dumps({"worker": worker, "return": value})

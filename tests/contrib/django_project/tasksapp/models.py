@@ -6,4 +6,4 @@ from django.db import models
 
 
 class Order(models.Model):
-    number = models.IntegerField()
+    number: models.IntegerField[int, int] = models.IntegerField()

@@ -6,14 +6,17 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.contrib.django.api import TaskContext
 
-try:
-    from django.tasks import task  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
+if TYPE_CHECKING:  # mypy reads the backport, as sluice.contrib.django.api does
     from django_tasks import task
+else:
+    try:
+        from django.tasks import task  # Django 6
+    except ImportError:
+        from django_tasks import task
 
 RAN: list[str] = []
 """Names of the ``record`` tasks in the order they ran (in-process workers)."""

@@ -38,9 +38,7 @@ class Command(BaseCommand):
             dest="queues",
             help="a queue to run (repeat for more; default: all of the backend's QUEUES)",
         )
-        parser.add_argument(
-            "--concurrency", type=int, default=1, help="worker threads (default 1)"
-        )
+        parser.add_argument("--concurrency", type=int, default=1, help="worker threads (default 1)")
         parser.add_argument(
             "--batch",
             type=int,
