@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,8 +90,18 @@ def django_project(
     if postgres is not None:
         env["SLUICE_DJANGO_POSTGRES"] = postgres
         env["SLUICE_DJANGO_SCHEMA"] = "sluice"
+    # Read by the settings module once, at setup; then the environment is as it was, so no
+    # later test's subprocess (a Celery worker would set Django up) inherits the project.
+    saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    django.setup()
+    try:
+        django.setup()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = value
     from django.core.management import call_command
     from django.db import connections
 
@@ -156,7 +165,3 @@ def alias(request: pytest.FixtureRequest, stores: Stores) -> str:
     if request.param == "postgres" and stores.project.postgres is None:
         unavailable("PostgreSQL is unavailable")
     return str(request.param)
-
-
-def python() -> str:
-    return sys.executable

@@ -18,9 +18,7 @@ import pytest
 
 pytest.importorskip("django", reason="the 'django' extra is not installed")
 
-from tests.contrib.django_support import Stores, alias, django_project, stores
-
-__all__ = ["alias", "django_project", "stores"]  # the fixtures this module uses
+from tests.contrib.django_support import Stores
 
 
 def backend_of(name: str) -> Any:
@@ -420,3 +418,47 @@ def test_the_worker_refuses_a_queue_not_in_queues(stores: Stores) -> None:
     backend = make_backend({"url": stores.sluice_url}, queues=["default"])
     with pytest.raises(ImproperlyConfigured, match="has no queue 'emails'"):
         backend.worker(["emails"])
+
+
+# --- missing dependencies ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("blocked", "expected"),
+    [
+        ("django", "needs the 'django' extra, which is not installed (no module 'django')"),
+        ("django_tasks", "Django's task API: Django 5.2"),
+    ],
+)
+def test_a_missing_dependency_names_the_extra(blocked: str, expected: str) -> None:
+    import subprocess
+    import sys
+
+    from tests.contrib.django_support import ROOT
+
+    if blocked == "django_tasks":
+        import django
+
+        if django.VERSION >= (6,):
+            pytest.skip("Django 6 has django.tasks: the backport is not needed")
+    code = f"""
+import sys
+sys.modules[{blocked!r}] = None  # as if not installed
+import sluice
+try:
+    import sluice.contrib.django
+except sluice.MissingDependency as exc:
+    print(exc)
+else:
+    raise SystemExit("no MissingDependency")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout
+    assert "pip install 'sluice-queue[django]'" in done.stdout

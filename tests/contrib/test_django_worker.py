@@ -17,15 +17,7 @@ import pytest
 
 pytest.importorskip("django", reason="the 'django' extra is not installed")
 
-from tests.contrib.django_support import (
-    ROOT,
-    Stores,
-    alias,
-    django_project,
-    stores,
-)
-
-__all__ = ["alias", "django_project", "stores"]  # the fixtures this module uses
+from tests.contrib.django_support import ROOT, Stores
 
 pytestmark = pytest.mark.slow
 
