@@ -404,6 +404,19 @@ def test_a_url_is_derived_from_the_django_database(stores: Stores) -> None:
     assert backend.url == f"sqlite:///{folder}/sluice.db"
 
 
+def test_checks_report_what_would_fail_later(stores: Stores) -> None:
+    from django.test import override_settings
+
+    assert list(make_backend({"url": stores.sluice_url}).check()) == []
+    (error,) = make_backend({"database": "elsewhere"}).check()
+    assert error.id == "sluice.E001"
+    assert "no DATABASES['elsewhere']" in error.msg
+    with override_settings(INSTALLED_APPS=["tests.contrib.django_project.tasksapp"]):
+        (warning,) = make_backend({"url": stores.sluice_url}).check()
+    assert warning.id == "sluice.W001"
+    assert "sluice.contrib.django" in warning.hint
+
+
 def test_a_queue_sluice_cannot_name_is_improperly_configured(stores: Stores) -> None:
     from django.core.exceptions import ImproperlyConfigured
 

@@ -147,6 +147,37 @@ def test_a_worker_killed_mid_task_loses_nothing(
     assert second.stop() == 0
 
 
+def test_a_task_whose_every_run_was_killed_is_failed_with_runs_used_up(
+    alias: str, stores: Stores, workers: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    from django.test import override_settings
+
+    from sluice.contrib.django import RunsUsedUp
+    from sluice.contrib.django.api import TaskResultStatus
+    from tests.contrib.django_project import settings as project_settings
+    from tests.contrib.django_project.tasksapp import tasks
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    stores.env["SLUICE_DJANGO_MAX_ATTEMPTS"] = "1"
+    with override_settings(TASKS=project_settings.tasks(stores.sluice_url, stores.schema, 1)):
+        result = tasks.hold.using(backend=alias).enqueue(str(marks))
+        backend = backend_of(alias)
+        first = workers()
+        wait_until(lambda: list(marks.glob("started-*")), "the only run to start")
+        first.process.kill()
+        first.process.wait(30)
+        second = workers()
+        wait_until(lambda: backend.get_result(result.id).is_finished, "the task to be given up")
+        found = backend.get_result(result.id)
+        assert found.status == TaskResultStatus.FAILED
+        (error,) = found.errors
+        assert error.exception_class is RunsUsedUp
+        assert "no attempts left after 1 runs" in error.traceback
+        assert len(list(marks.glob("started-*"))) == 1  # not run a second time
+        assert second.stop() == 0
+
+
 def test_the_command_refuses_what_it_cannot_run(stores: Stores) -> None:
     def run(*arguments: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

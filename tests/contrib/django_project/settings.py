@@ -4,7 +4,8 @@ sluice_worker`` in a subprocess and the tests' own process see the same database
 SLUICE_DJANGO_SQLITE: the Django SQLite database file (DATABASES['default']);
 SLUICE_DJANGO_SLUICE: the sluice URL of TASKS['default'] (a SQLite file);
 SLUICE_DJANGO_POSTGRES: a PostgreSQL database for DATABASES['postgres'], whose sluice
-schema is SLUICE_DJANGO_SCHEMA (TASKS['postgres'] derives its URL from that database).
+schema is SLUICE_DJANGO_SCHEMA (TASKS['postgres'] derives its URL from that database);
+SLUICE_DJANGO_MAX_ATTEMPTS: both backends' ``max_attempts`` (3).
 """
 
 from __future__ import annotations
@@ -33,20 +34,20 @@ def postgres_database(url: str) -> dict[str, Any]:
     }
 
 
-def tasks(sluice_url: str, schema: str | None) -> dict[str, Any]:
+def tasks(sluice_url: str, schema: str | None, max_attempts: int = 3) -> dict[str, Any]:
     """TASKS: 'default' on a sluice SQLite file, 'postgres' in Django's PostgreSQL database."""
     found: dict[str, Any] = {
         "default": {
             "BACKEND": "sluice.contrib.django.SluiceBackend",
             "QUEUES": QUEUES,
-            "OPTIONS": {"url": sluice_url},
+            "OPTIONS": {"url": sluice_url, "max_attempts": max_attempts},
         }
     }
     if schema is not None:
         found["postgres"] = {
             "BACKEND": "sluice.contrib.django.SluiceBackend",
             "QUEUES": QUEUES,
-            "OPTIONS": {"database": "postgres", "schema": schema},
+            "OPTIONS": {"database": "postgres", "schema": schema, "max_attempts": max_attempts},
         }
     return found
 
@@ -63,4 +64,5 @@ if os.environ.get("SLUICE_DJANGO_POSTGRES"):
 TASKS = tasks(
     os.environ.get("SLUICE_DJANGO_SLUICE", "sqlite:///sluice.db"),
     os.environ.get("SLUICE_DJANGO_SCHEMA") if "postgres" in DATABASES else None,
+    int(os.environ.get("SLUICE_DJANGO_MAX_ATTEMPTS", "3")),
 )

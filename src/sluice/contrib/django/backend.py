@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from django.apps import apps
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from typing_extensions import ParamSpec
@@ -212,6 +214,22 @@ class SluiceBackend(BaseTaskBackend):
         except sluice.JobNotFound as exc:
             raise TaskResultDoesNotExist(str(exc)) from exc
         return result_of(job)
+
+    # --- checks (manage.py check) ------------------------------------------------------------
+    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+        """What would fail later: no sluice database to be had, no worker command."""
+        yield from super().check(**kwargs)
+        try:
+            _ = self.url
+        except ImproperlyConfigured as exc:
+            yield checks.Error(str(exc), obj=f"TASKS[{self.alias!r}]", id="sluice.E001")
+        if not apps.is_installed("sluice.contrib.django"):
+            yield checks.Warning(
+                "manage.py sluice_worker, which runs this backend's tasks, is not available",
+                hint="add 'sluice.contrib.django' to INSTALLED_APPS",
+                obj=f"TASKS[{self.alias!r}]",
+                id="sluice.W001",
+            )
 
     # --- the worker -----------------------------------------------------------------------
     def worker(
