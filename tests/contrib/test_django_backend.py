@@ -440,6 +440,7 @@ def test_the_worker_refuses_a_queue_not_in_queues(stores: Stores) -> None:
         ("django", "needs the 'django' extra, which is not installed (no module 'django')"),
         ("django_tasks", "Django's task API: Django 5.2"),
     ],
+    ids=["django", "django-tasks"],
 )
 def test_a_missing_dependency_names_the_extra(blocked: str, expected: str) -> None:
     import subprocess
