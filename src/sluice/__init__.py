@@ -51,6 +51,7 @@ from sluice.errors import (
     TypeViolation,
     UnknownTaskType,
 )
+from sluice.jobs.submit import TaskSpec
 from sluice.message import Message, MessageState, Position
 
 __version__ = "0.1.0"
@@ -96,6 +97,7 @@ __all__ = [
     "SluiceError",
     "StorageError",
     "SystemClock",
+    "TaskSpec",
     "TaskTimeout",
     "Transaction",
     "TransactionClosed",

@@ -29,6 +29,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "celery": ("kombu",),  # the kombu transport needs kombu alone; Celery is its user
     "sqs": ("cryptography",),  # the signing key that keeps API keys' secrets (SigV4)
     "otel": ("opentelemetry.trace", "opentelemetry.metrics"),  # sluice.contrib.otel
+    # Django's task API: django.tasks on Django 6, the django-tasks backport before it (its
+    # absence is told by sluice.contrib.django.api, which knows which one is needed).
+    "django": ("django",),
 }
 """Each extra and the modules it brings, as ``pyproject.toml`` declares them."""
 
