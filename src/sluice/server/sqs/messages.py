@@ -187,17 +187,22 @@ def _put(call: Call, name: str, settings: QueueSettings, batch: list[Outgoing]) 
     ttl = float(settings.number("MessageRetentionPeriod"))
     if not settings.fifo:
         with call.db.transaction() as tx:
-            for out in batch:
-                out.answer["MessageId"] = message_id(
-                    tx.enqueue(
-                        name,
-                        out.body,
-                        delay=float(out.delay),
-                        properties={"sqs": out.sqs(call.who.name, None)},
-                        content_type=TEXT,
-                        ttl=ttl,
-                    )
+            # Entries alike (the same delay and sqs property: no attributes, say) go in one
+            # enqueue_many, as the HTTP API's batches do; runs of them keep the batch's order.
+            for (delay, sqs), run in itertools.groupby(
+                batch, key=lambda out: (out.delay, out.sqs(call.who.name, None))
+            ):
+                outs = list(run)
+                made = tx.enqueue_many(
+                    name,
+                    [out.body for out in outs],
+                    delay=float(delay),
+                    properties={"sqs": sqs},
+                    content_type=TEXT,
+                    ttl=ttl,
                 )
+                for out, made_id in zip(outs, made, strict=True):
+                    out.answer["MessageId"] = message_id(made_id)
         return
     per_group = settings.attributes.get("DeduplicationScope") == "messageGroup"
     for out in batch:
