@@ -9,6 +9,7 @@ not in a worker's memory; remote control reaches workers in other processes.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -86,9 +87,21 @@ def broker_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url_for(request.param, tmp_path, request)
 
 
+@pytest.fixture(params=[False, True], ids=["in-process", "consumer-process"])
+def consumer_process(request: pytest.FixtureRequest) -> bool:
+    """The transport option ``consumer_process``: claims and acks in a process of their own."""
+    return bool(request.param)
+
+
 @pytest.fixture
-def workers(broker_url: str, tmp_path: Path) -> Iterator[Workers]:
-    group = Workers(f"sluice+{broker_url}", tmp_path / "tasks.log", tmp_path)
+def workers(broker_url: str, consumer_process: bool, tmp_path: Path) -> Iterator[Workers]:
+    options = json.dumps({"consumer_process": consumer_process})
+    group = Workers(
+        f"sluice+{broker_url}",
+        tmp_path / "tasks.log",
+        tmp_path,
+        env={"SLUICE_TEST_TRANSPORT_OPTIONS": options},
+    )
     try:
         yield group
     finally:
@@ -170,3 +183,83 @@ def test_a_countdown_waits_in_the_store_and_remote_control_reaches_workers(
         names = {spec.name for spec in db.queues()}
         assert f"{node.replace('@', ':40')}.celery.pidbox" in names
     wait_until("the countdown task done", lambda: ["done", "1"] in lines(workers.log), workers)
+
+
+def consumer_processes(worker: subprocess.Popen[bytes]) -> list[int]:
+    """The pids of the consumer processes in ``worker``'s process group."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            group = os.getpgid(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue
+        if b"sluice.contrib.kombu.sidecar" in command and group == worker.pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("consumer_process", [True], ids=["consumer-process"])
+def test_a_killed_consumer_process_is_replaced_and_every_task_completes(
+    broker_url: str, workers: Workers
+) -> None:
+    producer = make_app(workers.broker)
+    worker = workers.start("w1")
+    tasks = 12
+    for n in range(tasks):
+        producer.send_task("work", args=(n, 0.3))
+    wait_until("a task started", lambda: any(r[0] == "start" for r in lines(workers.log)), workers)
+    (first,) = consumer_processes(worker)
+    os.kill(first, signal.SIGKILL)
+    wait_until("another consumer process", lambda: bool(consumer_processes(worker)) and
+               consumer_processes(worker) != [first], workers)  # fmt: skip
+
+    def all_done() -> bool:
+        return {r[1] for r in lines(workers.log) if r[0] == "done"} == {
+            str(n) for n in range(tasks)
+        }
+
+    wait_until("every task done after the consumer process's kill", all_done, workers)
+    assert worker.poll() is None, "the worker itself lives on"
+    assert f"the consumer process {first} exited" in workers.output()
+    workers.stop_all()
+    with sluice.connect(broker_url) as db:
+        stats = db.queue("celery").stats()
+    assert stats["ready"] == stats["claimed"] == stats["delayed"] == 0
+
+
+@pytest.mark.parametrize("consumer_process", [True], ids=["consumer-process"])
+def test_the_consumer_process_of_a_killed_worker_ends_and_its_tasks_run_on_the_next(
+    broker_url: str, workers: Workers
+) -> None:
+    producer = make_app(workers.broker)
+    worker = workers.start("w1")
+    tasks = 8
+    for n in range(tasks):
+        producer.send_task("work", args=(n, 0.5))
+    wait_until("a task started", lambda: any(r[0] == "start" for r in lines(workers.log)), workers)
+    (sidecar,) = consumer_processes(worker)
+    # The worker's main process alone: its pool's children (forked from it) must not keep
+    # the socket open, or the consumer process would never see the worker's end.
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    wait_until("the consumer process's end", lambda: not alive(sidecar), workers, seconds=10)
+    os.killpg(worker.pid, signal.SIGKILL)  # the orphaned pool processes
+    workers.start("w2")
+
+    def all_done() -> bool:
+        return {r[1] for r in lines(workers.log) if r[0] == "done"} == {
+            str(n) for n in range(tasks)
+        }
+
+    wait_until("every task done on the next worker", all_done, workers)

@@ -26,10 +26,29 @@ common = load("kombu", "t/integration/common.py", "kombu_integration_common")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(
+    params=[
+        ("memory", False),
+        ("sqlite", False),
+        ("postgresql", False),
+        # On kombu's event loop (TestEventLoop), a consumer process takes and settles.
+        ("sqlite", True),
+        ("postgresql", True),
+    ],
+    ids=[
+        "memory",
+        "sqlite",
+        "postgresql",
+        "sqlite-consumer-process",
+        "postgresql-consumer-process",
+    ],
+)
 def connection(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[kombu.Connection]:
-    url = url_for(request.param, tmp_path, request)
-    conn = kombu.Connection(f"sluice+{url}")
+    backend, consumer_process = request.param
+    url = url_for(backend, tmp_path, request)
+    conn = kombu.Connection(
+        f"sluice+{url}", transport_options={"consumer_process": consumer_process}
+    )
     yield conn
     conn.release()
     sluice.contrib.kombu.close_databases()

@@ -24,12 +24,11 @@ from kombu.transport.virtual.base import Empty
 import sluice
 from sluice.contrib.kombu.bindings import Bindings
 from sluice.contrib.kombu.names import from_sluice, to_sluice
+from sluice.contrib.kombu.payloads import Payload, as_payload, delivery_tag
 
-__all__ = ["Channel", "QoS"]
+__all__ = ["Channel", "QoS", "settle_held"]
 
 log = logging.getLogger("sluice.contrib.kombu")
-
-Payload = dict[str, Any]
 
 
 class QoS(virtual.QoS):  # type: ignore[misc]
@@ -235,7 +234,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         if no_ack:
             self._no_ack.add(queue)
         consumed = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
-        self.room()  # a reader waiting for consumers (or on other queues) looks again now
+        self.consumers_changed()
         return consumed
 
     def basic_cancel(self, consumer_tag: str) -> Any:
@@ -243,6 +242,12 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self._no_ack.discard(queue)
+        self.consumers_changed()
+        return result
+
+    def basic_qos(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().basic_qos(*args, **kwargs)
+        self.consumers_changed()  # a new prefetch count: more (or less) room
         return result
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
@@ -308,29 +313,12 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         return True
 
     def payload(self, message: sluice.Message, *, keep: bool) -> Payload | None:
-        """kombu's payload of ``message``; ``keep``: hold it until it is settled.
-
-        None for a message put there by something other than kombu: sent to the
-        error queue (or kept failed), never lost, never handed to a consumer.
-        """
-        payload = message.body
-        if not isinstance(payload, dict) or not isinstance(payload.get("properties"), dict):
-            if keep:
-                message.reject("not a kombu message (a JSON object with properties)")
-            log.warning(
-                "message %s of %r is not a kombu message: rejected", message.id, message.queue
-            )
-            return None
-        redelivered = message.attempts > 0
-        tag = f"{message.id}#{message.attempts}"
-        properties = payload["properties"]
-        properties["delivery_tag"] = tag
-        info = properties.setdefault("delivery_info", {})
-        info["redelivered"] = redelivered
-        payload["redelivered"] = redelivered
-        if keep:
+        """kombu's payload of ``message`` (None: not kombu's, rejected); ``keep``: hold
+        it until it is settled."""
+        payload = as_payload(message, held=keep)
+        if payload is not None and keep:
             with self._held_lock:
-                self._held[tag] = message
+                self._held[delivery_tag(message)] = message
         return payload
 
     def queue_of(self, message: sluice.Message) -> str:
@@ -346,19 +334,29 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         with self._held_lock:
             message = self._held.pop(tag, None)
         if message is None:
-            return  # settled already (kombu marks a tag once per settle)
+            if self.connection is not None:
+                # Held by the connection's consumer process, or settled already (kombu
+                # marks a tag once per settle).
+                self.connection.settle_elsewhere(tag, how)
+            return
         acker = None if self.connection is None else self.connection.acker
         if how == "ack" and acker is not None:
             # Off the caller's thread (Celery's event loop): acks of several tasks then
             # commit together, with one fsync.
             acker.ack(message)
         else:
-            _settle(message, how)
+            settle_held(message, how)
 
     def room(self) -> None:
         """A settle made room in this consumer's prefetch: whoever waits for it looks again."""
         if self.connection is not None:
             self.connection.settled()
+
+    def consumers_changed(self) -> None:
+        """Queues consumed or prefetch changed: a reader (or the consumer process) looks
+        again now at what to take for whom."""
+        if self.connection is not None:
+            self.connection.consumers_changed()
 
     def close(self) -> None:
         super().close()
@@ -374,7 +372,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
                 log.warning("message %s could not be given back at close", message.id)
 
 
-def _settle(message: sluice.Message, how: str) -> None:
+def settle_held(message: sluice.Message, how: str) -> None:
     """Settle a held message in sluice: ``ack``, ``release`` or ``reject``."""
     try:
         if how == "ack":

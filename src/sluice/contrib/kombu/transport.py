@@ -24,6 +24,7 @@ import sluice
 from sluice.contrib.kombu.acker import Acker
 from sluice.contrib.kombu.bindings import Bindings
 from sluice.contrib.kombu.channel import Channel
+from sluice.contrib.kombu.consumer_process import ConsumerProcess
 from sluice.contrib.kombu.reader import Reader
 
 __all__ = ["Transport"]
@@ -97,6 +98,13 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self._background_acks = _flag(options.get("background_acks", True))
         self._acker: Acker | None = None
         self._acker_lock = threading.Lock()
+        # On kombu's event loop, claims and acks in a process of their own
+        # (sluice.contrib.kombu.sidecar), off this process's GIL. A memory:// database
+        # lives in this process only: it keeps the reader thread.
+        self._use_consumer_process = _flag(options.get("consumer_process", False)) and not (
+            self._url.startswith("memory:")
+        )
+        self._consumer_process: ConsumerProcess | None = None
 
     def _opened(self) -> tuple[sluice.Database, Bindings]:
         if self._database is None:
@@ -107,6 +115,11 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                 )
             self._database = _database(self._url)
         return self._database
+
+    @property
+    def broker_url(self) -> str:
+        """The sluice URL (the broker URL without ``sluice+``)."""
+        return self._url
 
     @property
     def database(self) -> sluice.Database:
@@ -216,6 +229,11 @@ class Transport(virtual.Transport):  # type: ignore[misc]
 
     # --- kombu's event loop (Celery's worker) --------------------------------------
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._use_consumer_process:
+            if self._consumer_process is None:
+                self._consumer_process = ConsumerProcess(self, loop)
+            self._consumer_process.refresh()  # started with the first consumer
+            return
         if self._reader is None:
             self._reader = Reader(self)
         loop.add_reader(self._reader.fd, self._reader.on_readable)
@@ -224,6 +242,19 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         if self._reader is not None:
             loop.remove(self._reader.fd)
             self._stop_reader()
+        self._stop_consumer_process()
+
+    def _stop_consumer_process(self) -> None:
+        consumer_process, self._consumer_process = self._consumer_process, None
+        if consumer_process is not None and os.getpid() == self._pid:
+            consumer_process.stop()
+
+    def settle_elsewhere(self, tag: str, how: str) -> None:
+        """Settle ``tag`` if this transport's consumer process holds it (a channel does
+        not): ``ack``, ``release`` or ``reject``."""
+        consumer_process = self._consumer_process
+        if consumer_process is not None:
+            consumer_process.settle(tag, how)
 
     def _stop_reader(self) -> None:
         reader, self._reader = self._reader, None
@@ -242,7 +273,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
 
     def close_connection(self, connection: Any) -> None:
         self._stop_reader()
-        super().close_connection(connection)
+        super().close_connection(connection)  # the channels give back what they hold
+        self._stop_consumer_process()  # after them: their releases go through it
         with self._acker_lock:
             acker, self._acker = self._acker, None
         if acker is not None and os.getpid() == self._pid:
@@ -254,6 +286,12 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         reader = self._reader
         if reader is not None:
             reader.look_again.set()
+
+    def consumers_changed(self) -> None:
+        """A channel consumes other queues, or has another prefetch count."""
+        self.settled()
+        if self._consumer_process is not None:
+            self._consumer_process.refresh()
 
 
 def close_databases() -> None:
