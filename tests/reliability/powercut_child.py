@@ -5,7 +5,9 @@ Run by tests/reliability/test_power_cut.py as a process of its own, so that its 
 is dead for whoever opens the database after it, as after a power cut:
 argv = directory, seed, steps, variant, trace file. The variant is "sound", or one of two
 mistakes the test must catch: "unsynced" (every commit without fsync) and "lying"
-(enqueues of a transaction that never commits noted as returned).
+(enqueues of a transaction that never commits noted as returned). "grouped" adds bursts
+of producer threads putting at once, whose commits share fsyncs (group commit); the
+threads' interleaving is the OS's, so its trace differs from run to run.
 
 The notes (``Recorder.mark``): ``begin`` before a commit that enqueues or settles,
 ``end`` once it returned, naming what it enqueued (token -> queue), acknowledged and
@@ -19,6 +21,7 @@ import os
 import pickle
 import random
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from sluice import Database, Message
 from .powercut_vfs import NAME, Recorder
 
 QUEUES = ("a", "b")
+BURST_QUEUE = "c"  # only the bursts' threads write it and nobody takes from it
 ERROR_QUEUE = "dead"
 PRIORITIES = (None, None, 2, 7)
 
@@ -36,10 +40,18 @@ class Workload:
     """Producers and consumers taking turns, as a seeded random walk."""
 
     def __init__(
-        self, db: Database, recorder: Recorder, rng: random.Random, *, lying: bool = False
+        self,
+        db: Database,
+        recorder: Recorder,
+        rng: random.Random,
+        *,
+        lying: bool = False,
+        grouped: bool = False,
     ) -> None:
         self.db = db
         self.lying = lying
+        self.grouped = grouped
+        self._lock = threading.Lock()  # the bursts' threads note from several threads
         self.recorder = recorder
         self.rng = rng
         self.tokens = 0
@@ -64,6 +76,8 @@ class Workload:
             (1, self.recover),
             (1, self.stats),
         ]
+        if self.grouped:
+            moves.append((3, self.burst))
         weights = [w for w, _ in moves]
         for _ in range(steps):
             (move,) = self.rng.choices([m for _, m in moves], weights)
@@ -71,18 +85,21 @@ class Workload:
 
     # --- notes -------------------------------------------------------------------------
     def token(self) -> str:
-        self.tokens += 1
-        return f"t{self.tokens}"
+        with self._lock:
+            self.tokens += 1
+            return f"t{self.tokens}"
 
     def begin(
         self, enqueued: dict[str, str], acked: Sequence[str] = (), rejected: Sequence[str] = ()
     ) -> int:
-        self.ops += 1
+        with self._lock:
+            self.ops += 1
+            op = self.ops
         self.recorder.mark(
-            {"op": self.ops, "phase": "begin", "enqueued": enqueued, "acked": list(acked),
+            {"op": op, "phase": "begin", "enqueued": enqueued, "acked": list(acked),
              "rejected": list(rejected)}
         )  # fmt: skip
-        return self.ops
+        return op
 
     def end(self, op: int) -> None:
         self.recorder.mark({"op": op, "phase": "end"})
@@ -175,6 +192,23 @@ class Workload:
         self.open_tx.flush()
         self.open_tx.dequeue(self.queue())
 
+    def burst(self) -> None:
+        """Three producers committing at once: their commits queue behind the one being
+        written and go to disk together, one fsync for the group."""
+        plans = [[self.token() for _ in range(4)] for _ in range(3)]
+
+        def produce(tokens: list[str]) -> None:
+            for token in tokens:
+                op = self.begin({token: BURST_QUEUE})
+                self.db.queue(BURST_QUEUE).put(token)
+                self.end(op)
+
+        threads = [threading.Thread(target=produce, args=(tokens,)) for tokens in plans]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
     def heartbeat(self) -> None:
         # The lease is extended by the heartbeat the lease thread would send.
         self.db.backend.heartbeat(self.db.session)
@@ -191,6 +225,7 @@ def prepare(path: Path) -> dict[str, bytes]:
     with sluice.connect(f"sqlite:///{path}") as db:
         for queue in QUEUES:
             db.create_queue(queue, error_queue=ERROR_QUEUE)
+        db.create_queue(BURST_QUEUE)
     assert not Path(f"{path}-wal").exists()  # the last close checkpointed and removed it
     return {str(path): path.read_bytes()}
 
@@ -201,14 +236,17 @@ def main() -> None:
     start = prepare(path)
     recorder = Recorder.install()
     recorder.recording = True
-    synchronous = {"sound": "FULL", "unsynced": "OFF", "lying": "FULL"}[variant]
+    synchronous = {"sound": "FULL", "unsynced": "OFF", "lying": "FULL", "grouped": "FULL"}[variant]
     # A lease of an hour: no heartbeat thread writes at times of its own choosing, so the
     # trace is the seed's alone.
     db = sluice.connect(f"sqlite:///{path}?vfs={NAME}&synchronous={synchronous}", lease=3600)
     # Checkpoints every few commits, not every thousand pages: a cut then falls into
     # checkpoints too, where the main file is written and synced.
     db.backend._conn.execute("PRAGMA wal_autocheckpoint=40")  # type: ignore[attr-defined]
-    Workload(db, recorder, random.Random(int(seed)), lying=variant == "lying").run(int(steps))
+    rng = random.Random(int(seed))
+    Workload(db, recorder, rng, lying=variant == "lying", grouped=variant == "grouped").run(
+        int(steps)
+    )
     recorder.recording = False
     with open(out, "wb") as fh:
         pickle.dump(

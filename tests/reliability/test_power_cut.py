@@ -8,7 +8,9 @@ there; claims, releases, heartbeats and aborts may be undone, and every message 
 at the cut is ready again in its place; no message appears twice or from nowhere; the
 file passes SQLite's integrity check. A workload that commits without fsync must fail it.
 
-Replay one cut: ``POWERCUT_SEED=<seed> POWERCUT_CUT=<cut> pytest <this file>``.
+Replay one cut: ``POWERCUT_SEED=<seed> POWERCUT_CUT=<cut> POWERCUT_KEEP=<keep> pytest
+<this file>`` (the failure names all three). ``POWERCUT_CUTS=all``: every point of every
+seed's trace, with each way of keeping unsynced writes (minutes, not seconds).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -28,7 +31,7 @@ import pytest
 import sluice
 from sluice.message import MessageState
 
-from .powercut_child import ERROR_QUEUE, QUEUES
+from .powercut_child import BURST_QUEUE, ERROR_QUEUE, QUEUES
 from .powercut_vfs import Entry, Mark, Sync, disk_at, write_disk
 
 pytestmark = pytest.mark.slow
@@ -43,14 +46,20 @@ _LIVE = (MessageState.READY, MessageState.WAITING, MessageState.CLAIMED)
 
 @dataclass
 class Run:
-    """One workload's trace, and where it starts."""
+    """One workload's trace, where it starts, and the file that keeps both."""
 
+    kept: Path
     start: dict[str, bytes]
     trace: list[Entry]
+    errors: list[str]
 
 
 def _run(directory: Path, seed: int, variant: str) -> Run:
     out = directory / "trace.pickle"
+    if "POWERCUT_TRACE" in os.environ:  # a run's trace kept, to replay its cuts
+        out = Path(os.environ["POWERCUT_TRACE"])
+        with open(out, "rb") as fh:
+            return Run(out, **pickle.load(fh))
     subprocess.run(
         [sys.executable, "-m", "tests.reliability.powercut_child",
          str(directory), str(seed), str(STEPS), variant, str(out)],
@@ -60,7 +69,7 @@ def _run(directory: Path, seed: int, variant: str) -> Run:
     with open(out, "rb") as fh:
         found = pickle.load(fh)
     assert found["errors"] == [], found["errors"]
-    return Run(found["start"], found["trace"])
+    return Run(out, **found)
 
 
 # --- what the workload promised at a cut --------------------------------------------------
@@ -176,7 +185,7 @@ def _inspect(path: Path, promises: Promises) -> list[str]:
     # session given back, at its place: each queue browses in (priority, id) order of
     # what was live at the cut, and nothing else.
     with sluice.connect(str(path)) as db:
-        for queue in (*QUEUES, ERROR_QUEUE):
+        for queue in (*QUEUES, ERROR_QUEUE, BURST_QUEUE):
             counts = db.queue(queue).stats()
             if counts["claimed"] or counts["pending"]:
                 problems.append(f"{queue}: after recovery {counts}")
@@ -203,7 +212,14 @@ def _difference(live: dict[str, str], expected: dict[str, str], never: set[str])
 
 
 def _cuts(run: Run, seed: int, count: int) -> Iterator[tuple[int, str]]:
-    """``count`` cut points of the seed: after a sync and at random, with a disk mode each."""
+    """``count`` cut points of the seed: after a sync and at random, with a disk mode each
+    (or the one ``POWERCUT_CUT`` names, or all of them)."""
+    if "POWERCUT_CUT" in os.environ:
+        yield int(os.environ["POWERCUT_CUT"]), os.environ.get("POWERCUT_KEEP", "none")
+        return
+    if os.environ.get("POWERCUT_CUTS") == "all":
+        yield from ((cut, keep) for cut in range(len(run.trace) + 1) for keep in KEEPS)
+        return
     rng = random.Random(seed)
     size = len(run.trace)
     synced = [i + 1 for i, entry in enumerate(run.trace) if isinstance(entry, Sync)]
@@ -218,9 +234,15 @@ def _cuts(run: Run, seed: int, count: int) -> Iterator[tuple[int, str]]:
 def _failures(run: Run, seed: int, cuts: list[tuple[int, str]], tmp_path: Path) -> list[str]:
     failures = []
     for cut, keep in cuts:
-        problems = check_cut(run, cut, keep, seed, tmp_path / f"cut-{seed}-{cut}")
+        directory = tmp_path / f"cut-{seed}-{cut}-{keep}"
+        problems = check_cut(run, cut, keep, seed, directory)
         if problems:
-            failures.append(f"seed {seed}, cut {cut} of {len(run.trace)} ({keep}): {problems}")
+            failures.append(
+                f"POWERCUT_SEED={seed} POWERCUT_CUT={cut} POWERCUT_KEEP={keep} "
+                f"POWERCUT_TRACE={run.kept} (of {len(run.trace)} trace entries): {problems}"
+            )
+        else:
+            shutil.rmtree(directory)  # a failing cut's files stay, to be looked at
     return failures
 
 
@@ -229,12 +251,36 @@ def test_a_power_cut_undoes_only_what_was_not_promised(seed: int, tmp_path: Path
     if "POWERCUT_SEED" in os.environ and int(os.environ["POWERCUT_SEED"]) != seed:
         pytest.skip("replaying another seed")
     run = _run(tmp_path, seed, "sound")
-    cuts = list(_cuts(run, seed, CUTS_PER_SEED))
-    if "POWERCUT_CUT" in os.environ:
-        wanted = int(os.environ["POWERCUT_CUT"])
-        cuts = [c for c in cuts if c[0] == wanted] or [(wanted, "none")]
-    failures = _failures(run, seed, cuts, tmp_path)
+    failures = _failures(run, seed, list(_cuts(run, seed, CUTS_PER_SEED)), tmp_path)
     assert not failures, "\n".join(failures)
+
+
+def test_commits_that_shared_an_fsync_survive_a_power_cut(tmp_path: Path) -> None:
+    """Bursts of producer threads: group commit writes their commits with one fsync and
+    returns each only after it; a cut undoes none that returned. The threads interleave
+    as the OS runs them, so the trace is the run's own: a failure names its file."""
+    seed = SEEDS[0]
+    run = _run(tmp_path, seed, "grouped")
+    assert _sharing_an_fsync(run.trace) > 0  # else this tested no group commit
+    failures = _failures(run, seed, list(_cuts(run, seed, CUTS_PER_SEED)), tmp_path)
+    assert not failures, "\n".join(failures)
+
+
+def _sharing_an_fsync(trace: list[Entry]) -> int:
+    """How many commits returned after a sync of the WAL that covered another one too:
+    both begun before it, neither ended before it."""
+    last_sync, begun = -1, {}
+    after: dict[int, int] = {}  # a WAL sync's place -> commits that returned after it
+    for position, entry in enumerate(trace):
+        if isinstance(entry, Sync) and entry.path.endswith("-wal"):
+            last_sync = position
+        elif isinstance(entry, Mark) and "phase" in entry.payload:
+            note = entry.payload
+            if note["phase"] == "begin":
+                begun[note["op"]] = position
+            elif begun[note["op"]] < last_sync:
+                after[last_sync] = after.get(last_sync, 0) + 1
+    return sum(count for count in after.values() if count > 1)
 
 
 @pytest.mark.parametrize(
