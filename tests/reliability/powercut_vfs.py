@@ -20,14 +20,26 @@ from __future__ import annotations
 
 import ctypes
 import random
+import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["NAME", "SECTOR", "Delete", "Mark", "Recorder", "Sync", "Truncate", "Write", "disk_at",
-           "write_disk"]  # fmt: skip
+__all__ = [
+    "NAME",
+    "SECTOR",
+    "Delete",
+    "Mark",
+    "Recorder",
+    "Sync",
+    "Truncate",
+    "Write",
+    "disk_at",
+    "unavailable",
+    "write_disk",
+]
 
 NAME = "powercut"
 SECTOR = 512
@@ -144,6 +156,21 @@ class _Vfs(ctypes.Structure):
 # Our sqlite3_file is SQLite's header (a pointer to our methods) followed by unix's own
 # sqlite3_file, which unix's xOpen fills in and every forwarded call is given.
 _HEADER = ctypes.sizeof(_P)
+
+
+def unavailable() -> str | None:
+    """Why this process's ``sqlite3`` module cannot open files through the VFS (None: it can).
+
+    A ``_sqlite3`` built with SQLite inside it never sees a VFS registered in the
+    system's library."""
+    try:
+        ctypes.CDLL("libsqlite3.so.0")
+    except OSError:
+        return "no libsqlite3.so.0 to register a VFS in"
+    maps = Path("/proc/self/maps")  # the sqlite3 module, imported, maps what it links
+    if not maps.exists() or "/libsqlite3.so" not in maps.read_text():
+        return f"the sqlite3 module has SQLite {sqlite3.sqlite_version} of its own"
+    return None
 
 
 class Recorder:

@@ -32,9 +32,12 @@ import sluice
 from sluice.message import MessageState
 
 from .powercut_child import BURST_QUEUE, ERROR_QUEUE, QUEUES
-from .powercut_vfs import Entry, Mark, Sync, disk_at, write_disk
+from .powercut_vfs import Entry, Mark, Sync, disk_at, unavailable, write_disk
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(unavailable() is not None, reason=f"{unavailable()}"),
+]
 
 ROOT = Path(__file__).parents[2]
 SEEDS = (1, 2, 3, 4)
