@@ -18,7 +18,7 @@ from sluice.urls import shown_url
 __all__ = ["connect"]
 
 _FLOAT_OPTIONS = ("lease", "poll_interval", "busy_timeout", "cache_mib")
-_SQLITE_OPTIONS = {"synchronous", "group_commit", *_FLOAT_OPTIONS}
+_SQLITE_OPTIONS = {"synchronous", "group_commit", "vfs", *_FLOAT_OPTIONS}
 _POSTGRES_OPTIONS = {
     "schema",
     "pool_size",
@@ -65,7 +65,9 @@ def connect(
     keyword arguments win. ``synchronous`` (FULL by default) is SQLite's
     durability level, ``lease`` the seconds after which a silent session is
     rolled back by others, ``cache_mib`` SQLite's page cache (64 MiB),
-    ``group_commit`` whether concurrent commits share an fsync (on). ``clock``
+    ``group_commit`` whether concurrent commits share an fsync (on), ``vfs`` the
+    SQLite VFS to open the file through (one registered in this process; for tests
+    that simulate a disk). ``clock``
     (``sluice.clock``): the time messages and jobs are judged by, for tests and
     demos (default: the wall clock; on PostgreSQL, the server's).
     """
@@ -98,6 +100,7 @@ def connect(
             busy_timeout=options.get("busy_timeout", 30.0),
             cache_mib=int(options.get("cache_mib", 64)),
             group_commit=_flag("group_commit", options.get("group_commit", True)),
+            vfs=options.get("vfs"),
         )
         backend = SQLiteBackend(path, settings)
     else:

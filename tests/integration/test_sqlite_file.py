@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -134,6 +135,19 @@ def test_cache_size_setting(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA cache_size").fetchone()[0] == -8 * 1024
     with pytest.raises(sluice.ConfigurationError, match="cache_mib"):
         sluice.connect(f"sqlite:///{tmp_path / 'q.db'}?cache_mib=0")
+
+
+def test_the_file_opens_through_a_named_vfs(tmp_path: Path) -> None:
+    path = tmp_path / "odd ?#name.db"  # a URI's own characters, kept the path's own
+    with sluice.connect(f"sqlite:///{quote(str(path))}?vfs=unix") as db:
+        db.create_queue("a").put("through unix")
+    assert path.exists()
+    with sluice.connect(str(path)) as db:
+        assert [m.body for m in db.queue("a").browse()] == ["through unix"]
+    with pytest.raises(sluice.ConfigurationError, match="no SQLite VFS of that name"):
+        sluice.connect(f"sqlite:///{quote(str(path))}?vfs=nowhere")
+    with pytest.raises(sluice.ConfigurationError, match="vfs must name"):
+        sluice.connect(f"sqlite:///{quote(str(path))}?vfs=")
 
 
 def test_a_lock_held_past_busy_timeout_is_a_clear_error_and_changes_nothing(

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from sluice.backends.base import Backend, Outbox
 from sluice.backends.gateways import SqlGateways
@@ -68,6 +69,7 @@ from sluice.backends.sqs import SqlSqs
 from sluice.backends.topics import SqlTopics
 from sluice.clock import STEP_BACK_HELD, Clock, SystemClock
 from sluice.errors import (
+    ConfigurationError,
     Conflict,
     NotASluiceDatabase,
     SluiceError,
@@ -128,8 +130,14 @@ class SQLiteBackend(
 
     # --- opening ---------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
+        vfs = self.settings.vfs
+        if vfs is None:
+            target, uri = self.path, False
+        else:  # only a URI names a VFS; quoted, so a path's "?" or "#" stays the path's
+            target, uri = f"file:{quote(self.path)}?vfs={quote(vfs)}", True
         return sqlite3.connect(
-            self.path,
+            target,
+            uri=uri,
             isolation_level=None,
             check_same_thread=False,
             timeout=self.settings.busy_timeout,
@@ -139,6 +147,11 @@ class SQLiteBackend(
         try:
             conn = self._connect()
         except sqlite3.Error as exc:
+            if self.settings.vfs is not None and "no such vfs" in str(exc):
+                raise ConfigurationError(
+                    f"vfs={self.settings.vfs!r}: no SQLite VFS of that name is registered in "
+                    "this process; register it before connecting, or leave vfs out"
+                ) from exc
             raise StorageError(f"{self.path} cannot be opened: {exc}") from exc
         try:
             # Check before anything writes: a foreign file must be left byte for byte as it was.

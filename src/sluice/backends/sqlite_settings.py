@@ -22,12 +22,15 @@ class SQLiteSettings:
     the connection: a queue's backlog is read back soon after it was written
     (FIFO), so a cache smaller than the backlog turns claims into disk reads.
     ``group_commit`` lets commits from concurrent threads share one fsync.
+    ``vfs`` names a SQLite VFS registered in this process to open the file through
+    (None: SQLite's default); the power-cut tests use one that simulates a disk.
     """
 
     synchronous: Synchronous = "FULL"
     busy_timeout: float = 30.0
     cache_mib: int = 64
     group_commit: bool = True
+    vfs: str | None = None
 
     def __post_init__(self) -> None:
         if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -40,3 +43,5 @@ class SQLiteSettings:
             raise ConfigurationError(
                 f"cache_mib must be a positive integer, not {self.cache_mib!r}"
             )
+        if self.vfs is not None and not (isinstance(self.vfs, str) and self.vfs):
+            raise ConfigurationError(f"vfs must name a SQLite VFS, not {self.vfs!r}")
