@@ -9,6 +9,7 @@ environment (``BENCH_CELERY_BROKER``, ``BENCH_CELERY_QUEUE``, ``BENCH_CELERY_SIN
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from bench.celery.sink import SinkWriter
 
 __all__ = [
     "BROKER_ENV",
+    "OPTIONS_ENV",
     "PREFETCH",
     "QUEUE_ENV",
     "SINK_ENV",
@@ -31,14 +33,19 @@ __all__ = [
 BROKER_ENV = "BENCH_CELERY_BROKER"
 QUEUE_ENV = "BENCH_CELERY_QUEUE"
 SINK_ENV = "BENCH_CELERY_SINK"
+OPTIONS_ENV = "BENCH_CELERY_TRANSPORT_OPTIONS"  # JSON: transport options added to the broker's
 TASK = "probe"
 PREFETCH = 4  # Celery's default worker_prefetch_multiplier, for every broker
 
 
 def transport_options(broker_url: str) -> dict[str, Any]:
     """RabbitMQ confirms each publish (the producer waits until it is on disk); the other
-    transports take their defaults."""
-    return {"confirm_publish": True} if broker_url.startswith("amqp") else {}
+    transports take their defaults, but for what the case sets in ``OPTIONS_ENV`` (sluice's
+    consumer process)."""
+    options: dict[str, Any] = json.loads(os.environ.get(OPTIONS_ENV, "{}"))
+    if broker_url.startswith("amqp"):
+        options["confirm_publish"] = True
+    return options
 
 
 _WRITER = SinkWriter(Path(os.environ[SINK_ENV])) if SINK_ENV in os.environ else None

@@ -5,12 +5,14 @@ says what a published or acknowledged task survives, for the report."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bench.celery.app import OPTIONS_ENV
 from bench.harness import (
     PG_CONNINFO,
     RABBIT_HOST,
@@ -35,6 +37,7 @@ class Place:
     url: str
     queue: str
     durability: str
+    env: dict[str, str] = field(default_factory=dict)  # for the worker (its transport options)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,21 @@ def _sluice_postgresql(tmp: Path) -> Iterator[Place]:
         )
     finally:
         drop_schema(PG_CONNINFO, schema)
+
+
+def _in_process(
+    place: Callable[[Path], AbstractContextManager[Place]],
+) -> Callable[[Path], AbstractContextManager[Place]]:
+    """``place`` with the transport option ``consumer_process`` off in the worker: its claims
+    and acks in threads of its main process, as before the consumer process (docs/celery.md)."""
+
+    @contextlib.contextmanager
+    def placed(tmp: Path) -> Iterator[Place]:
+        with place(tmp) as found:
+            options = json.dumps({"consumer_process": False})
+            yield replace(found, env={**found.env, OPTIONS_ENV: options})
+
+    return placed
 
 
 @contextlib.contextmanager
@@ -124,8 +142,19 @@ def _sqla(tmp: Path) -> Iterator[Place]:
 BROKERS: dict[str, Broker] = {
     b.name: b
     for b in (
+        # The defaults: on a worker, claims and acks in its consumer process.
         Broker("sluice-sqlite", "sluice, SQLite", _sluice_sqlite),
         Broker("sluice-postgresql", "sluice, PostgreSQL", _sluice_postgresql),
+        Broker(
+            "sluice-sqlite-in-process",
+            "sluice, SQLite, in-process (consumer_process off)",
+            _in_process(_sluice_sqlite),
+        ),
+        Broker(
+            "sluice-postgresql-in-process",
+            "sluice, PostgreSQL, in-process (consumer_process off)",
+            _in_process(_sluice_postgresql),
+        ),
         Broker("redis", "Redis, appendfsync always", _redis),
         Broker("rabbitmq", "RabbitMQ, durable + confirms", _rabbitmq),
         Broker("sqla", "kombu SQLAlchemy, SQLite", _sqla),

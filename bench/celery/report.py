@@ -64,13 +64,18 @@ def medians(rates: Sequence[RateResult]) -> list[tuple[RateResult, list[float]]]
     return out
 
 
+def _cpu(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.3f}"
+
+
 def _rate_table(rates: Sequence[RateResult]) -> list[str]:
     chosen = medians(rates)
     rabbit = {r.seconds: r for r, _ in chosen if r.broker == "rabbitmq" and r.status == "ok"}
     out = [
         "| broker | task | N | enqueue tasks/s | worker tasks/s | vs RabbitMQ | every run"
+        " | main process CPU ms/task | consumer process CPU ms/task"
         " | latency p50 ms | p99 ms | p50 vs RabbitMQ | status |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r, every in chosen:
         peer = rabbit.get(r.seconds)
@@ -80,6 +85,7 @@ def _rate_table(rates: Sequence[RateResult]) -> list[str]:
             f" | {r.enqueue_per_s or 0:,.0f} | {r.tasks_per_s or 0:,.0f}"
             f" | {_ratio(r.tasks_per_s, peer.tasks_per_s if peer else None)}"
             f" | {', '.join(f'{x:,.0f}' for x in every)}"
+            f" | {_cpu(r.main_cpu_ms)} | {_cpu(r.consumer_process_cpu_ms)}"
             f" | {_ms(p50)} | {_ms(r.latency(99))}"
             f" | {_ratio(p50, peer.latency(50) if peer else None)} | {r.status} |"
         )

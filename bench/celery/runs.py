@@ -21,6 +21,7 @@ from typing import Any
 
 from bench.celery.app import BROKER_ENV, QUEUE_ENV, SINK_ENV, TASK, make_app
 from bench.celery.brokers import Broker, Place
+from bench.celery.cpu import CpuSample, sample
 from bench.celery.sink import Sink
 from bench.harness import one_line, percentile, signal_group, start_group, stop_groups
 
@@ -45,6 +46,9 @@ class RateResult:
     latencies: list[float] = field(default_factory=list)
     rate: float = 0.0  # tasks/s of the paced stream
     status: str = "ok"
+    # CPU ms per task while the backlog drained: the worker's main process, its consumer process
+    main_cpu_ms: float | None = None
+    consumer_process_cpu_ms: float | None = None
 
     def latency(self, q: float) -> float | None:
         return percentile(self.latencies, q) if self.latencies else None
@@ -80,6 +84,7 @@ class _Worker:
 
     def start(self) -> subprocess.Popen[bytes]:
         env = {**os.environ, BROKER_ENV: self.place.url, QUEUE_ENV: self.place.queue}
+        env.update(self.place.env)
         env[SINK_ENV] = str(self.sink)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
         argv = [sys.executable, "-m", "celery", "-A", "bench.celery.app", "worker"]
@@ -189,11 +194,20 @@ def rate_run(
             result.enqueue_per_s = n / _enqueue(app, backlog, seconds)
             worker.start()
 
+            cpu: list[tuple[int, CpuSample]] = []  # from the first task done to the last
+
             def drained() -> bool:
                 sink.read()
-                return sink.done(backlog) == n
+                done = sink.done(backlog)
+                # Read twice only: scanning /proc every poll would take CPU from the worker.
+                if done and (not cpu or done == n):
+                    now = sample(worker.procs[-1].pid)
+                    if now is not None:
+                        cpu.append((done, now))
+                return done == n
 
             _wait("backlog", drained, timeout, worker)
+            _cpu_per_task(result, cpu)
             first = min(runs[0].start for no, runs in sink.starts.items() if no < n)
             last = max(min(sink.ends[no]) for no in backlog)
             result.tasks_per_s = n / (last - first)
@@ -212,6 +226,18 @@ def rate_run(
     except Exception as exc:  # one failing broker is reported, the others still run
         result.status = one_line(exc)
     return result
+
+
+def _cpu_per_task(result: RateResult, cpu: list[tuple[int, CpuSample]]) -> None:
+    if len(cpu) < 2 or cpu[-1][0] <= cpu[0][0]:
+        return
+    (done0, first), (done1, last) = cpu[0], cpu[-1]
+    tasks = done1 - done0
+    result.main_cpu_ms = (last.main - first.main) * 1000 / tasks
+    if first.consumer_process is not None and last.consumer_process is not None:
+        result.consumer_process_cpu_ms = (
+            (last.consumer_process - first.consumer_process) * 1000 / tasks
+        )
 
 
 def _kill(target: str, sink: Sink, worker: _Worker) -> bool:

@@ -29,18 +29,19 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(
     params=[
         ("memory", False),
-        ("sqlite", False),
-        ("postgresql", False),
-        # On kombu's event loop (TestEventLoop), a consumer process takes and settles.
+        # On kombu's event loop (TestEventLoop), a consumer process takes and settles (the
+        # default), or the transport's own threads.
         ("sqlite", True),
         ("postgresql", True),
+        ("sqlite", False),
+        ("postgresql", False),
     ],
     ids=[
         "memory",
         "sqlite",
         "postgresql",
-        "sqlite-consumer-process",
-        "postgresql-consumer-process",
+        "sqlite-in-process",
+        "postgresql-in-process",
     ],
 )
 def connection(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[kombu.Connection]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import signal
 import socket
 import sys
 import threading
@@ -33,7 +34,7 @@ from sluice.contrib.kombu.acker import Acker
 from sluice.contrib.kombu.channel import settle_held
 from sluice.contrib.kombu.names import from_sluice
 from sluice.contrib.kombu.payloads import as_payload, delivery_tag
-from sluice.contrib.kombu.wire import frame, read_frame
+from sluice.contrib.kombu.wire import Frames, frame, read_frame
 
 __all__ = ["main"]
 
@@ -112,15 +113,18 @@ class Sidecar:
     def serve(self) -> None:
         """Take and settle until the worker says stop or goes away."""
         self._taker.start()
+        frames = Frames()
         try:
-            while (message := read_frame(self._link.sock)) is not None:
-                kind = message[0]
-                if kind == "stop":
-                    break
-                if kind == "consumers":
-                    self._update(message[1])
-                else:
-                    self._settle(message[1], kind)
+            # As much as has come in one read: settles come one frame each, many at a time.
+            while data := _receive(self._link.sock):
+                for message in frames.feed(data):
+                    kind = message[0]
+                    if kind == "stop":
+                        return
+                    if kind == "consumers":
+                        self._update(message[1])
+                    else:
+                        self._settle(message[1], kind)
         finally:
             self._stop()
 
@@ -242,6 +246,14 @@ class Sidecar:
         self._db.close()
 
 
+def _receive(sock: socket.socket) -> bytes:
+    """What the worker sent, as much as there is; b"" once it is gone."""
+    try:
+        return sock.recv(1 << 18)
+    except OSError:  # reset: the worker is gone
+        return b""
+
+
 def _exists(db: sluice.Database, name: str) -> bool:
     try:
         db.queue(name)
@@ -253,6 +265,11 @@ def _exists(db: sluice.Database, name: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """``python -m sluice.contrib.kombu.sidecar FD``: serve the worker on the socket FD."""
     args = sys.argv[1:] if argv is None else argv
+    # A Ctrl-C at the terminal or a service manager's SIGTERM reaches the whole process
+    # group: the worker then shuts down warm, sends its last acks, and stops this process
+    # itself (or dies, and this process sees its socket end). Dying first would drop them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=int(args[0]))
     link = _Link(sock)
     root = logging.getLogger()

@@ -1,6 +1,9 @@
 """The kombu transport: broker URLs ``sluice+<sluice URL>`` (``sluice+sqlite:///…``,
 ``sluice+postgresql://…``, ``sluice+memory://``).
 
+On kombu's event loop (Celery's worker) a connection's messages are claimed and
+acknowledged by a consumer process it starts (sluice.contrib.kombu.consumer_process;
+``consumer_process=False``: by threads of its own); ``drain_events`` takes them itself.
 Every kombu connection of a process to one URL shares one ``sluice.Database``
 (a ``memory://`` database is visible to all of them, as kombu's memory transport
 is), opened on the first connection and closed when the process exits; a forked
@@ -75,7 +78,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
     driver_type = "sluice"
     driver_name = "sluice"
     # Asynchronous: Celery's worker runs its event loop (and a prefork pool that never
-    # blocks it) over the reader's pipe (sluice.contrib.kombu.reader).
+    # blocks it) over the consumer process's socket (sluice.contrib.kombu.consumer_process)
+    # or the reader's pipe (sluice.contrib.kombu.reader).
     implements = virtual.Transport.implements.extend(
         asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"])
     )
@@ -98,12 +102,20 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self._background_acks = _flag(options.get("background_acks", True))
         self._acker: Acker | None = None
         self._acker_lock = threading.Lock()
-        # On kombu's event loop, claims and acks in a process of their own
-        # (sluice.contrib.kombu.sidecar), off this process's GIL. A memory:// database
-        # lives in this process only: it keeps the reader thread.
-        self._use_consumer_process = _flag(options.get("consumer_process", False)) and not (
-            self._url.startswith("memory:")
-        )
+        # On kombu's event loop (Celery's worker), claims and acks in a process of their
+        # own (sluice.contrib.kombu.sidecar), off this process's GIL: the worker's main
+        # process is a no-op task's bound. False: the reader and ack threads, in-process.
+        # A memory:// database lives in this process only: it keeps the reader thread.
+        # Its acks are batched in its own thread: not for who asked for acks committed in
+        # the caller's thread.
+        consumer_process = _flag(options.get("consumer_process", self._background_acks))
+        if consumer_process and not self._background_acks:
+            raise sluice.ConfigurationError(
+                "transport options consumer_process=True and background_acks=False conflict: "
+                "the consumer process commits acks in a thread of its own; set "
+                "consumer_process=False for acks committed before kombu's ack() returns"
+            )
+        self._use_consumer_process = consumer_process and not self._url.startswith("memory:")
         self._consumer_process: ConsumerProcess | None = None
 
     def _opened(self) -> tuple[sluice.Database, Bindings]:
