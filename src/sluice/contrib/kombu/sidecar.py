@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,15 +131,13 @@ class Sidecar:
 
     def _update(self, reported: list[tuple[int, int, list[str], list[str], int]]) -> None:
         with self._lock:
-            old = self._consumers
+            # Counted afresh: a channel that stopped consuming for a while still holds
+            # what it was sent until it settles.
+            held = Counter(cid for _, cid in self._held.values())
             self._consumers = {
-                cid: _Consumer(prefetch, queues, frozenset(no_ack), elsewhere)
+                cid: _Consumer(prefetch, queues, frozenset(no_ack), elsewhere, held[cid])
                 for cid, prefetch, queues, no_ack, elsewhere in reported
             }
-            # A channel that stopped consuming still holds what it was sent until it settles.
-            held = {cid: c.held for cid, c in old.items()}
-            for cid, consumer in self._consumers.items():
-                consumer.held = held.get(cid, 0)
         self.look_again.set()
 
     def _settle(self, tag: str, how: str) -> None:
