@@ -48,7 +48,7 @@ def settle_for(hub: Hub, seconds: float) -> None:
 
 @contextlib.contextmanager
 def consume(
-    url: str, queue: str, n: int, prefetch: int, no_ack: bool = False
+    url: str, queue: str, n: int, *, prefetch: int, no_ack: bool = False, fail_first: bool = False
 ) -> Iterator[tuple[Hub, kombu.Connection, list[kombu.Message]]]:
     conn = kombu.Connection(f"sluice+{url}", transport_options={"consumer_process": True})
     q = kombu.Queue(queue, routing_key=queue)
@@ -62,6 +62,8 @@ def consume(
 
         def received(body: Any, message: kombu.Message) -> None:
             got.append(message)
+            if fail_first and len(got) == 1:
+                raise RuntimeError("the consumer's callback failed")
 
         with kombu.Consumer(
             conn, [q], callbacks=[received], prefetch_count=prefetch, no_ack=no_ack
@@ -83,6 +85,17 @@ def test_the_prefetch_bounds_what_is_held_and_each_ack_makes_room(url: str) -> N
         assert [m.payload for m in got] == [0, 1, 2, 3]
         with sluice.connect(url) as db:
             assert db.queue("pf").stats()["claimed"] == 3
+
+
+def test_what_a_raising_callback_was_not_handed_goes_back_and_comes_again(url: str) -> None:
+    with consume(url, "cb", 3, prefetch=3, fail_first=True) as (hub, _, got):
+        with pytest.raises(RuntimeError, match="callback failed"):
+            run_until(hub, lambda: False)
+        # Taken with the first, never handed over: released, not held (and counted against
+        # the prefetch) in the consumer process for good.
+        run_until(hub, lambda: len(got) == 3)
+        settle_for(hub, 0.3)
+        assert [m.payload for m in got] == [0, 1, 2]
 
 
 def test_a_consumer_without_acks_has_its_messages_settled_at_once(url: str) -> None:

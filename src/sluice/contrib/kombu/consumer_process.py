@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, Protocol
 
 from sluice.contrib.kombu.names import to_sluice
@@ -137,15 +137,23 @@ class ConsumerProcess:
             return
         except OSError:
             data = b""
-        deliver = self._transport.deliver
+        todo: deque[tuple[int, str, str, dict[str, Any]]] = deque()
         for message in self._frames.feed(data):
             if message[0] == "deliver":
-                tags = self._tags
-                for cid, tag, queue, payload in message[1]:
-                    tags[tag] = cid  # first: a consumer may settle it within deliver
-                    deliver(payload, queue)
+                todo.extend(message[1])
             elif message[0] == "log":
                 log.log(message[1], "consumer process %s: %s", self.pid, message[2])
+        deliver, tags = self._transport.deliver, self._tags
+        try:
+            while todo:
+                cid, tag, queue, payload = todo.popleft()
+                tags[tag] = cid  # first: a consumer may settle it within deliver
+                deliver(payload, queue)
+        finally:
+            # A consumer's callback raised: what it was not handed goes back (held there,
+            # it would count against the prefetch for good).
+            for _, tag, _, _ in todo:
+                self._send(("release", tag))
         if not data:
             self._gone()
 
