@@ -193,7 +193,7 @@ def _put(call: Call, name: str, settings: QueueSettings, batch: list[Outgoing]) 
                 batch, key=lambda out: (out.delay, out.sqs(call.who.name, None))
             ):
                 outs = list(run)
-                made = tx.enqueue_many(
+                ids = tx.enqueue_many(
                     name,
                     [out.body for out in outs],
                     delay=float(delay),
@@ -201,7 +201,7 @@ def _put(call: Call, name: str, settings: QueueSettings, batch: list[Outgoing]) 
                     content_type=TEXT,
                     ttl=ttl,
                 )
-                for out, made_id in zip(outs, made, strict=True):
+                for out, made_id in zip(outs, ids, strict=True):
                     out.answer["MessageId"] = message_id(made_id)
         return
     per_group = settings.attributes.get("DeduplicationScope") == "messageGroup"
