@@ -191,10 +191,9 @@ _REQUESTS = {(SQS, "receive 10 + delete"): 2, (SQS_LEAN, "receive 10 + delete"):
 def _rows(system: str, s: Settings) -> list[Row]:
     rows = []
     for w in WORKLOADS:
-        apis = [SQS, SQS_LEAN, HTTP, HTTP_TX, IN_PROCESS] if w.startswith("receive") else [
-            SQS, SQS_LEAN, HTTP, IN_PROCESS]  # fmt: skip
+        apis = [SQS, SQS_CANNED, SQS_LEAN, HTTP, HTTP_TX, IN_PROCESS] if w.startswith(
+            "receive") else [SQS, SQS_CANNED, SQS_LEAN, HTTP, IN_PROCESS]  # fmt: skip
         for c in (1,) if w == "send 1" else s.clients:
-            apis.insert(1, SQS_CANNED)
             rows += [Row(system, api, w, c, _REQUESTS.get((api, w), 1)) for api in apis]
     return rows
 
