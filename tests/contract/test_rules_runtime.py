@@ -120,7 +120,7 @@ def test_with_values_are_written_as_every_engine_writes_numbers(
     db.apply(text)
     db.queue("i").put_many([{"n": 2}, {"n": 2.5}])
     db.rules.run_until_idle()
-    monkeypatch.setattr(engine, "build_fast", lambda app, backend, plan: {})
+    monkeypatch.setattr(engine, "build_fast", lambda app, backend, plan, **_: {})
     db.rules.reload()
     db.apply(text.replace("QUEUE i;", "QUEUE i RETENTION 1 s;"))  # a new version: compiled again
     db.queue("i").put_many([{"n": 2.5}])
