@@ -31,7 +31,13 @@ from sluice.server.grants import Grant, Keys
 from sluice.server.signing import SigningKey
 from tests.conftest import url_for
 from tests.contrib.celery_app import make_app
-from tests.contrib.test_celery_workers import Workers, lines, wait_until
+from tests.contrib.test_celery_workers import (
+    Workers,
+    lines,
+    running_mid_task,
+    unfinished,
+    wait_until,
+)
 from tests.integration.test_serve import free_port, ready, serve
 
 pytestmark = pytest.mark.slow
@@ -122,17 +128,10 @@ def test_a_task_killed_mid_run_runs_again_after_its_visibility_timeout(
     for n in range(tasks):
         producer.send_task("work", args=(n, 0.5))
 
-    def started_and_running() -> bool:
-        rows = lines(workers.log)
-        done = {r[1] for r in rows if r[0] == "done"}
-        return len(rows) >= 3 and any(r[0] == "start" and r[1] not in done for r in rows)
-
-    wait_until("the first worker running tasks", started_and_running, workers)
+    wait_until("the first worker running tasks", lambda: running_mid_task(workers.log), workers)
     workers.kill(first)
     killed_at = time.monotonic()
-    killed_during = {r[1] for r in lines(workers.log) if r[0] == "start"} - {
-        r[1] for r in lines(workers.log) if r[0] == "done"
-    }
+    killed_during = unfinished(lines(workers.log))
     assert killed_during, "the kill was meant to land mid-task"
     workers.start("w2")
 

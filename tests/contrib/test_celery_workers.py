@@ -114,6 +114,17 @@ def lines(log: Path) -> list[list[str]]:
     return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
 
 
+def unfinished(rows: list[list[str]]) -> set[str]:
+    """The tasks the task log shows started and not done."""
+    return {r[1] for r in rows if r[0] == "start"} - {r[1] for r in rows if r[0] == "done"}
+
+
+def running_mid_task(log: Path) -> bool:
+    """Some tasks have run and one is running now: a kill lands mid-task."""
+    rows = lines(log)
+    return len(rows) >= 3 and bool(unfinished(rows))
+
+
 def wait_until(
     what: str, check: Callable[[], bool], workers: Workers, seconds: float = 120
 ) -> None:
@@ -133,16 +144,9 @@ def test_tasks_of_a_worker_killed_mid_task_complete_on_the_next(
     for n in range(tasks):
         producer.send_task("work", args=(n, 0.5))
 
-    def started_and_running() -> bool:
-        rows = lines(workers.log)
-        done = {r[1] for r in rows if r[0] == "done"}
-        return len(rows) >= 3 and any(r[0] == "start" and r[1] not in done for r in rows)
-
-    wait_until("the first worker running tasks", started_and_running, workers)
+    wait_until("the first worker running tasks", lambda: running_mid_task(workers.log), workers)
     workers.kill(first)
-    killed_during = {r[1] for r in lines(workers.log) if r[0] == "start"} - {
-        r[1] for r in lines(workers.log) if r[0] == "done"
-    }
+    killed_during = unfinished(lines(workers.log))
     assert killed_during, "the kill was meant to land mid-task"
     workers.start("w2")
 
