@@ -32,6 +32,7 @@ __all__ = [
     "Op",
     "Run",
     "drive",
+    "enqueue_op",
     "floor_ops",
     "in_process_ops",
     "payload",
@@ -165,22 +166,28 @@ class HttpClient:
         return data
 
 
+def enqueue_op(port: int, auth: dict[str, str], path: str, body: bytes, n: int) -> Factory:
+    """One client's ``POST {path}/messages`` of ``body`` (``n`` messages) to sluice's API."""
+
+    def make() -> tuple[Op, Callable[[], None]]:
+        c = HttpClient(port, auth)
+
+        def op() -> int:
+            c.post(f"{path}/messages", body, 201)
+            return n
+
+        return op, c.conn.close
+
+    return make
+
+
 def sluice_ops(port: int, secret: str) -> dict[str, Factory]:
     """The HTTP API's workloads: enqueue 1, enqueue 10, lease (limit 1) + ack."""
     auth = {"Authorization": f"Bearer {secret}"}
     path = f"/api/queues/{QUEUE}"
 
     def enqueue(body: bytes, n: int) -> Factory:
-        def make() -> tuple[Op, Callable[[], None]]:
-            c = HttpClient(port, auth)
-
-            def op() -> int:
-                c.post(f"{path}/messages", body, 201)
-                return n
-
-            return op, c.conn.close
-
-        return make
+        return enqueue_op(port, auth, path, body, n)
 
     def lease_ack() -> tuple[Op, Callable[[], None]]:
         c = HttpClient(port, auth)

@@ -21,7 +21,7 @@ from typing import Any
 
 import sluice
 from bench.harness import make_bodies
-from bench.server.clients import Factory, HttpClient, Op
+from bench.server.clients import Factory, HttpClient, Op, enqueue_op
 
 __all__ = [
     "BODIES",
@@ -105,16 +105,7 @@ def http_ops(port: int, secret: str, queue: str) -> dict[str, Factory]:
     path = f"/api/queues/{queue}"
 
     def enqueue(body: bytes, n: int) -> Factory:
-        def make() -> tuple[Op, Callable[[], None]]:
-            c = HttpClient(port, auth)
-
-            def op() -> int:
-                c.post(f"{path}/messages", body, 201)
-                return n
-
-            return op, c.conn.close
-
-        return make
+        return enqueue_op(port, auth, path, body, n)
 
     def lease_ack() -> tuple[Op, Callable[[], None]]:
         c = HttpClient(port, auth)
