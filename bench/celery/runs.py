@@ -49,6 +49,8 @@ class RateResult:
     # CPU ms per task while the backlog drained: the worker's main process, its consumer process
     main_cpu_ms: float | None = None
     consumer_process_cpu_ms: float | None = None
+    broker_cpu_ms: float | None = None  # the broker's server processes
+    machine_cpu_ms: float | None = None  # every process, both cores
 
     def latency(self, q: float) -> float | None:
         return percentile(self.latencies, q) if self.latencies else None
@@ -238,6 +240,8 @@ def _cpu_per_task(result: RateResult, cpu: list[tuple[int, CpuSample]]) -> None:
         result.consumer_process_cpu_ms = (
             (last.consumer_process - first.consumer_process) * 1000 / tasks
         )
+    result.broker_cpu_ms = last.broker_since(first) * 1000 / tasks
+    result.machine_cpu_ms = (last.machine - first.machine) * 1000 / tasks
 
 
 def _kill(target: str, sink: Sink, worker: _Worker) -> bool:

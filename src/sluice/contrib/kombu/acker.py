@@ -4,8 +4,10 @@ Celery's event loop acknowledges each task as its pool process reports it done.
 Committing there would stall the loop for a disk flush per task; here the loop hands
 the message over and goes on, and one thread commits whatever acknowledgements have
 piled up meanwhile with ``Database.ack_many``: one commit, one flush, each message
-still settled on its own. The next batch is what piled up during that flush, so the
-batches grow with the load and a lone ack waits for nobody.
+still settled on its own. The next batch is what piled up during that flush and, while
+commits have company, up to 2 ms more: so the batches grow with the load (a no-op
+Celery worker's from about 3 to about 15 acks a commit on PostgreSQL) and a lone ack
+waits for nobody.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import sluice
 __all__ = ["Acker"]
 
 log = logging.getLogger("sluice.contrib.kombu")
+
+_LINGER = 0.002  # seconds an acknowledgement waits, under load, for others to share its commit
+_GROUP = 32  # acknowledgements that commit at once without waiting longer
 
 
 class Acker:
@@ -48,15 +53,27 @@ class Acker:
         self._thread.join()
 
     def _run(self) -> None:
+        busy = False  # the last commit had company
         while True:
             with self._news:
                 while not self._waiting and not self._closing:
                     self._news.wait()
                 if not self._waiting:
                     return  # closing, and nothing left
+                if busy:
+                    # Group commit: under load, a moment longer for company, so that a
+                    # busy worker's acks share a commit many at a time, not the few that
+                    # pile up during one flush. Nobody waits on an ack's commit; a crash
+                    # before it delivers the message again, as for any unsettled one. A
+                    # lone ack (a quiet worker) commits at once.
+                    self._news.wait_for(self._enough, _LINGER)
                 batch = list(self._waiting)
                 self._waiting.clear()
+            busy = len(batch) > 1
             self._commit(batch)
+
+    def _enough(self) -> bool:
+        return len(self._waiting) >= _GROUP or self._closing
 
     def _commit(self, batch: list[sluice.Message]) -> None:
         try:

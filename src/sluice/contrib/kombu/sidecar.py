@@ -43,6 +43,7 @@ log = logging.getLogger("sluice.contrib.kombu")
 
 _IDLE = 1.0  # the longest wait for a message before looking at the consumers again
 _BATCH = 64  # the most messages sent in one frame
+_ROOM_WAIT = 0.05  # how long a full consumer's settles are awaited before the others' queues
 
 
 @dataclass
@@ -56,6 +57,8 @@ class _Consumer:
     held: int = 0
 
     def room(self) -> int:
+        # Each settle makes room at once: with Celery's prefetch multiplier at 1 a pool
+        # process would otherwise stand idle until others finish.
         if not self.prefetch:
             return _BATCH
         return self.prefetch - self.held - self.elsewhere
@@ -148,8 +151,13 @@ class Sidecar:
             message, cid = found
             consumer = self._consumers.get(cid)
             if consumer is not None:
+                had_room = consumer.room() > 0
                 consumer.held -= 1
-        self.look_again.set()
+                # The taker looks again only when this consumer can take again: a look
+                # at every settle would be a transaction each (on the remote-control
+                # queue, say) that finds nothing.
+                if not had_room and consumer.room() > 0:
+                    self.look_again.set()
         if how == "ack":
             self._acker.ack(message)  # with whatever else piles up: one commit
         else:
@@ -159,11 +167,13 @@ class Sidecar:
                 log.exception("message %s of %r could not be settled (%s)", message.id,
                               message.queue, how)  # fmt: skip
 
-    def _owners(self) -> tuple[dict[str, int], int]:
+    def _owners(self) -> tuple[dict[str, int], int, bool]:
         """Each consumed queue and the consumer with room it goes to; how many may be
-        taken now (the least room among them, so none overflows)."""
+        taken now (the least room among them, so none overflows); whether a consumer
+        that holds messages has no room (a settle gives it some)."""
         owners: dict[str, int] = {}
         least = _BATCH
+        full = False
         with self._lock:
             for cid, consumer in self._consumers.items():
                 room = consumer.room()
@@ -171,12 +181,20 @@ class Sidecar:
                     least = min(least, room)
                     for queue in consumer.queues:
                         owners.setdefault(queue, cid)
-        return owners, least
+                elif consumer.held:
+                    full = True
+        return owners, least, full
 
     def _take(self) -> None:
         while not self._stopping.is_set():
             self.look_again.clear()
-            owners, limit = self._owners()
+            owners, limit, full = self._owners()
+            if full and self.look_again.wait(_ROOM_WAIT):
+                # A busy worker's consumer has room again within a few tasks: then every
+                # queue is looked at in one claim. Looking at the others alone meanwhile
+                # (Celery's remote-control queue, mostly empty) would be a transaction or
+                # two per batch that find nothing.
+                continue
             if not owners:
                 self.look_again.wait(_IDLE)
                 continue
