@@ -262,9 +262,22 @@ def test_every_statement_is_valid_sqlite(tmp_path: Path) -> None:
 
 
 def _dummy_params(text: str) -> dict[str, object] | tuple[object, ...]:
-    if "?1" in text:
-        return (0,) * len(set(re.findall(r"\?\d+", text)))
+    text = re.sub(r"--[^\n]*", "", text)
+    if "?" in text:  # plain ? placeholders, bound in order
+        return (0,) * text.count("?")
     return dict.fromkeys(re.findall(r":(\w+)", text), "[]")
+
+
+def test_no_sqlite_statement_numbers_its_placeholders() -> None:
+    # Python 3.12 deprecates numbered ?NNN placeholders bound from a sequence (they are
+    # named ones to sqlite3) and 3.14 refuses them; nor may a statement mix ? and :name.
+    from sluice.backends.sqlite_statements import load_queries as _load_queries
+
+    ready, templates = _load_queries()
+    for name, commented in [*ready.items(), *((n, t.text) for n, t in templates.items())]:
+        text = re.sub(r"--[^\n]*", "", commented)
+        assert not re.search(r"\?\d", text), name
+        assert not ("?" in text and re.search(r"(?<!:):[a-z_]", text)), name
 
 
 # --- the loader ---------------------------------------------------------------------

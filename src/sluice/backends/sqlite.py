@@ -378,9 +378,11 @@ class SQLiteBackend(
             rows = [(code, session, tx, ids[e.queue], *e[1:11]) for e in envelopes]
             conn.executemany(self._q["insert_message_values"], rows)
             return
+        # A ready message with a lane waits behind the lane's head until promoted.
+        waiting = int(MessageState.WAITING) if state is MessageState.READY else code
         full = [
-            (code, session, tx, ids[e.queue], *e[1:11], e.type, *(e.keys or _NO_KEYS),
-             e.group, e.lane)
+            (code if e.lane is None else waiting, session, tx, ids[e.queue], *e[1:11], e.type,
+             *(e.keys or _NO_KEYS), e.group, e.lane)
             for e in envelopes
         ]  # fmt: skip
         conn.executemany(self._q["insert_typed_values"], full)
@@ -438,7 +440,7 @@ class SQLiteBackend(
             return
         if len(plan.enqueues) == 1 and not (plan.held or plan.pending or typed(plan.enqueues[0])):
             (envelope,) = plan.enqueues
-            row = (1, plan.session, plan.tx, *envelope[:11])
+            row = (1, plan.session, plan.tx, *envelope[1:11], envelope.queue)
             _, inserted = self._single(self._q["insert_message"], row, durable=plan.durable)
             if inserted != 1:
                 raise queue_not_found([envelope.queue])
@@ -607,7 +609,7 @@ class SQLiteBackend(
 
 
 _NO_KEYS = (None,) * 8
-# An envelope's values the insert statements bind after the queue id (?5-?14), in order:
+# An envelope's values the insert statements bind after the queue (5th to 14th), in order:
 # a run of its fields, taken as the slice e[1:11] (per row, cheaper than naming each).
 if Envelope._fields[1:11] != (
     "num", "priority", "body", "content_type", "properties", "correlation_id", "reply_to",

@@ -54,31 +54,33 @@ SELECT count(*) FROM messages
 WHERE queue_id = (SELECT id FROM queues WHERE name = :name) AND state IN (0, 2);
 
 -- name: insert_message
--- Positional: ?1 state, ?2 session, ?3 tx, then the first 11 fields of an Envelope in order
--- (a message without type or properties: binding nine NULLs would cost a third of an insert).
-INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
-                      properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-SELECT id, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14
-FROM queues WHERE name = ?4;
+-- Plain placeholders, bound in order (Python 3.12 deprecates numbered ones bound from a
+-- sequence; 3.14 refuses them): state, session, tx, then the 2nd to 11th fields of an
+-- Envelope in order, then its queue's name (a message without type or properties:
+-- binding nine NULLs would cost a third of an insert). No row if the queue is missing.
+INSERT INTO messages (state, p_session, p_tx, p_num, priority, body, content_type, properties,
+                      correlation_id, reply_to, enqueued_at, available_at, expires_at, queue_id)
+SELECT ?, ?, ?, ?, ?, ?, nullif(?, 'application/json'), ?, ?, ?, ?, ?, ?, id
+FROM queues WHERE name = ?;
 
 -- name: queue_ids
 SELECT name, id FROM queues;
 
 -- name: insert_message_values
--- As insert_message, with ?4 the queue id instead of its name.
-INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
+-- As insert_message, with the queue's id instead of its name.
+INSERT INTO messages (state, p_session, p_tx, queue_id, p_num, priority, body, content_type,
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at)
-VALUES (?4, ?1, ?6, ?2, ?3, ?5, ?7, nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14);
+VALUES (?, ?, ?, ?, ?, ?, ?, nullif(?, 'application/json'), ?, ?, ?, ?, ?, ?);
 
 -- name: insert_typed_values
--- As insert_message_values, then ?15 the message type, ?16-?23 the slots t1-t4, n1-n4,
--- ?24 the group and ?25 the lane. A ready message with a lane waits: promote follows.
-INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body, content_type,
+-- As insert_message_values, then the message type, the slots t1-t4, n1-n4, the group and
+-- the lane. (A ready message with a lane waits, state 5, as the caller binds it: promote
+-- follows.)
+INSERT INTO messages (state, p_session, p_tx, queue_id, p_num, priority, body, content_type,
                       properties, correlation_id, reply_to, enqueued_at, available_at, expires_at,
                       type, t1, t2, t3, t4, n1, n2, n3, n4, grp, lane)
-VALUES (?4, CASE WHEN ?1 = 1 AND ?25 IS NOT NULL THEN 5 ELSE ?1 END, ?6, ?2, ?3, ?5, ?7,
-        nullif(?8, 'application/json'), ?9, ?10, ?11, ?12, ?13, ?14,
-        ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25);
+VALUES (?, ?, ?, ?, ?, ?, ?, nullif(?, 'application/json'), ?, ?, ?, ?, ?, ?,
+        ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: publish_pending
 -- Re-inserting (rather than flipping the state in place) gives the messages ids
