@@ -208,3 +208,32 @@ def test_limits_out_of_range_are_refused(
     problem(client.get(f"/api/queues/orders/messages?limit={limit}", headers=admin), 422)
     problem(client.post("/api/queues/orders/leases", headers={**admin, **JSON},
                         content=f'{{"limit": {limit}}}'), 422)  # fmt: skip
+
+
+def test_a_query_parameter_an_operation_does_not_take_is_refused_and_named(
+    client: TestClient, admin: dict[str, str]
+) -> None:
+    # It was ignored: a misspelt ?limt=1 answered as if no limit had been asked for, and
+    # schemathesis found ?%20%00=... on /api/jobs accepted.
+    sent = client.post(
+        "/api/queues/orders/messages", headers=admin, json={"messages": [{"body": 1}]}
+    )
+    assert sent.status_code == 201, sent.text
+    misspelt = problem(
+        client.get("/api/queues/orders/messages", headers=admin, params={"limt": "1"}),
+        422,
+        "InvalidRequest",
+    )
+    assert misspelt["errors"] == [
+        {"where": "query.limt",
+         "what": "not a parameter of this operation, which takes after, limit, where"}
+    ]  # fmt: skip
+    hostile = client.get("/api/jobs", headers=admin, params={" \x00": "x"})
+    assert problem(hostile, 422, "InvalidRequest")["errors"][0]["where"] == "query. \x00"
+    none = problem(client.get("/api/queues", headers=admin, params={"x": "1"}), 422)
+    assert "takes no query parameters" in none["detail"]
+    # What an operation does take still works; a key is asked for before anything else.
+    taken = client.get("/api/queues/orders/messages", headers=admin, params={"limit": "1"})
+    assert taken.status_code == 200
+    assert len(taken.json()) == 1
+    assert client.get("/api/queues", params={"x": "1"}).status_code == 401

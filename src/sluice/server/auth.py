@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
 from sluice.server.grants import Keys, Principal
-from sluice.server.problems import Problem
+from sluice.server.problems import Problem, check_query, query_names
 
 __all__ = [
     "ANONYMOUS",
@@ -93,9 +93,11 @@ class KeyedRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes = query_names(self.dependant)
 
         async def keyed(request: Request) -> Response:
             await caller(request)
+            check_query(request, takes)
             return await handler(request)
 
         return keyed

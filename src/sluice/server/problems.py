@@ -11,6 +11,7 @@ from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
@@ -195,6 +196,32 @@ def status_of(exc: SluiceError) -> int:
         if isinstance(exc, kind):
             return status
     return 400
+
+
+def query_names(dependant: Dependant) -> frozenset[str]:
+    """The query parameters a route takes, its dependencies' included."""
+    names: set[str] = set()
+    todo = [dependant]
+    while todo:
+        found = todo.pop()
+        names.update(field.alias for field in found.query_params)
+        todo.extend(found.dependencies)
+    return frozenset(names)
+
+
+def check_query(request: Request, takes: frozenset[str]) -> None:
+    """422 for a query parameter the route does not take: a misspelt one (``?limt=5``)
+    would otherwise be ignored, and the answer look like the one asked for."""
+    unknown = sorted({name for name in request.query_params if name not in takes})
+    if unknown:
+        what = (
+            f"not a parameter of this operation, which takes {', '.join(sorted(takes))}"
+            if takes
+            else "this operation takes no query parameters"
+        )
+        raise RequestValidationError(
+            [{"loc": ("query", name), "msg": what, "type": "extra_forbidden"} for name in unknown]
+        )
 
 
 def install(app: FastAPI) -> None:
