@@ -6,8 +6,7 @@ the message over and goes on, and one thread commits whatever acknowledgements h
 piled up meanwhile with ``Database.ack_many``: one commit, one flush, each message
 still settled on its own. The next batch is what piled up during that flush and, while
 commits have company, up to 2 ms more: so the batches grow with the load (a no-op
-Celery worker's from about 3 to about 15 acks a commit on PostgreSQL) and a lone ack
-waits for nobody.
+Celery worker's from about 3 to 9-12 acks a commit) and a lone ack waits for nobody.
 """
 
 from __future__ import annotations
