@@ -33,6 +33,7 @@ from tests.conftest import url_for
 from tests.contrib.celery_app import make_app
 from tests.contrib.test_celery_workers import (
     Workers,
+    all_done,
     lines,
     running_mid_task,
     unfinished,
@@ -147,12 +148,7 @@ def test_a_task_killed_mid_run_runs_again_after_its_visibility_timeout(
     # timeout (which began at the receive, under a second before the kill).
     assert time.monotonic() - killed_at >= VISIBILITY - 1.5
 
-    def all_done() -> bool:
-        return {r[1] for r in lines(workers.log) if r[0] == "done"} == {
-            str(n) for n in range(tasks)
-        }
-
-    wait_until("every task done after the kill", all_done, workers)
+    wait_until("every task done after the kill", all_done(workers.log, tasks), workers)
     starts = Counter(r[1] for r in lines(workers.log) if r[0] == "start")
     # The tasks killed mid-run ran again from the start, on the next worker.
     assert all(starts[n] >= 2 for n in killed_during)

@@ -119,6 +119,11 @@ def unfinished(rows: list[list[str]]) -> set[str]:
     return {r[1] for r in rows if r[0] == "start"} - {r[1] for r in rows if r[0] == "done"}
 
 
+def all_done(log: Path, tasks: int) -> Callable[[], bool]:
+    """A check that the task log shows each of tasks 0..tasks-1 done."""
+    return lambda: {r[1] for r in lines(log) if r[0] == "done"} == {str(n) for n in range(tasks)}
+
+
 def running_mid_task(log: Path) -> bool:
     """Some tasks have run and one is running now: a kill lands mid-task."""
     rows = lines(log)
@@ -150,12 +155,7 @@ def test_tasks_of_a_worker_killed_mid_task_complete_on_the_next(
     assert killed_during, "the kill was meant to land mid-task"
     workers.start("w2")
 
-    def all_done() -> bool:
-        return {r[1] for r in lines(workers.log) if r[0] == "done"} == {
-            str(n) for n in range(tasks)
-        }
-
-    wait_until("every task done after the kill", all_done, workers)
+    wait_until("every task done after the kill", all_done(workers.log, tasks), workers)
     starts = Counter(r[1] for r in lines(workers.log) if r[0] == "start")
     # The tasks killed mid-run ran again from the start; at least once, never lost.
     assert all(starts[n] >= 2 for n in killed_during)
@@ -228,12 +228,9 @@ def test_a_killed_consumer_process_is_replaced_and_every_task_completes(
     wait_until("another consumer process", lambda: bool(consumer_processes(worker)) and
                consumer_processes(worker) != [first], workers)  # fmt: skip
 
-    def all_done() -> bool:
-        return {r[1] for r in lines(workers.log) if r[0] == "done"} == {
-            str(n) for n in range(tasks)
-        }
-
-    wait_until("every task done after the consumer process's kill", all_done, workers)
+    wait_until(
+        "every task done after the consumer process's kill", all_done(workers.log, tasks), workers
+    )
     assert worker.poll() is None, "the worker itself lives on"
     assert f"the consumer process {first} exited" in workers.output()
     workers.stop_all()
@@ -261,9 +258,4 @@ def test_the_consumer_process_of_a_killed_worker_ends_and_its_tasks_run_on_the_n
     os.killpg(worker.pid, signal.SIGKILL)  # the orphaned pool processes
     workers.start("w2")
 
-    def all_done() -> bool:
-        return {r[1] for r in lines(workers.log) if r[0] == "done"} == {
-            str(n) for n in range(tasks)
-        }
-
-    wait_until("every task done on the next worker", all_done, workers)
+    wait_until("every task done on the next worker", all_done(workers.log, tasks), workers)

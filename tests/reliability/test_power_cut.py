@@ -252,7 +252,7 @@ def _failures(run: Run, seed: int, cuts: list[tuple[int, str]], tmp_path: Path) 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_power_cut_undoes_only_what_was_not_promised(seed: int, tmp_path: Path) -> None:
     if "POWERCUT_SEED" in os.environ and int(os.environ["POWERCUT_SEED"]) != seed:
-        pytest.skip("replaying another seed")
+        pytest.skip(f"POWERCUT_SEED={os.environ['POWERCUT_SEED']} replays that seed alone")
     run = _run(tmp_path, seed, "sound")
     failures = _failures(run, seed, list(_cuts(run, seed, CUTS_PER_SEED)), tmp_path)
     assert not failures, "\n".join(failures)
