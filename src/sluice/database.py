@@ -9,19 +9,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from sluice.backends.base import Backend
 from sluice.catalog import DEFAULT_MAX_SIZE
 from sluice.clock import Clock
 from sluice.engine.database import DEFAULT_LEASE, DEFAULT_POLL_INTERVAL, Engine
 from sluice.errors import UnknownTaskType
-from sluice.gateways.manager import Gateways
-from sluice.jobs import model
-from sluice.jobs.manager import Jobs
-from sluice.jobs.task import TaskFunction
-from sluice.jobs.worker import DEFAULT_GRACE, DEFAULT_POLL, Worker
-from sluice.rules.engine import Rules
-from sluice.rules.model import Application
+
+if TYPE_CHECKING:
+    from sluice.gateways.manager import Gateways
+    from sluice.jobs.manager import Jobs
+    from sluice.jobs.task import TaskFunction
+    from sluice.jobs.worker import Worker
+    from sluice.rules.engine import Rules
+    from sluice.rules.model import Application
+
+# The features (rules, gateways, jobs) are imported when first used, not with sluice:
+# a program that only puts and gets, a Celery worker's consumer process, a Spark
+# worker, or a one-line CLI command would otherwise load the rules language, the
+# gateways' senders and the job scheduler (about a third of `import sluice`).
 
 __all__ = ["Database"]
 
@@ -61,6 +68,8 @@ class Database(Engine):
         gateways = self.gateways  # (its own turn of the lock)
         with self._jobs_lock:
             if self._rules is None:
+                from sluice.rules.engine import Rules  # noqa: PLC0415  (loaded when first used)
+
                 self._rules = Rules(self, check_gateway=gateways.check_definition)
             return self._rules
 
@@ -74,6 +83,8 @@ class Database(Engine):
         """The gateway queues of this database: ``define``, ``list``, ``drop``, ``start``."""
         with self._jobs_lock:
             if self._gateways is None:
+                from sluice.gateways.manager import Gateways  # noqa: PLC0415  (as Rules)
+
                 self._gateways = Gateways(self)
             return self._gateways
 
@@ -92,6 +103,8 @@ class Database(Engine):
         """Task types, profiles, jobs, schedules and alerts of this database."""
         with self._jobs_lock:
             if self._jobs is None:
+                from sluice.jobs.manager import Jobs  # noqa: PLC0415  (as Rules)
+
                 self._jobs = Jobs(self)
             return self._jobs
 
@@ -117,6 +130,8 @@ class Database(Engine):
         The function gets a ``sluice.jobs.Task``; options as for ``db.jobs.define``
         (left out: its defaults). Workers of this process run it: ``db.worker()``.
         """
+
+        from sluice.jobs import model  # noqa: PLC0415  (as Rules)
 
         def register(function: TaskFunction) -> TaskFunction:
             self.jobs.define(
@@ -162,6 +177,8 @@ class Database(Engine):
                 f"no function registered for task type {', '.join(map(repr, missing))}: "
                 "decorate one with @db.task(name) in this process"
             )
+        from sluice.jobs.worker import DEFAULT_GRACE, DEFAULT_POLL, Worker  # noqa: PLC0415
+
         return Worker(
             self,
             self.jobs,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from sluice import demo
 from sluice.cli.options import Adder
 
 __all__ = ["add_commands"]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # Imported here: the demo loads the rules engine, which no other command needs.
+    from sluice import demo  # noqa: PLC0415
+
     url = args.db if "://" in args.db else f"sqlite:///{args.db}"
     argv = [url, f"--readers={args.readers}"]
     return demo.main([*argv, "--json"] if args.json else argv)

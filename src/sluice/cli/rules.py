@@ -10,11 +10,14 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import sluice
 from sluice.cli.options import Adder, Progress, add_progress_option
 from sluice.errors import ConfigurationError
-from sluice.rules.engine import RunStats
+
+if TYPE_CHECKING:
+    from sluice.rules.engine import RunStats
 
 __all__ = ["add_commands"]
 

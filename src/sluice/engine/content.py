@@ -13,11 +13,26 @@ from typing import Any
 from sluice.backends.base import SLOTS, PropertyDef, Selection, StoredProperty
 from sluice.catalog import ANY_TYPE, QueueSpec
 from sluice.errors import ConfigurationError, ExpressionError
-from sluice.expr import Node, Scope, Type, compile_python, parse, parse_order
-from sluice.expr.nodes import Prop
-from sluice.expr.python import Row
+from sluice.expr.nodes import Node, Prop, Type
+from sluice.expr.python import Row, compile_python
+from sluice.expr.scope import Scope
 
 __all__ = ["QueueContent", "free_slot", "priority_value"]
+
+
+def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) -> Node:
+    """sluice.expr's parse, imported at the first expression (it loads sqlglot)."""
+    from sluice.expr.check import parse as parse_text  # noqa: PLC0415  (see sluice.expr)
+
+    return parse_text(text, scope, want=want)
+
+
+def parse_order(text: str, scope: Scope | None = None) -> tuple[Node, bool]:
+    """sluice.expr's parse_order, imported as ``parse``."""
+    from sluice.expr.check import parse_order as parse_key  # noqa: PLC0415  (see sluice.expr)
+
+    return parse_key(text, scope)
+
 
 _INT64 = 2**63
 

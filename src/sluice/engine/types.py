@@ -3,17 +3,16 @@ definition language) or XML Schema, and the check a body must pass at enqueue.""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import fastjsonschema
-import jsonschema
-import referencing
-import referencing.exceptions
-import referencing.jsonschema
-from jsonschema_specifications import REGISTRY as _META_SCHEMAS  # type: ignore[import-untyped]
+
+if TYPE_CHECKING:
+    import referencing
 
 from sluice.errors import TypeDefinitionError, TypeViolation
 
@@ -32,9 +31,17 @@ _NEWER_KEYWORDS = frozenset(
 )  # fmt: skip
 
 
-# Refs resolve inside the schema itself or to the meta-schemas, never by fetching a URL:
-# jsonschema's default registry would download http(s) and file: references.
-_OFFLINE = referencing.Registry()
+# jsonschema (and referencing, its registry) load with the first JSON type that is
+# defined or checked, not with sluice: about a tenth of `import sluice` otherwise.
+
+
+@functools.cache
+def _offline() -> referencing.Registry[Any]:
+    """Refs resolve inside the schema itself or to the meta-schemas, never by fetching a
+    URL: jsonschema's default registry would download http(s) and file: references."""
+    import referencing  # noqa: PLC0415  (see above)
+
+    return referencing.Registry()
 
 
 def _keywords(schema: Any) -> set[str]:
@@ -64,7 +71,9 @@ def _only_local_refs(schema: Any) -> bool:
 
 
 def _validator(schema: Any) -> Any:
-    return jsonschema.Draft202012Validator(schema, registry=_OFFLINE)
+    import jsonschema  # noqa: PLC0415  (see _offline)
+
+    return jsonschema.Draft202012Validator(schema, registry=_offline())
 
 
 @dataclass(slots=True)
@@ -115,6 +124,8 @@ class MessageType:
                 return
             except fastjsonschema.JsonSchemaException:
                 pass
+        import jsonschema  # noqa: PLC0415  (see _offline; loaded by _compile already)
+
         error = jsonschema.exceptions.best_match(validator.iter_errors(body))
         if error is not None:
             where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the body"
@@ -182,6 +193,8 @@ def _model_schema(model: Any) -> Any:
 def _json_schema(schema: Any) -> str:
     if not isinstance(schema, dict):
         raise TypeDefinitionError(f"a JSON Schema is a dict, not {type(schema).__name__}")
+    import jsonschema  # noqa: PLC0415  (see _offline)
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
         # No NaN or Infinity: they are not JSON, and fastjsonschema cannot compile them.
@@ -202,8 +215,14 @@ def _json_schema(schema: Any) -> str:
 def _check_refs(schema: dict[str, Any]) -> None:
     """TypeDefinitionError unless every $ref points into ``schema`` (or at a meta-schema)
     and the refs do not loop back on themselves with nothing read in between."""
+    import referencing.exceptions  # noqa: PLC0415  (see _offline)
+    import referencing.jsonschema  # noqa: PLC0415
+    from jsonschema_specifications import (  # type: ignore[import-untyped]  # noqa: PLC0415
+        REGISTRY as META_SCHEMAS,
+    )
+
     resource = referencing.jsonschema.DRAFT202012.create_resource(schema)
-    resolver = _META_SCHEMAS.combine(_OFFLINE).resolver_with_root(resource)
+    resolver = META_SCHEMAS.combine(_offline()).resolver_with_root(resource)
     try:
         _lookup_refs(resource, resolver)
     except referencing.exceptions.Unresolvable as exc:

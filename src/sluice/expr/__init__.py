@@ -1,10 +1,22 @@
 """The one expression language: SQL expressions over a message, parsed once and
-compiled for SQLite, PostgreSQL, Spark SQL and Python (see docs/expressions.md)."""
+compiled for SQLite, PostgreSQL, Spark SQL and Python (see docs/expressions.md).
 
-from sluice.expr.check import COLUMNS, FUNCTIONS, Relations, Scope, parse, parse_order, slice_key
-from sluice.expr.nodes import Node, Type, builds_xml
+The parser's names (``parse``, ``parse_order``, ...) load with sqlglot when first
+used: a program whose queues declare no expression never loads it, and checked trees,
+compilers and scopes do not need it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.expr.nodes import COLUMNS, Node, Type, builds_xml
 from sluice.expr.python import Row, compile_python
+from sluice.expr.scope import Relations, Scope
 from sluice.expr.sql import Compiled, Source
+
+if TYPE_CHECKING:
+    from sluice.expr.check import FUNCTIONS, parse, parse_order, slice_key
 
 __all__ = [
     "COLUMNS",
@@ -22,3 +34,13 @@ __all__ = [
     "parse_order",
     "slice_key",
 ]
+
+_PARSER = frozenset({"FUNCTIONS", "parse", "parse_order", "slice_key"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PARSER:
+        from sluice.expr import check  # noqa: PLC0415  (sqlglot loads here, when first needed)
+
+        return getattr(check, name)
+    raise AttributeError(f"module 'sluice.expr' has no attribute {name!r}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Final
 
 from sqlglot import exp
@@ -52,6 +51,7 @@ from sluice.expr.nodes import (
     expanded_size,
 )
 from sluice.expr.reading import MAX_DEPTH, MAX_LENGTH, read_tree, tokens
+from sluice.expr.scope import Scope
 from sluice.expr.syntax import quoted, refused
 
 __all__ = [
@@ -113,18 +113,6 @@ _XPATH: Final[Mapping[str, Type]] = {
     "xpath_bool": "boolean",
 }
 _ORDER: Final = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """The names an expression may use beyond the message's own fields."""
-
-    properties: Mapping[str, Type] = field(default_factory=dict)
-    """Declared properties and their types."""
-    relations: Relations | None = None
-    """A rule's reach beyond the triggering message (sluice.rules); None outside rules:
-    then property(), slicekey(), relations and body constructors are refused, and
-    now() is the wall clock (in rules: the engine clock, the parameter ``now``)."""
 
 
 def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) -> Node:

@@ -13,7 +13,6 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Final
 
 from sqlglot import exp
@@ -43,37 +42,10 @@ from sluice.expr.nodes import (
     XmlNodes,
     builds_xml,
 )
+from sluice.expr.scope import Relations
 from sluice.expr.syntax import quoted
 
 __all__ = ["RULE_CALLS", "Relations", "RulesChecker", "slice_key"]
-
-
-@dataclass(frozen=True, slots=True)
-class Relations:
-    """What a rule's expressions may read besides the triggering message (sluice.rules).
-
-    ``queue('q')`` is the messages kept in a declared queue, processed or not;
-    ``slice()`` the messages of the triggering message's slice since its last reset,
-    across the slicing's queues, and ``slicekey()`` that slice's key. Relations are
-    used in EXISTS (SELECT ... FROM rel AS a WHERE ...), in scalar subqueries
-    ((SELECT count(*) FROM rel AS a WHERE ...)) and in count(rel).
-    """
-
-    queues: frozenset[str] = frozenset()
-    """The queues queue('q') may name."""
-    slicing: str | None = None
-    """The slicing the rule is for (slice() and slicekey() allowed); None: refused."""
-    slice_type: Type | None = None
-    """The type of the slicing's property (slicekey()'s type)."""
-    slice_property: str | None = None
-    """The property the slicing is on."""
-    properties: Mapping[str, Type] = field(default_factory=dict)
-    """Declared rule properties: property('p') reads the triggering message's, and
-    ``props.p`` (of any message) reads as this type. The system properties are read
-    only if they are listed here too."""
-    trigger_queue: str | None = None
-    """The queue of the triggering message, read as the name ``queue`` (a constant per
-    queue: rules are compiled for each queue they process, those for a slicing too)."""
 
 
 def slice_key(property: str, type: Type) -> Node:
