@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ log = logging.getLogger("sluice.contrib.kombu")
 _IDLE = 1.0  # the longest wait for a message before looking at the consumers again
 _BATCH = 64  # the most messages sent in one frame
 _ROOM_WAIT = 0.05  # how long a full consumer's settles are awaited before the others' queues
+_LINGER = 0.002  # the longest wait for more room before a claim, when settles come that fast
 
 
 @dataclass
@@ -62,6 +64,11 @@ class _Consumer:
         if not self.prefetch:
             return _BATCH
         return self.prefetch - self.held - self.elsewhere
+
+    def batch(self) -> int:
+        """The room worth one claim while the worker still holds messages: half the
+        prefetch (a claim is a round trip and a transaction, whatever it takes)."""
+        return max(1, self.prefetch // 2) if self.prefetch else 1
 
 
 class _Link:
@@ -110,6 +117,8 @@ class Sidecar:
         self._held: dict[str, tuple[sluice.Message, int]] = {}
         self._lock = threading.Lock()  # the consumers and what is held for them
         self._turn = itertools.count()
+        self._settled_at = time.monotonic()
+        self._gap = _LINGER  # the time between two settles, smoothed
         self.look_again = threading.Event()
         self._stopping = threading.Event()
         self._taker = threading.Thread(target=self._take, name="sluice-kombu-taker", daemon=True)
@@ -149,14 +158,17 @@ class Sidecar:
             if found is None:
                 return  # settled already, or never taken here
             message, cid = found
+            now = time.monotonic()
+            self._gap += (min(now - self._settled_at, _IDLE) - self._gap) / 8
+            self._settled_at = now
             consumer = self._consumers.get(cid)
             if consumer is not None:
                 had_room = consumer.room() > 0
                 consumer.held -= 1
-                # The taker looks again only when this consumer can take again: a look
-                # at every settle would be a transaction each (on the remote-control
-                # queue, say) that finds nothing.
-                if not had_room and consumer.room() > 0:
+                # The taker looks again only when this consumer can take again, or has
+                # room for a whole batch: a look at every settle would be a transaction
+                # each (on the remote-control queue, say) that finds nothing.
+                if (not had_room and consumer.room() > 0) or consumer.room() == consumer.batch():
                     self.look_again.set()
         if how == "ack":
             self._acker.ack(message)  # with whatever else piles up: one commit
@@ -167,13 +179,14 @@ class Sidecar:
                 log.exception("message %s of %r could not be settled (%s)", message.id,
                               message.queue, how)  # fmt: skip
 
-    def _owners(self) -> tuple[dict[str, int], int, bool]:
+    def _owners(self) -> tuple[dict[str, int], int, bool, bool]:
         """Each consumed queue and the consumer with room it goes to; how many may be
         taken now (the least room among them, so none overflows); whether a consumer
-        that holds messages has no room (a settle gives it some)."""
+        that holds messages has no room (a settle gives it some); whether one has less
+        room than a batch while settles come fast enough to add some within _LINGER."""
         owners: dict[str, int] = {}
         least = _BATCH
-        full = False
+        full = short = False
         with self._lock:
             for cid, consumer in self._consumers.items():
                 room = consumer.room()
@@ -181,20 +194,29 @@ class Sidecar:
                     least = min(least, room)
                     for queue in consumer.queues:
                         owners.setdefault(queue, cid)
+                    # Worth waiting for when two settles or more come within _LINGER.
+                    if consumer.held and room < consumer.batch() and self._gap * 2 <= _LINGER:
+                        short = True
                 elif consumer.held:
                     full = True
-        return owners, least, full
+        return owners, least, full, short
 
     def _take(self) -> None:
         while not self._stopping.is_set():
             self.look_again.clear()
-            owners, limit, full = self._owners()
+            owners, limit, full, short = self._owners()
             if full and self.look_again.wait(_ROOM_WAIT):
                 # A busy worker's consumer has room again within a few tasks: then every
                 # queue is looked at in one claim. Looking at the others alone meanwhile
                 # (Celery's remote-control queue, mostly empty) would be a transaction or
                 # two per batch that find nothing.
                 continue
+            if short:
+                # Settles come fast and the worker still has messages to start: a claim
+                # of a batch costs what a claim of one does (a round trip, a transaction,
+                # a frame), so the next few settles are awaited, never past _LINGER.
+                self.look_again.wait(_LINGER)
+                owners, limit, full, short = self._owners()
             if not owners:
                 self.look_again.wait(_IDLE)
                 continue
