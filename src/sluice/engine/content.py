@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice import expr  # its parser (sqlglot) loads at the first expression
 from sluice.backends.base import SLOTS, PropertyDef, Selection, StoredProperty
 from sluice.catalog import ANY_TYPE, QueueSpec
 from sluice.errors import ConfigurationError, ExpressionError
@@ -18,20 +19,6 @@ from sluice.expr.python import Row, compile_python
 from sluice.expr.scope import Scope
 
 __all__ = ["QueueContent", "free_slot", "priority_value"]
-
-
-def parse(text: str, scope: Scope | None = None, *, want: Type | None = None) -> Node:
-    """sluice.expr's parse, imported at the first expression (it loads sqlglot)."""
-    from sluice.expr.check import parse as parse_text  # noqa: PLC0415  (see sluice.expr)
-
-    return parse_text(text, scope, want=want)
-
-
-def parse_order(text: str, scope: Scope | None = None) -> tuple[Node, bool]:
-    """sluice.expr's parse_order, imported as ``parse``."""
-    from sluice.expr.check import parse_order as parse_key  # noqa: PLC0415  (see sluice.expr)
-
-    return parse_key(text, scope)
 
 
 _INT64 = 2**63
@@ -62,13 +49,13 @@ class QueueContent:
         stored: Sequence[StoredProperty] = (),
     ) -> QueueContent:
         priority = {
-            type_name: compile_python(parse(expression, want="number"))
+            type_name: compile_python(expr.parse(expression, want="number"))
             for type_name, expression in spec.priority
         }
         values = []
         definitions: dict[Node, str] = {}
         for p in properties:
-            node = parse(p.expression, want=p.type)  # type: ignore[arg-type]
+            node = expr.parse(p.expression, want=p.type)  # type: ignore[arg-type]
             definitions[node] = p.name
             values.append((_ENVELOPE_FIELDS[p.slot], p.type, compile_python(node)))
         return cls(
@@ -80,7 +67,7 @@ class QueueContent:
             definitions=definitions,
             slots={p.name: p.slot for p in properties},
             stored=tuple(
-                (p, None if p.expression is None else compile_python(parse(p.expression)))
+                (p, None if p.expression is None else compile_python(expr.parse(p.expression)))
                 for p in stored
             ),
         )
@@ -106,10 +93,10 @@ class QueueContent:
         if found is None:
             condition = None
             if where is not None:
-                condition = self._declared(parse(where, self.scope, want="boolean"))
+                condition = self._declared(expr.parse(where, self.scope, want="boolean"))
             order = tuple(
                 (self._declared(node), descending)
-                for node, descending in (parse_order(k, self.scope) for k in key[1])
+                for node, descending in (expr.parse_order(k, self.scope) for k in key[1])
             )
             found = Selection(repr(key), condition, order, self.slots)
             if len(self.selections) > 256:

@@ -42,5 +42,7 @@ def __getattr__(name: str) -> Any:
     if name in _PARSER:
         from sluice.expr import check  # noqa: PLC0415  (sqlglot loads here, when first needed)
 
-        return getattr(check, name)
+        value = getattr(check, name)
+        globals()[name] = value  # later uses find it without this call
+        return value
     raise AttributeError(f"module 'sluice.expr' has no attribute {name!r}")
