@@ -32,11 +32,16 @@ def test_competing_consumers_of_each_subscription_take_each_message_once(
         try:
             with sluice.connect(url) as db:
                 while True:
+                    # Read before the dequeue: an empty dequeue that began after the
+                    # last publish means nothing is left. Read after it, the dequeue may
+                    # have ended (empty) before the publisher began and its commit waited
+                    # out the whole publish for SQLite's write lock.
+                    published = done.is_set()
                     with db.transaction() as tx:
                         taken = tx.dequeue(name, limit=3, wait=0.2)
                         with lock:
                             seen[name].update(m.body["n"] for m in taken)
-                    if not taken and done.is_set():
+                    if not taken and published:
                         return
         except BaseException as exc:
             errors.append(exc)
@@ -60,6 +65,7 @@ def test_competing_consumers_of_each_subscription_take_each_message_once(
     done.set()
     for thread in consumers:
         thread.join(120)
+    assert not [thread for thread in consumers if thread.is_alive()], "a consumer hangs"
     assert not errors
     assert seen["all"] == Counter(range(MESSAGES))
     assert seen["even"] == Counter(range(0, MESSAGES, 2))
