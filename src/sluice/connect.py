@@ -129,7 +129,10 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
     for key, _ in libpq:
         options.pop(key.lower(), None)
     conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
+    # libpq's connect_timeout also bounds the wait for a pooled connection.
+    timeout = {k.lower(): v for k, v in libpq}.get("connect_timeout")
     settings = PostgresSettings(
+        connect_timeout=10.0 if timeout is None else _number("connect_timeout", timeout),
         schema=str(ours.get("schema", "sluice")),
         pool_size=int(_number("pool_size", ours.get("pool_size", 10))),
         migrate=_flag("migrate", ours.get("migrate", True)),

@@ -30,6 +30,7 @@ from sluice.backends.postgres_statements import (
     claim_answer,
     claim_steps,
     commit_failure,
+    no_connection,
     release_statements,
     translate,
 )
@@ -108,7 +109,7 @@ class PostgresStore:
                         raise translate(exc) from exc
                     raise
         except psycopg_pool.PoolTimeout as exc:
-            raise StorageError(f"no PostgreSQL connection could be had: {exc}") from exc
+            raise no_connection(self._pool, exc) from exc
 
     async def _run(self, route: Route) -> list[list[Row]]:
         """A unit in one round trip: a statement alone, or BEGIN ... COMMIT pipelined."""

@@ -105,6 +105,7 @@ from sluice.backends.postgres_statements import (
     lane_front_statements,
     lanes_params,
     message_rows,
+    no_connection,
     offset_between,
     release_statements,
     server_offset,
@@ -262,7 +263,7 @@ class PostgresBackend(
                         raise translate(exc) from exc
                     raise
         except psycopg_pool.PoolTimeout as exc:
-            raise StorageError(f"no PostgreSQL connection could be had: {exc}") from exc
+            raise no_connection(self._pool, exc) from exc
 
     def _unit(
         self, statements: Sequence[tuple[str, Any]], *, durable: bool = True

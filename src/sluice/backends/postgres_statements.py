@@ -419,6 +419,23 @@ def translate(exc: psycopg.Error) -> StorageError:
     return StorageError(f"PostgreSQL failed: {exc}")
 
 
+def no_connection(pool: Any, exc: Exception) -> StorageError:
+    """The error for a pool that gave no connection in time (psycopg_pool's PoolTimeout).
+
+    With fewer connections open than its maximum, the pool could not open one: the
+    server is unreachable (a restart, most often), so ConnectionLost, which callers
+    that retry idempotent work ride out. With all of them open and busy, the pool is
+    too small for the load: a plain StorageError that says so.
+    """
+    stats = pool.get_stats()
+    if stats.get("pool_size", 0) < pool.max_size:
+        return ConnectionLost(f"no PostgreSQL connection could be opened: {exc}")
+    return StorageError(
+        f"all {pool.max_size} pooled PostgreSQL connections stayed busy ({exc}): "
+        "raise pool_size, or hold transactions for less time"
+    )
+
+
 def server_offset(conn: psycopg.Connection[Any], query: str) -> float:
     """The server's clock minus this host's; 0 when no larger than the reading's own error."""
     before = time.time()
