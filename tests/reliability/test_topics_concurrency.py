@@ -33,9 +33,9 @@ def test_competing_consumers_of_each_subscription_take_each_message_once(
             with sluice.connect(url) as db:
                 while True:
                     # Read before the dequeue: an empty dequeue that began after the
-                    # last publish means nothing is left. Read after it, the dequeue may
-                    # have ended (empty) before the publisher began and its commit waited
-                    # out the whole publish for SQLite's write lock.
+                    # last publish means nothing is left. Read after it, an empty dequeue
+                    # that ended before the publisher began, its thread then held up (GIL,
+                    # loaded cores) until the publish was over, stopped the consumer.
                     published = done.is_set()
                     with db.transaction() as tx:
                         taken = tx.dequeue(name, limit=3, wait=0.2)
