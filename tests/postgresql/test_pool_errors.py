@@ -13,6 +13,7 @@ import psycopg_pool
 import pytest
 
 import sluice
+from sluice.backends.postgres_settings import libpq_seconds
 from sluice.backends.postgres_statements import no_connection
 from sluice.errors import ConnectionLost, StorageError
 from tests.conftest import current_postgres_url, drop_schema, schema_of
@@ -85,3 +86,10 @@ def _until_busy(libpq: str) -> None:
                 return
             threading.Event().wait(0.01)
     raise AssertionError("the put never waited for the lock")
+
+
+@pytest.mark.parametrize(("seconds", "whole"), [(0.5, 1), (1.0, 1), (2.5, 3), (10.0, 10)])
+def test_a_fractional_connect_timeout_never_becomes_libpqs_no_limit(
+    seconds: float, whole: int
+) -> None:
+    assert libpq_seconds(seconds) == whole

@@ -94,7 +94,7 @@ from sluice.backends.postgres_pooler import (
 from sluice.backends.postgres_queries import load_queries
 from sluice.backends.postgres_rules import PostgresRules
 from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
-from sluice.backends.postgres_settings import PostgresSettings
+from sluice.backends.postgres_settings import PostgresSettings, libpq_seconds
 from sluice.backends.postgres_statements import (
     Expected,
     acks_statement,
@@ -149,7 +149,7 @@ class PostgresBackend(
         self.channel = f"sluice_{self.schema}"
         self.outbox = PostgresOutbox(self)
         self._kwargs: dict[str, Any] = {
-            "connect_timeout": int(self.settings.connect_timeout),
+            "connect_timeout": libpq_seconds(self.settings.connect_timeout),
             "prepare_threshold": self.settings.prepare_after,
         }
         if "application_name" not in conninfo:  # so operators can tell sluice's sessions apart

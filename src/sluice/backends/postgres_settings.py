@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["POOLERS", "PostgresSettings"]
+__all__ = ["POOLERS", "PostgresSettings", "libpq_seconds"]
 
 POOLERS = ("transaction",)
 """What ``pooler=`` may declare: a pooler that hands out a server connection per transaction."""
@@ -49,3 +50,9 @@ class PostgresSettings:
         if self.prepare_threshold == "auto":
             return None if self.pooler else DEFAULT_PREPARE_THRESHOLD
         return self.prepare_threshold
+
+
+def libpq_seconds(seconds: float) -> int:
+    """``seconds`` as libpq's connect_timeout: whole seconds, rounded up, at least 1 (its
+    0 means no limit, so a URL's 0.5 must not become that)."""
+    return max(1, math.ceil(seconds))
