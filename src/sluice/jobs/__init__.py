@@ -52,4 +52,6 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'sluice.jobs' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"sluice.jobs.{home}"), name)
+    value = getattr(importlib.import_module(f"sluice.jobs.{home}"), name)
+    globals()[name] = value  # later uses find it without this call, as in sluice.expr
+    return value
