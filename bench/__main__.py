@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "cycle": "bench.cycle.__main__",
     "concurrent": "bench.cycle.concurrent",
     "schema-cost": "bench.cycle.schema_cost",
+    "commit-gap": "bench.cycle.commit_gap",
     "postgres": "bench.postgres.__main__",
     "wakeup": "bench.postgres.wakeup",
     "content": "bench.content.__main__",

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.cycle import commit_gap
 from bench.cycle.matrix import CONTENDERS, PACKAGES, run_matrix
 from bench.cycle.report import render_report
 from bench.harness import (
@@ -27,6 +28,7 @@ from bench.harness import (
 # is an fsync (about 1.7k raw cycles/s), and litequeue and persist-queue slow down as the
 # backlog grows (their claims are O(backlog)), so 20,000 there would take about ten minutes.
 DEFAULT_N = {1: 5_000, 100: 100_000}
+_GAP_COMMITS = 300
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -81,8 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    # The disk's latency by the work before a commit, before and after the matrix: the
+    # ratios at FULL depend on it (bench/cycle/commit_gap.py).
+    log("commit latency by gap (before)")
+    commits = 30 if args.quick else _GAP_COMMITS
+    gaps = [commit_gap.measure(tmp_root, commits)]
     results, drives = run_matrix(names, n_for_batch, args.repeats, tmp_root, log)
-    report = render_report(results, drives, facts, args.repeats, body_size())
+    log("commit latency by gap (after)")
+    gaps.append(commit_gap.measure(tmp_root, commits))
+    report = render_report(results, drives, facts, args.repeats, body_size(), gaps=gaps)
 
     write_report("cycle", report, args.out)
     return 0

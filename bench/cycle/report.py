@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench.cycle.commit_gap import GapLatency
 from bench.cycle.matrix import BATCHES, SYNCHRONOUS, Result
 from bench.harness import facts_table
 
@@ -79,28 +80,15 @@ def _ratio_target(
 
 
 def _targets(results: list[Result]) -> list[str]:
+    """Issue 44's targets for this benchmark, and where the batch-100 gap lies."""
     lines: list[str] = []
-    for peer, factor in (("raw", 0.7), ("huey", 2.5)):
-        for sync in SYNCHRONOUS:
-            lines.append(
-                _ratio_target(
-                    f"batch 1, {sync}: sluice >= {factor} x {peer}",
-                    _find(results, "sluice", 1, sync),
-                    _find(results, peer, 1, sync),
-                    peer,
-                    factor,
-                )
-            )
+    batch1 = _find(results, "sluice", 1, "FULL")
+    for peer, factor in (("raw", 1.3), ("huey", 1.2)):
+        label = f"batch 1, FULL: sluice >= {factor} x {peer}"
+        lines.append(_ratio_target(label, batch1, _find(results, peer, 1, "FULL"), peer, factor))
     sluice = _find(results, "sluice", 100, "FULL")
-    label = "batch 100, FULL: sluice >= 30,000 cycles/s"
-    if sluice is None or sluice.rate is None:
-        why = (sluice.error or sluice.unsupported) if sluice else "not run"
-        lines.append(f"- MISS  {label}: sluice has no figure ({why})")
-    else:
-        verdict = "PASS" if sluice.rate >= 30_000 else "MISS"
-        lines.append(f"- {verdict}  {label}: {sluice.rate:,.0f}")
     raw = _find(results, "raw", 100, "FULL")
-    lines.append(_ratio_target("batch 100, FULL: sluice >= 0.8 x raw", sluice, raw, "raw", 0.8))
+    lines.append(_ratio_target("batch 100, FULL: sluice >= 0.6 x raw", sluice, raw, "raw", 0.6))
     schema = _find(results, "raw-schema", 100, "FULL")
     if schema is not None and schema.rate and raw is not None and raw.rate:
         # Where the gap lies: sluice's table and indexes, or sluice's Python above them.
@@ -109,7 +97,42 @@ def _targets(results: list[Result]) -> list[str]:
             f"- (where)  batch 100, FULL: raw statements on sluice's own schema reach"
             f" {schema.rate / raw.rate:.2f} x raw; sluice reaches {share} x that floor"
         )
+    normal = _find(results, "sluice", 1, "NORMAL")
+    huey = _find(results, "huey", 1, "FULL")
+    if normal and normal.rate and huey and huey.rate:
+        # The bound: NORMAL syncs nothing at a commit, so sluice's cycle there is its work
+        # alone. Reaching 1.2 x huey at FULL needs that work to leave room for two fsyncs.
+        lines.append(
+            f"- (bound)  batch 1: sluice with no fsync at any commit (NORMAL) makes"
+            f" {normal.rate:,.0f} cycles/s = {normal.rate / huey.rate:.2f} x huey at FULL;"
+            f" {1e6 / normal.rate:.0f} µs of work per cycle against"
+            f" {1e6 / (1.2 * huey.rate):.0f} µs for the whole cycle at 1.2 x huey"
+        )
     return lines
+
+
+def _gap_section(gaps: list[list[GapLatency]]) -> list[str]:
+    """The commit-latency-by-gap tables measured before and after the matrix."""
+    if not gaps:
+        return []
+    out = [
+        "",
+        "## Durable commit latency by the work before it (this machine, this run)",
+        "",
+        "One SQLite WAL connection at FULL, one single-row INSERT per commit, after a spin of"
+        " the given length (bench/cycle/commit_gap.py), measured before and after the matrix."
+        " Where a short gap gives a short commit and a longer one a long commit, a contender"
+        " whose own work between two commits exceeds the knee pays the long latency at every"
+        " fsync: compare with each contender's NORMAL figures (their work per cycle).",
+        "",
+        "| busy work before the commit (µs) | "
+        + " | ".join(f"median ms ({label})" for label in ("before", "after")[: len(gaps)])
+        + " |",
+        "|---:|" + "---:|" * len(gaps),
+    ]
+    for rows in zip(*gaps, strict=True):
+        out.append(f"| {rows[0].gap_us} | " + " | ".join(f"{r.median_ms:.3f}" for r in rows) + " |")
+    return out
 
 
 def render_report(
@@ -118,6 +141,8 @@ def render_report(
     facts: list[tuple[str, str]],
     repeats: int,
     body_bytes: int,
+    *,
+    gaps: list[list[GapLatency]] | None = None,
 ) -> str:
     """The Markdown report: machine, workload, one table per cell, targets."""
     out = [f"# sluice cycle benchmark, {facts[0][1][:10]}", "", "## Machine", ""]
@@ -145,7 +170,8 @@ def render_report(
                 continue
             out += ["", f"## batch {batch}, synchronous {sync} (N = {cell[0].n:,})", ""]
             out += _cell_table(cell)
-    out += ["", "## Targets", ""]
+    out += _gap_section(gaps or [])
+    out += ["", "## Targets (issue 44)", ""]
     out += _targets(results)
     out.append("")
     return "\n".join(out)

@@ -46,33 +46,48 @@ class GroupCommitter(Generic[P]):
 
     def commit(self, plan: P) -> None:
         """Commit ``plan`` with whatever else is waiting; raises what ``plan`` failed with."""
-        me = _Pending(plan)
         with self._lock:
-            self._queue.append(me)
             lead = not self._leading
             self._leading = True
-        if not lead:
-            me.done.wait()
-            if not me.lead:
-                if me.error is not None:
-                    raise me.error
-                return
+            me = None if lead else _Pending(plan)
+            if me is not None:
+                self._queue.append(me)
+        if me is None:
+            # Nobody was writing, so nobody is queued: commit alone, with no event to
+            # make or set (a single-threaded caller's every commit comes here).
+            error = self._run([plan])[0]
+            self._hand_over()
+            if error is not None:
+                raise error
+            return
+        me.done.wait()
+        if not me.lead:
+            if me.error is not None:
+                raise me.error
+            return
         self._lead()
         if me.error is not None:
             raise me.error
 
+    def _run(self, plans: list[P]) -> list[BaseException | None]:
+        try:
+            results = self._commit_many(plans)
+        except BaseException as exc:  # the whole group failed: nothing of it committed
+            results = [exc] * len(plans)
+        self.groups += 1
+        self.commits += len(plans)
+        return results
+
     def _lead(self) -> None:
         with self._lock:
             group, self._queue = self._queue, []
-        try:
-            results = self._commit_many([p.plan for p in group])
-        except BaseException as exc:  # the whole group failed: nothing of it committed
-            results = [exc] * len(group)
-        self.groups += 1
-        self.commits += len(group)
+        results = self._run([p.plan for p in group])
         for pending, error in zip(group, results, strict=True):
             pending.error = error
             pending.done.set()
+        self._hand_over()
+
+    def _hand_over(self) -> None:
         with self._lock:
             if self._queue:
                 # Hand over rather than go on writing: this thread's own commit is
