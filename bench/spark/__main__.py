@@ -473,13 +473,14 @@ class Reads:
     def position_floor(self, subscription: str, n: int, batch: int) -> Run:
         """A subscription's read by position, its own statements, from this process alone.
 
-        Find a range's end, fetch its rows page by page as a task does and make them
-        Arrow batches of a read's schema, move the pointer: what the position stream's
-        Python costs, one process, without Spark.
+        Find a range's end, fetch its rows page by page as a task does (in Arrow columns
+        where the backend reads them so: ``stream_table``) and make them Arrow batches of
+        a read's schema, move the pointer: what the position stream's own work costs, one
+        process, without Spark.
         """
         from pyspark.sql.types import StructType
 
-        from sluice.spark.rows import message_ddl, read_batches
+        from sluice.spark.rows import message_ddl, read_batches, read_table_batches
 
         schema = cast(StructType, StructType.fromDDL(message_ddl(None)))
         backend = self.db.backend
@@ -496,11 +497,19 @@ class Reads:
                 break
             after = position
             while after < end:
-                page = backend.stream_rows(topic, after, end, at=now, limit=10_000, select=None)
-                rows += sum(b.num_rows for b in read_batches(subscription, page, schema))
-                if len(page) < 10_000:
+                table = backend.stream_table(topic, after, end, at=now, limit=10_000, select=None)
+                if table is not None:
+                    batches = read_table_batches(subscription, table, schema)
+                    got = table.num_rows
+                    last = table.column(0)[-1].as_py() if got else after
+                else:
+                    page = backend.stream_rows(topic, after, end, at=now, limit=10_000, select=None)
+                    batches = read_batches(subscription, page, schema)
+                    got, last = len(page), page[-1][0] if page else after
+                rows += sum(b.num_rows for b in batches)
+                if got < 10_000:
                     break
-                after = page[-1][0]
+                after = last
             stream = backend.open_stream(subscription, "position-floor")
             backend.stream_settle(
                 stream.session, subscription, 0, 0, reached=Reached(end, now, remove=False)

@@ -135,6 +135,20 @@ class Streams(Protocol):
         waiting, or expired since (state 3 with ``expires_at`` after ``at``).
         """
 
+    def stream_table(
+        self,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        at: float,
+        limit: int,
+        select: Selection | None,
+    ) -> pa.Table | None:
+        """What ``stream_rows`` reads, as one Arrow table of READ_COLUMNS (``body_bytes``
+        binary), made without a Python object per row; None where this backend reads rows
+        only, and the caller then reads them with ``stream_rows``."""
+
     def stream_behind(
         self, queue: str, position: int | None, *, limit: int, select: Selection | None
     ) -> int:

@@ -42,6 +42,7 @@ from sluice.backends.base import Backend
 from sluice.backends.gateways import SqlGateways
 from sluice.backends.idempotency import SqlIdempotency
 from sluice.backends.keys import SqlKeys
+from sluice.backends.postgres_arrow import ArrowReader
 from sluice.backends.records import (
     CommitPlan,
     ConnectionLost,
@@ -158,6 +159,7 @@ class PostgresBackend(
         self._due = threading.local()  # see _keep_due
         self._peer_heard = float("-inf")
         self._listener: Listener | None = None
+        self._arrow: ArrowReader | None = None  # Spark's reads in columns, when first made
         self._closed = False
         self._pooled = self.settings.pooler is not None  # no session state (postgres_pooler)
         try:
@@ -223,7 +225,14 @@ class PostgresBackend(
         self._notifier.close()
         if self._direct is not None:
             self._direct.close()
+        if self._arrow is not None:
+            self._arrow.close()
         self._pool.close()
+
+    def _arrow_reader(self) -> ArrowReader:
+        if self._arrow is None:
+            self._arrow = ArrowReader(self.conninfo)
+        return self._arrow
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback(queue)`` when another process may have made messages available."""

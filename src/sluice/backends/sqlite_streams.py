@@ -193,6 +193,19 @@ class SQLiteStreams:
             rows: list[Row] = conn.execute(query, params | extra).fetchall()
             return rows
 
+    def stream_table(
+        self,
+        queue: str,
+        after: int,
+        upto: int,
+        *,
+        at: float,
+        limit: int,
+        select: Selection | None,
+    ) -> None:
+        """None: SQLite's driver makes Python objects of the rows whatever reads them, so the
+        source reads them as rows (stream_rows)."""
+
     def stream_behind(
         self, queue: str, position: int | None, *, limit: int, select: Selection | None
     ) -> int:

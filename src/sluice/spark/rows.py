@@ -42,6 +42,7 @@ __all__ = [
     "MESSAGE_FIELDS",
     "message_ddl",
     "read_batches",
+    "read_table_batches",
     "table_batches",
     "to_batches",
 ]
@@ -176,11 +177,31 @@ def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[p
 
         yield from to_batches(queue, [held_row(r) for r in spooled_rows(table)], schema)
         return
-    arrow = pa.schema(
-        [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"), True) for f in schema.fields]
-    )
-    text = pa.string()
-    ids = [pc.cast(table[c], text) for c in ("p_session", "p_tx", "p_num")]
+    ids = [pc.cast(table[c], _TEXT) for c in _ID_PARTS]
+    yield from _columns(queue, pc.binary_join_element_wise(*ids, "/"), table, schema)
+
+
+def read_table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """A Spark read's rows as an Arrow table (READ_COLUMNS, ``body_bytes`` binary:
+    ``Streams.stream_table``) as batches of ``schema``.
+
+    Column by column, as ``table_batches``; a body schema or a binary body goes through
+    the rows of ``read_batches``, which know how to parse and spell them.
+    """
+    n = table.num_rows
+    if not n:
+        return
+    if isinstance(schema["body"].dataType, StructType) or table["body_bytes"].null_count < n:
+        columns = [table[c].to_pylist() for c in READ_COLUMNS]
+        yield from read_batches(queue, list(zip(*columns, strict=True)), schema)
+        return
+    yield from _columns(queue, table["message_id"], table, schema)
+
+
+def _columns(queue: str, ids: Any, table: pa.Table, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Batches of ``schema`` from a table of stored columns whose bodies are all text."""
+    n = table.num_rows
+    arrow = _arrow(schema)
     stored = table["properties"]
     if stored.null_count == n:
         properties: Any = pa.array([[]] * n, type=arrow.field("properties").type)
@@ -189,8 +210,8 @@ def table_batches(queue: str, table: pa.Table, schema: StructType) -> Iterator[p
             [_properties(p) for p in stored.to_pylist()], type=arrow.field("properties").type
         )
     columns = [
-        pc.binary_join_element_wise(*ids, "/"),
-        pa.array([queue] * n, text),
+        ids,
+        pa.array([queue] * n, _TEXT),
         table["priority"],
         table["body"],
         properties,

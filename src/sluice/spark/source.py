@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -63,7 +63,13 @@ from sluice.engine.database import Engine
 from sluice.engine.topics import before_take
 from sluice.errors import ConfigurationError, QueueInUse
 from sluice.spark.options import Options, connection
-from sluice.spark.rows import message_ddl, read_batches, table_batches, to_batches
+from sluice.spark.rows import (
+    message_ddl,
+    read_batches,
+    read_table_batches,
+    table_batches,
+    to_batches,
+)
 from sluice.spark.sink import BatchWriter, StreamWriter
 
 __all__ = ["SluiceDataSource"]
@@ -78,7 +84,17 @@ _WIDEST = 16 * _PAGE
 """The widest id window a read's page looks at (a queue among many takes a few ids in ten)."""
 
 
-def _pages(page: Callable[[int, int], list[Row]], after: int, upto: int) -> Iterator[list[Row]]:
+Page: TypeAlias = "list[Row] | pa.Table"
+"""A page of a read: rows of READ_COLUMNS, or the same as an Arrow table (``stream_table``)."""
+
+
+def _last_id(rows: Page) -> int:
+    if isinstance(rows, pa.Table):
+        return int(rows.column(0)[-1].as_py())
+    return int(rows[-1][0])
+
+
+def _pages(page: Callable[[int, int], Page], after: int, upto: int) -> Iterator[Page]:
     """The rows of ids (after, upto], a page at a time: ``page(a, b)``, ids (a, b], by id.
 
     Each page looks at a window of ids, not "the next _PAGE rows": the window bounds
@@ -90,10 +106,10 @@ def _pages(page: Callable[[int, int], list[Row]], after: int, upto: int) -> Iter
     while after < upto:
         end = min(upto, after + width)
         rows = page(after, end)
-        if rows:
+        if len(rows):
             yield rows
         if len(rows) >= _PAGE:
-            after, width = rows[-1][0], max(_PAGE, width // 2)
+            after, width = _last_id(rows), max(_PAGE, width // 2)
         else:
             after = end
             if len(rows) < _PAGE // 2:
@@ -506,11 +522,20 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             source = self.positions.source
             select = db.selection(source, self.positions.where)
 
-            def page(after: int, upto: int) -> list[Row]:
+            def page(after: int, upto: int) -> Page:
+                # In columns where the backend can (PostgreSQL): no Python object per row.
+                table = backend.stream_table(
+                    source, after, upto, at=p.at, limit=_PAGE, select=select
+                )
+                if table is not None:
+                    return table
                 return backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
 
             for rows in _pages(page, *p.span):
-                yield from read_batches(self.queue, rows, self.schema)
+                if isinstance(rows, pa.Table):
+                    yield from read_table_batches(self.queue, rows, self.schema)
+                else:
+                    yield from read_batches(self.queue, rows, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         db = connection(self.options.url)
