@@ -497,19 +497,22 @@ class Reads:
                 break
             after = position
             while after < end:
-                table = backend.stream_table(topic, after, end, at=now, limit=10_000, select=None)
+                # As a task reads: windows of ids (sluice.spark.source._pages), so that the
+                # plan of a statement with its values written in reads one window at most.
+                upto = min(end, after + 10_000)
+                table = backend.stream_table(topic, after, upto, at=now, limit=10_000, select=None)
                 if table is not None:
                     batches = read_table_batches(subscription, table, schema)
                     got = table.num_rows
                     last = table.column(0)[-1].as_py() if got else after
                 else:
-                    page = backend.stream_rows(topic, after, end, at=now, limit=10_000, select=None)
+                    page = backend.stream_rows(
+                        topic, after, upto, at=now, limit=10_000, select=None
+                    )
                     batches = read_batches(subscription, page, schema)
                     got, last = len(page), page[-1][0] if page else after
                 rows += sum(b.num_rows for b in batches)
-                if got < 10_000:
-                    break
-                after = last
+                after = last if got >= 10_000 else upto
             stream = backend.open_stream(subscription, "position-floor")
             backend.stream_settle(
                 stream.session, subscription, 0, 0, reached=Reached(end, now, remove=False)

@@ -14,8 +14,10 @@ import pytest
 from pyspark.sql.types import StructType
 
 import sluice
-from sluice.backends.records import Selection
+from sluice.backends.records import Row, Selection
+from sluice.errors import StorageError
 from sluice.spark.rows import message_ddl, read_batches, read_table_batches
+from sluice.spark.source import _ahead
 from tests.conftest import url_for
 
 pytestmark = pytest.mark.usefixtures("spark")  # StructType.fromDDL asks the JVM
@@ -62,7 +64,11 @@ def test_a_range_reads_the_same_in_columns_as_in_rows(
     at = db.clock.now()
     low, high, _ = backend.id_bounds("orders")
     schema = _schema(body_schema)
-    for after, upto, limit in ((low - 1, high, 1000), (low - 1, high, 7), (low + 5, high - 3, 1000)):
+    for after, upto, limit in (
+        (low - 1, high, 1000),
+        (low - 1, high, 7),
+        (low + 5, high - 3, 1000),
+    ):
         rows = backend.stream_rows("orders", after, upto, at=at, limit=limit, select=select)
         table = backend.stream_table("orders", after, upto, at=at, limit=limit, select=select)
         assert table is not None
@@ -76,7 +82,8 @@ def test_a_range_reads_the_same_in_columns_as_in_rows(
 def test_an_empty_range_reads_no_batch(db: sluice.Database) -> None:
     db.create_queue("orders")
     table = db.backend.stream_table("orders", 0, 100, at=db.clock.now(), limit=10, select=None)
-    assert table is not None and table.num_rows == 0
+    assert table is not None
+    assert table.num_rows == 0
     assert list(read_table_batches("orders", table, _schema(None))) == []
 
 
@@ -84,7 +91,9 @@ def test_sqlite_reads_rows(tmp_path: Path) -> None:
     with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as db:
         db.create_queue("orders").put({"n": 1})
         backend = db.backend
-        assert backend.stream_table("orders", 0, 100, at=db.clock.now(), limit=10, select=None) is None
+        assert (
+            backend.stream_table("orders", 0, 100, at=db.clock.now(), limit=10, select=None) is None
+        )
 
 
 @pytest.mark.timeout(120)
@@ -99,11 +108,12 @@ def test_a_read_waiting_on_a_lock_lets_this_process_run(db: sluice.Database, url
     at = db.clock.now()
     with psycopg.connect(conninfo) as holder, psycopg.connect(conninfo, autocommit=True) as look:
         holder.execute(f'LOCK TABLE "{schema}".messages IN ACCESS EXCLUSIVE MODE')
-        reader = threading.Thread(
-            target=lambda: read.append(
-                backend.stream_table("orders", 0, 10**9, at=at, limit=100, select=None).num_rows
-            )
-        )
+
+        def run() -> None:
+            table = backend.stream_table("orders", 0, 10**9, at=at, limit=100, select=None)
+            read.append(-1 if table is None else table.num_rows)
+
+        reader = threading.Thread(target=run)
         reader.start()
         # This loop runs only if the waiting read lets go of the GIL.
         waiting = (
@@ -115,3 +125,40 @@ def test_a_read_waiting_on_a_lock_lets_this_process_run(db: sluice.Database, url
         holder.rollback()
         reader.join(60)
     assert read == [10]
+
+
+def test_pages_read_ahead_come_in_order_and_errors_reach_the_reader() -> None:
+    fetched: list[int] = []
+
+    def pages(fail_at: int | None) -> Iterator[list[Row]]:
+        for n in range(5):
+            if n == fail_at:
+                raise StorageError("the server went away")
+            fetched.append(n)
+            yield [(n, "row")]
+
+    assert [p[0][0] for p in _ahead(pages(None))] == [0, 1, 2, 3, 4]
+    got = []
+    with pytest.raises(StorageError, match="went away"):
+        for p in _ahead(pages(3)):
+            got.append(p[0][0])
+    assert got == [0, 1, 2]
+
+
+def test_a_reader_that_stops_early_lets_the_read_ahead_go() -> None:
+    gate = threading.Event()
+
+    def pages() -> Iterator[list[Row]]:
+        n = 0
+        while True:  # endless: only the reader's stop ends it
+            yield [(n, "row")]
+            n += 1
+            gate.set()
+
+    reading = _ahead(pages())
+    assert next(reading)[0][0] == 0
+    gate.wait(10)
+    before = {t.name for t in threading.enumerate()}
+    assert "sluice-read-ahead" in before
+    reading.close()
+    assert not any(t.name == "sluice-read-ahead" for t in threading.enumerate())

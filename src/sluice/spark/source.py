@@ -25,8 +25,10 @@ lies behind the position still goes by rounds (``_latest_position``).
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -92,6 +94,49 @@ def _last_id(rows: Page) -> int:
     if isinstance(rows, pa.Table):
         return int(rows.column(0)[-1].as_py())
     return int(rows[-1][0])
+
+
+def _ahead(pages: Iterator[Page]) -> Generator[Page, None, None]:
+    """``pages``, each fetched in a thread while the caller turns the one before into
+    batches and hands them to Spark: the database's work and the driver's parsing overlap
+    Arrow's and the JVM's (ADBC and psycopg wait and parse without the GIL).
+
+    Read only: the pages are the same, in the same order; the offsets and commits are
+    the planner's, untouched. At most two pages are held beyond the caller's.
+    """
+    ready: queue.Queue[Page | BaseException | None] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: Page | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def fetch() -> None:
+        try:
+            for page in pages:
+                if not put(page):
+                    return
+            put(None)
+        except BaseException as exc:  # raised in the reading thread, where Spark sees it
+            put(exc)
+
+    thread = threading.Thread(target=fetch, name="sluice-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        # A reader that stops early (Spark's limit, a failed task) lets the thread go: it
+        # ends once the page it may be fetching is in.
+        stop.set()
+        thread.join()
 
 
 def _pages(page: Callable[[int, int], Page], after: int, upto: int) -> Iterator[Page]:
@@ -531,7 +576,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return table
                 return backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
 
-            for rows in _pages(page, *p.span):
+            for rows in _ahead(_pages(page, *p.span)):
                 if isinstance(rows, pa.Table):
                     yield from read_table_batches(self.queue, rows, self.schema)
                 else:
