@@ -162,3 +162,19 @@ def test_a_reader_that_stops_early_lets_the_read_ahead_go() -> None:
     assert "sluice-read-ahead" in before
     reading.close()
     assert not any(t.name == "sluice-read-ahead" for t in threading.enumerate())
+
+
+def test_the_arrow_connection_is_named_as_the_pool_is(db: sluice.Database, url: str) -> None:
+    """Operators tell sluice's sessions apart by application_name: this one too."""
+    db.create_queue("orders").put({"n": 1})
+    table = db.backend.stream_table("orders", 0, 10**9, at=db.clock.now(), limit=10, select=None)
+    assert table is not None
+    assert table.num_rows == 1
+    conninfo = url.partition("?")[0]
+    with psycopg.connect(conninfo, autocommit=True) as look:
+        names = look.execute(
+            "SELECT application_name FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'COPY (%'"
+            " AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert ("sluice",) in names

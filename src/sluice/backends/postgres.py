@@ -231,7 +231,9 @@ class PostgresBackend(
 
     def _arrow_reader(self) -> ArrowReader:
         if self._arrow is None:
-            self._arrow = ArrowReader(self.conninfo)
+            # The pool's connect timeout and name too (a URL or key=value conninfo alike).
+            named = {k: str(v) for k, v in self._kwargs.items() if k != "prepare_threshold"}
+            self._arrow = ArrowReader(psycopg.conninfo.make_conninfo(self.conninfo, **named))
         return self._arrow
 
     def on_change(self, callback: Callable[[str | None], None]) -> None:
