@@ -178,3 +178,39 @@ def test_the_arrow_connection_is_named_as_the_pool_is(db: sluice.Database, url: 
             " AND pid <> pg_backend_pid()"
         ).fetchall()
     assert ("sluice",) in names
+
+
+@pytest.mark.parametrize("where", [None, "body.n >= 10"])
+def test_a_batch_read_scans_the_same_in_columns_as_in_rows(
+    db: sluice.Database, where: str | None
+) -> None:
+    _fill(db, binary=True, properties=True)
+    backend = db.backend
+    select: Selection | None = db.selection("orders", where)
+    low, high, _ = backend.id_bounds("orders")
+    schema = _schema(None)
+
+    def same(state: str) -> int:
+        rows = backend.scan("orders", state, low - 1, high, limit=1000, select=select)
+        table = backend.scan_table("orders", state, low - 1, high, limit=1000, select=select)
+        assert table is not None
+        assert table.column("id").to_pylist() == [r[0] for r in rows]
+        if rows:
+            expected = pa.Table.from_batches(read_batches("orders", rows, schema))
+            assert pa.Table.from_batches(read_table_batches("orders", table, schema)).equals(
+                expected
+            )
+        return len(rows)
+
+    assert same("delayed") == 1  # {"n": 100}, held for an hour
+    with db.transaction() as tx:
+        taken = tx.dequeue("orders", limit=3)  # n = 0, 1, 2: none of them is n >= 10
+        assert len(taken) == 3
+        assert same("claimed") == (3 if where is None else 0)
+    assert same("ready") > 0
+
+
+def test_sqlite_scans_rows(tmp_path: Path) -> None:
+    with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as db:
+        db.create_queue("orders").put({"n": 1})
+        assert db.backend.scan_table("orders", "ready", 0, 100, limit=10, select=None) is None

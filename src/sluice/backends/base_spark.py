@@ -163,6 +163,12 @@ class Streams(Protocol):
         """Up to ``limit`` messages in ``state`` (as browse) with ids in (after, upto], by id,
         as rows of READ_COLUMNS."""
 
+    def scan_table(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> pa.Table | None:
+        """What ``scan`` reads, as ``stream_table`` reads what ``stream_rows`` does; None where
+        this backend reads rows only."""
+
     def id_bounds(self, queue: str) -> tuple[int, int, int]:
         """The lowest and highest id of the queue's messages, and how many there are."""
 

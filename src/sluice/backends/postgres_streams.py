@@ -266,12 +266,23 @@ class PostgresStreams:
         limit: int,
         select: Selection | None,
     ) -> pa.Table:
-        # As stream_rows, in columns: the values are written into the statement, which
-        # ADBC then runs as a binary COPY parsed into Arrow (postgres_arrow).
         name, extra = self.selected("stream_rows", select)
         params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
+        return self._read_table(name, params | extra)
+
+    def scan_table(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> pa.Table:
+        # As scan, in columns (stream_table).
+        name, extra = self.selected("scan", select)
+        params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
+        return self._read_table(name, params | {"after": after, "upto": upto})
+
+    def _read_table(self, name: str, params: Mapping[str, Any]) -> pa.Table:
+        """A Spark read's statement as an Arrow table of READ_COLUMNS: its values written
+        into it, which ADBC then runs as a binary COPY parsed into Arrow (postgres_arrow)."""
         with self._conn() as conn:
-            query = psycopg.ClientCursor(conn).mogrify(self._q[name], params | extra)
+            query = psycopg.ClientCursor(conn).mogrify(self._q[name], params)
         # Named by position: the statement's columns are READ_COLUMNS, some unnamed in it.
         return self._arrow_reader().read(query).rename_columns(READ_COLUMNS)
 

@@ -225,6 +225,11 @@ class SQLiteStreams:
             rows: list[Row] = conn.execute(query, params).fetchall()
             return rows
 
+    def scan_table(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> None:
+        """None: rows, as ``stream_table`` says."""
+
     def drop_stream(self, queue: str, name: str) -> bool:
         with self._transaction() as conn:
             found = conn.execute(self._q["stream_find"], {"queue": queue, "name": name}).fetchone()

@@ -139,6 +139,15 @@ def _ahead(pages: Iterator[Page]) -> Generator[Page, None, None]:
         thread.join()
 
 
+def _batches(queue: str, pages: Iterator[Page], schema: StructType) -> Iterator[pa.RecordBatch]:
+    """A read's pages, rows or Arrow tables, as Arrow batches of ``schema``."""
+    for rows in pages:
+        if isinstance(rows, pa.Table):
+            yield from read_table_batches(queue, rows, schema)
+        else:
+            yield from read_batches(queue, rows, schema)
+
+
 def _pages(page: Callable[[int, int], Page], after: int, upto: int) -> Iterator[Page]:
     """The rows of ids (after, upto], a page at a time: ``page(a, b)``, ids (a, b], by id.
 
@@ -249,11 +258,16 @@ class _BatchReader(DataSourceReader):
         select = db.selection(self.queue, partition.where)
         backend, state = db.backend, self.options.state
 
-        def page(after: int, upto: int) -> list[Row]:
+        def page(after: int, upto: int) -> Page:
+            # In columns where the backend can (PostgreSQL), as a stream's pages.
+            table = backend.scan_table(self.queue, state, after, upto, limit=_PAGE, select=select)
+            if table is not None:
+                return table
             return backend.scan(self.queue, state, after, upto, limit=_PAGE, select=select)
 
-        for rows in _pages(page, partition.after, partition.upto):
-            yield from read_batches(self.queue, rows, self.schema)
+        yield from _batches(
+            self.queue, _ahead(_pages(page, partition.after, partition.upto)), self.schema
+        )
 
 
 class _PushdownReader(_BatchReader):
@@ -576,11 +590,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return table
                 return backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
 
-            for rows in _ahead(_pages(page, *p.span)):
-                if isinstance(rows, pa.Table):
-                    yield from read_table_batches(self.queue, rows, self.schema)
-                else:
-                    yield from read_batches(self.queue, rows, self.schema)
+            yield from _batches(self.queue, _ahead(_pages(page, *p.span)), self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         db = connection(self.options.url)
