@@ -252,9 +252,7 @@ class PostgresStreams:
         limit: int,
         select: Selection | None,
     ) -> list[Row]:
-        name, extra = self.selected("stream_rows", select)
-        params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
-        return self._read(name, params | extra)
+        return self._read(*self._range_read(queue, after, upto, at=at, limit=limit, select=select))
 
     def stream_table(
         self,
@@ -266,17 +264,32 @@ class PostgresStreams:
         limit: int,
         select: Selection | None,
     ) -> pa.Table:
-        name, extra = self.selected("stream_rows", select)
-        params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
-        return self._read_table(name, params | extra)
+        return self._read_table(
+            *self._range_read(queue, after, upto, at=at, limit=limit, select=select)
+        )
 
     def scan_table(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
     ) -> pa.Table:
-        # As scan, in columns (stream_table).
+        return self._read_table(
+            *self._scan_read(queue, state, after, upto, limit=limit, select=select)
+        )
+
+    def _range_read(
+        self, queue: str, after: int, upto: int, *, at: float, limit: int, select: Selection | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement and parameters of a position range's page, in rows or columns."""
+        name, extra = self.selected("stream_rows", select)
+        params = {"queue": queue, "after": after, "upto": upto, "at": at, "limit": limit}
+        return name, params | extra
+
+    def _scan_read(
+        self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement and parameters of a batch read's page, in rows or columns."""
         name, extra = self.selected("scan", select)
         params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
-        return self._read_table(name, params | {"after": after, "upto": upto})
+        return name, params | {"after": after, "upto": upto}
 
     def _read_table(self, name: str, params: Mapping[str, Any]) -> pa.Table:
         """A Spark read's statement as an Arrow table of READ_COLUMNS: its values written
@@ -300,10 +313,7 @@ class PostgresStreams:
     def scan(
         self, queue: str, state: str, after: int, upto: int, *, limit: int, select: Selection | None
     ) -> list[Row]:
-        name, extra = self.selected("scan", select)
-        params = browse_params(queue, state, limit, 0, 0, now=self.clock.now()) | extra
-        params |= {"after": after, "upto": upto}
-        return self._read(name, params)
+        return self._read(*self._scan_read(queue, state, after, upto, limit=limit, select=select))
 
     def _read(self, name: str, params: Mapping[str, Any]) -> list[Row]:
         """A Spark read's rows, in binary: numbers come as they are stored, not as text
