@@ -473,14 +473,14 @@ class Reads:
     def position_floor(self, subscription: str, n: int, batch: int) -> Run:
         """A subscription's read by position, its own statements, from this process alone.
 
-        Find a range's end, fetch its rows page by page as a task does (in Arrow columns
-        where the backend reads them so: ``stream_table``) and make them Arrow batches of
-        a read's schema, move the pointer: what the position stream's own work costs, one
-        process, without Spark.
+        Find a range's end, read its pages and make them Arrow batches of a read's schema
+        with the source's own functions, as a task does, move the pointer: what the position
+        stream's own work costs, one process, without Spark.
         """
         from pyspark.sql.types import StructType
 
-        from sluice.spark.rows import message_ddl, read_batches, read_table_batches
+        from sluice.spark.rows import message_ddl
+        from sluice.spark.source import _ahead, _batches, _range_pages  # what a task runs
 
         schema = cast(StructType, StructType.fromDDL(message_ddl(None)))
         backend = self.db.backend
@@ -495,24 +495,10 @@ class Reads:
             )
             if end == position:
                 break
-            after = position
-            while after < end:
-                # As a task reads: windows of ids (sluice.spark.source._pages), so that the
-                # plan of a statement with its values written in reads one window at most.
-                upto = min(end, after + 10_000)
-                table = backend.stream_table(topic, after, upto, at=now, limit=10_000, select=None)
-                if table is not None:
-                    batches = read_table_batches(subscription, table, schema)
-                    got = table.num_rows
-                    last = table.column(0)[-1].as_py() if got else after
-                else:
-                    page = backend.stream_rows(
-                        topic, after, upto, at=now, limit=10_000, select=None
-                    )
-                    batches = read_batches(subscription, page, schema)
-                    got, last = len(page), page[-1][0] if page else after
-                rows += sum(b.num_rows for b in batches)
-                after = last if got >= 10_000 else upto
+            # As a task reads its share: the source's own pages (windows of ids, in Arrow
+            # columns where the backend reads them so), the next fetched ahead.
+            pages = _ahead(_range_pages(backend, topic, position, end, at=now, select=None))
+            rows += sum(b.num_rows for b in _batches(subscription, pages, schema))
             stream = backend.open_stream(subscription, "position-floor")
             backend.stream_settle(
                 stream.session, subscription, 0, 0, reached=Reached(end, now, remove=False)

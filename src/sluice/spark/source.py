@@ -58,7 +58,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sluice.backends.base import Backend, Reached, Row, StreamState
+from sluice.backends.base import Backend, Reached, Row, Selection, StreamState
 from sluice.backends.stream_positions import NO_CEILING
 from sluice.backends.topics import TOUCH_EVERY
 from sluice.engine.database import Engine
@@ -146,6 +146,21 @@ def _batches(queue: str, pages: Iterator[Page], schema: StructType) -> Iterator[
             yield from read_table_batches(queue, rows, schema)
         else:
             yield from read_batches(queue, rows, schema)
+
+
+def _range_pages(
+    backend: Backend, source: str, after: int, upto: int, *, at: float, select: Selection | None
+) -> Iterator[Page]:
+    """The pages of a position range of ``source``: what was due and unexpired at ``at``."""
+
+    def page(a: int, b: int) -> Page:
+        # In columns where the backend can (PostgreSQL): no Python object per row.
+        table = backend.stream_table(source, a, b, at=at, limit=_PAGE, select=select)
+        if table is not None:
+            return table
+        return backend.stream_rows(source, a, b, at=at, limit=_PAGE, select=select)
+
+    return _pages(page, after, upto)
 
 
 def _pages(page: Callable[[int, int], Page], after: int, upto: int) -> Iterator[Page]:
@@ -580,17 +595,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.positions is not None:
             source = self.positions.source
             select = db.selection(source, self.positions.where)
-
-            def page(after: int, upto: int) -> Page:
-                # In columns where the backend can (PostgreSQL): no Python object per row.
-                table = backend.stream_table(
-                    source, after, upto, at=p.at, limit=_PAGE, select=select
-                )
-                if table is not None:
-                    return table
-                return backend.stream_rows(source, after, upto, at=p.at, limit=_PAGE, select=select)
-
-            yield from _batches(self.queue, _ahead(_pages(page, *p.span)), self.schema)
+            pages = _range_pages(backend, source, *p.span, at=p.at, select=select)
+            yield from _batches(self.queue, _ahead(pages), self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         db = connection(self.options.url)
