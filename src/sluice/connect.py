@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from sluice.backends.base import Backend
 from sluice.backends.memory import MemoryBackend
@@ -128,7 +128,10 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
              _POSTGRES_OPTIONS | {"lease", "poll_interval"}]  # fmt: skip
     for key, _ in libpq:
         options.pop(key.lower(), None)
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
+    # Percent-encoded, never '+' for a space: libpq decodes only %XX (options=-c a=b).
+    conninfo = urlunsplit(
+        (parts.scheme, parts.netloc, parts.path, urlencode(libpq, quote_via=quote), "")
+    )
     # libpq's connect_timeout also bounds the wait for a pooled connection.
     timeout = {k.lower(): v for k, v in libpq}.get("connect_timeout")
     settings = PostgresSettings(

@@ -619,3 +619,18 @@ def _recover_beside(child: subprocess.Popen[str], pg_url: str) -> None:
             if not looked:
                 time.sleep(0.2)  # the server's idle timeout, not an event of ours
         assert looked, "recovery stayed locked by the stopped process"
+
+
+def test_libpq_parameters_with_spaces_reach_the_server(
+    pg_url: str, admin: psycopg.Connection[Any]
+) -> None:
+    # libpq decodes a URL's %XX only: re-encoded with '+' for a space, `options=-c a=b`
+    # failed to connect ('unrecognized configuration parameter "+a"') and a name with a
+    # space arrived with a '+' in it.
+    name = f"sluice spaced {time.monotonic_ns()}"
+    options = "-c%20statement_timeout%3D54321"
+    with sluice.connect(f"{pg_url}&application_name={name.replace(' ', '%20')}&options={options}"):
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchone()
+        assert row is not None and row[0] >= 1

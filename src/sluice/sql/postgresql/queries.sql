@@ -177,9 +177,12 @@ ORDER BY id LIMIT 1;
 -- The relax fragment lets the claim commit without waiting for the WAL flush: it sits
 -- in the queue's lookup, which runs once per execution. One statement, one round trip.
 -- Variants below: claim_with_own, _in_caller_tx, _lanes; stream_take picks alike.
+-- The picked ids are an array, not a subquery joined on id: under the generic plan of a
+-- prepared statement the join became a hash join over the whole table, one scan of
+-- every message per claim (tests/postgresql/test_plans.py).
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM (
+    WHERE m.id = ANY(ARRAY(
         SELECT id FROM {schema}.messages AS s
         WHERE queue_id = (SELECT id FROM {schema}.queues
                           WHERE name = %(queue)s AND NOT paused {relax})
@@ -187,8 +190,7 @@ WITH claimed AS (
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
+        FOR UPDATE SKIP LOCKED))
     RETURNING {message_columns})
 (SELECT * FROM claimed)
 UNION ALL
@@ -206,7 +208,7 @@ ORDER BY 3 DESC, 1;
 -- As claim; a transaction sees its own uncommitted enqueues.
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM (
+    WHERE m.id = ANY(ARRAY(
         SELECT id FROM {schema}.messages AS s
         WHERE queue_id = (SELECT id FROM {schema}.queues
                           WHERE name = %(queue)s AND NOT paused {relax})
@@ -214,8 +216,7 @@ WITH claimed AS (
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
+        FOR UPDATE SKIP LOCKED))
     RETURNING {message_columns})
 (SELECT * FROM claimed)
 UNION ALL
@@ -234,15 +235,14 @@ ORDER BY 3 DESC, 1;
 -- sluice must not change how the caller's commit is flushed.
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM (
+    WHERE m.id = ANY(ARRAY(
         SELECT id FROM {schema}.messages AS s
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
+        FOR UPDATE SKIP LOCKED))
     RETURNING {message_columns})
 (SELECT * FROM claimed)
 UNION ALL
@@ -260,15 +260,14 @@ ORDER BY 3 DESC, 1;
 -- As claim_with_own, inside a caller's transaction (see claim_in_caller_tx).
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM (
+    WHERE m.id = ANY(ARRAY(
         SELECT id FROM {schema}.messages AS s
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND {ready_or_own} AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
+        FOR UPDATE SKIP LOCKED))
     RETURNING {message_columns})
 (SELECT * FROM claimed)
 UNION ALL
@@ -289,7 +288,7 @@ ORDER BY 3 DESC, 1;
 -- then the pick of both in order and the claim.
 next AS (
     SELECT 0 AS lane_rank, s.* FROM {schema}.messages AS s
-    WHERE s.id IN (
+    WHERE s.id = ANY(ARRAY(
         SELECT id FROM (
             SELECT r.id, count(*) FILTER (
                        WHERE r.available_at > %(now)s OR r.expires_at <= %(now)s)
@@ -301,7 +300,7 @@ next AS (
                   AND w.lane = l.lane AND w.state = 5
                   AND {lane_held}
                 ORDER BY w.id LIMIT %(run)s) AS r) AS runs
-        WHERE blocked = 0){select}
+        WHERE blocked = 0)){select}
 ), pick AS (
     SELECT s.id, row_number() OVER (
                ORDER BY lane_rank, CASE WHEN lane_rank = 0 THEN id END, {order}priority DESC, id) AS pos
@@ -310,7 +309,7 @@ next AS (
     LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    FROM pick WHERE m.id = pick.id AND m.state IN (0, 1, 5)
+    WHERE m.id = ANY(ARRAY(SELECT id FROM pick)) AND m.state IN (0, 1, 5)
     RETURNING {message_columns})
 SELECT claimed.* FROM claimed JOIN pick ON pick.id = claimed.id ORDER BY pick.pos
 
@@ -384,15 +383,15 @@ ORDER BY {order}m.priority DESC, m.id;
 -- conditions, order and locks; the rows are deleted and sent out as CSV, every column
 -- (spool_columns). Its transaction relaxes its own commit, so no relax fragment here.
 COPY (
-    DELETE FROM {schema}.messages AS m USING (
+    DELETE FROM {schema}.messages AS m
+    WHERE m.id = ANY(ARRAY(
         SELECT id FROM {schema}.messages AS s
         WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
           AND state = 1 AND available_at <= %(now)s
           AND (expires_at IS NULL OR expires_at > %(now)s){select}
         ORDER BY {order}priority DESC, id
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED) AS pick
-    WHERE m.id = pick.id
+        FOR UPDATE SKIP LOCKED))
     RETURNING {spool_columns}
 ) TO STDOUT (FORMAT csv);
 
@@ -747,7 +746,7 @@ WITH pick AS (
     WHERE q.kind <> 'topic'
     LIMIT %(limit)s
 ), gone AS (
-    DELETE FROM {schema}.messages AS d USING pick
-    WHERE d.id = pick.id AND d.slot = pick.slot
+    DELETE FROM {schema}.messages AS d
+    WHERE d.id = ANY(ARRAY(SELECT id FROM pick))
     RETURNING 1)
 SELECT count(*) FROM gone;
