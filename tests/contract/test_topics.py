@@ -186,6 +186,49 @@ def test_a_small_window_still_delivers_everything_in_order(db: sluice.Database) 
     assert got == list(range(7))
 
 
+def _take_all(queue: sluice.Queue) -> list[object]:
+    got = []
+    while (m := queue.get()) is not None:
+        got.append(m.body)
+        m.ack()
+    return got
+
+
+def test_what_is_published_after_a_pull_follows_what_it_took(db: sluice.Database) -> None:
+    # The first get pulls everything the topic has; the consumer then takes those
+    # without asking the topic again, and asks once they run out.
+    topic = db.create_topic("t")
+    db.subscribe("t", "s")
+    topic.put_many([0, 1, 2])
+    first = db.queue("s").get()
+    assert first is not None and first.body == 0
+    first.ack()
+    topic.put_many([3, 4])
+    assert _take_all(db.queue("s")) == [1, 2, 3, 4]
+    topic.put(5)
+    assert _take_all(db.queue("s")) == [5]
+
+
+def test_a_consumer_whose_ready_messages_another_took_asks_the_topic(
+    backend_url: str, db: sluice.Database
+) -> None:
+    # This Database pulled three and reckons two still ready; another Database takes
+    # them, and new ones are published: the next get finds none where it reckoned two,
+    # and asks the topic rather than answering None.
+    if backend_url == "memory://":
+        pytest.skip("a memory database is not shared with another Database")
+    topic = db.create_topic("t")
+    db.subscribe("t", "s")
+    topic.put_many([0, 1, 2])
+    first = db.queue("s").get()
+    assert first is not None
+    first.ack()
+    with sluice.connect(backend_url) as other:
+        assert _take_all(other.queue("s")) == [1, 2]
+        other.queue("t").put_many([3, 4])
+    assert _take_all(db.queue("s")) == [3, 4]
+
+
 def test_selective_and_ordering_dequeue_on_a_subscription_see_its_whole_backlog(
     db: sluice.Database,
 ) -> None:

@@ -16,7 +16,7 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sluice.backends.records import Lane, Row, Selection
 from sluice.clock import Clock
@@ -24,7 +24,7 @@ from sluice.errors import QueueNotFound
 from sluice.expr.sql import Source, SqlCompiler
 from sluice.sql import Template
 
-__all__ = ["COLLECT_SPAN", "TOUCH_EVERY", "Backlog", "SqlTopics"]
+__all__ = ["COLLECT_SPAN", "TOUCH_EVERY", "Backlog", "Pulled", "SqlTopics"]
 
 COLLECT_SPAN = 10_000
 """The most message ids one collection of a topic covers: a bounded delete."""
@@ -47,6 +47,16 @@ class Backlog:
     unpulled_since: float | None
     unpulled_delayed: int
     """Those of them not due yet (``delay``)."""
+
+
+class Pulled(NamedTuple):
+    """What a pull left a subscription with, as the process that pulled reckons it."""
+
+    ready: int
+    """About how many ready messages it has (those it had, counted up to half its window,
+    plus those the pull took)."""
+    drained: bool
+    """The pull passed every message its topic had: more come only with new publishes."""
 
 
 class SqlTopics:
@@ -88,10 +98,10 @@ class SqlTopics:
     # --- pulling ----------------------------------------------------------------------
     def pull(
         self, subscription: str, selector: Selection | None, *, window: int, everything: bool
-    ) -> int:
-        """Take the topic's next messages into ``subscription``; about how many it has ready.
+    ) -> Pulled:
+        """Take the topic's next messages into ``subscription``; about how many it has ready,
+        and whether its topic has more.
 
-        (The ready messages it had, counted up to half its window, plus those taken.)
         Refills its ``window`` of ready messages once fewer than half are left, or
         takes ``everything`` past its pointer (a selective or ordering dequeue must see
         them all). ``selector``: the subscription's where, checked against its topic.
@@ -110,7 +120,7 @@ class SqlTopics:
             if used_at is None or now - used_at >= TOUCH_EVERY:
                 self._write_rows("touch_subscription", {"subscription": sub_id, "now": now},
                                  durable=False)  # fmt: skip
-            return int(ready)
+            return Pulled(int(ready), drained=not pending)
         query, extra = self._with_selector("pull", selector)
         with self._transaction(durable=False) as conn:
             (pointer,) = conn.execute(
@@ -123,7 +133,7 @@ class SqlTopics:
                 self._q["topic_last"], {"pointer": pointer, "topic": topic_id}
             ).fetchone()
             if last is None:
-                return int(ready)
+                return Pulled(int(ready), drained=True)
             params = {
                 "subscription": sub_id,
                 "topic": topic_id,
@@ -142,7 +152,7 @@ class SqlTopics:
             lanes = sorted({(subscription, lane) for _, lane in taken if lane is not None})
             if lanes:
                 self._promote(conn, lanes)
-        return int(ready) + len(taken)
+        return Pulled(int(ready) + len(taken), drained=not full)
 
     def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
         """What ``subscription`` has yet to settle (``stats``, lag)."""
