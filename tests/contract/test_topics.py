@@ -201,7 +201,8 @@ def test_what_is_published_after_a_pull_follows_what_it_took(db: sluice.Database
     db.subscribe("t", "s")
     topic.put_many([0, 1, 2])
     first = db.queue("s").get()
-    assert first is not None and first.body == 0
+    assert first is not None
+    assert first.body == 0
     first.ack()
     topic.put_many([3, 4])
     assert _take_all(db.queue("s")) == [1, 2, 3, 4]

@@ -633,4 +633,5 @@ def test_libpq_parameters_with_spaces_reach_the_server(
         row = admin.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
         ).fetchone()
-        assert row is not None and row[0] >= 1
+        assert row is not None
+        assert row[0] >= 1
