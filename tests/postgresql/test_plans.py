@@ -6,7 +6,8 @@ LIMIT n) AS pick WHERE m.id = pick.id`` got a hash join there, which reads every
 the message table to take one message: a consumer's claim cost grew with the backlog (0.7
 ms at 3,000 messages, where it takes 0.07 ms). Each claim statement is planned here as
 psycopg's prepared statements are, generically, on a backlog the planner has statistics
-of, and run; the rows its sequential scans of the message table read are counted.
+of, and run; the rows its sequential scans of the message table read are counted. So are
+the statements that settle what a transaction took, by an array of ids.
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ def _prepared(text: str) -> tuple[str, list[str]]:
     return re.sub(r"%\((\w+)\)s", number, text).replace("%%", "%"), names
 
 
-def _values(lane_key: str) -> dict[str, Any]:
+# What settles a transaction's messages: by their ids, given as an array.
+SETTLES = ["delete_claimed", "delete_claimed_pairs", "keep_claimed"]
+
+
+def _values(lane_key: str, some_id: int) -> dict[str, Any]:
     return {
         "session": 1,
         "tx": 1,
@@ -72,6 +77,11 @@ def _values(lane_key: str) -> dict[str, Any]:
         "fill": True,
         "lanes": [lane_key],
         "run": 10,
+        # A settle of one message this transaction does not hold: it settles none.
+        "ids": [some_id],
+        "txs": [1],
+        "expected": 0,
+        "settled_at": time.time(),
     }
 
 
@@ -84,21 +94,24 @@ def _seq_rows(plan: dict[str, Any]) -> int:
     return read + sum(_seq_rows(child) for child in plan.get("Plans", ()))
 
 
-@pytest.mark.parametrize("name", CLAIMS)
-def test_a_claim_reads_no_table_scan(filled: tuple[str, str], name: str) -> None:
-    base, schema = filled
-    _, templates = load_queries(schema)
-    template = templates[name]
-    # A plain claim: no selection, no ordering, the fragments the backend fills in.
-    text, names = _prepared(template.fill(**dict.fromkeys(template.holes, "")))
+def _generic_plan(base: str, schema: str, name: str) -> dict[str, Any]:
+    """The plan of statement ``name`` as a prepared statement's generic plan, run (and
+    rolled back): its JSON, as EXPLAIN (ANALYZE, FORMAT JSON) gives it."""
+    ready, templates = load_queries(schema)
+    if name in templates:
+        template = templates[name]
+        # A plain claim: no selection, no ordering, the fragments the backend fills in.
+        text, names = _prepared(template.fill(**dict.fromkeys(template.holes, "")))
+    else:
+        text, names = _prepared(ready[name])
     with psycopg.connect(base) as conn:
-        lane_key = conn.execute(
-            sql.SQL("SELECT lane FROM {}.messages WHERE lane IS NOT NULL LIMIT 1").format(
+        found = conn.execute(
+            sql.SQL("SELECT lane, id FROM {}.messages WHERE lane IS NOT NULL LIMIT 1").format(
                 sql.Identifier(schema)
             )
         ).fetchone()
-        assert lane_key is not None
-        values = _values(lane_key[0])
+        assert found is not None
+        values = _values(*found)
         conn.execute("SET plan_cache_mode = force_generic_plan")
         conn.execute(sql.SQL("PREPARE check_claim AS ") + sql.SQL(text))
         explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE check_claim ({})").format(
@@ -108,9 +121,21 @@ def test_a_claim_reads_no_table_scan(filled: tuple[str, str], name: str) -> None
         conn.rollback()  # nothing claimed stays claimed
     assert row is not None
     (plan,) = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return dict(plan)
+
+
+@pytest.mark.parametrize("name", CLAIMS)
+def test_a_claim_reads_no_table_scan(filled: tuple[str, str], name: str) -> None:
+    plan = _generic_plan(*filled, name)
     read = _seq_rows(plan["Plan"])
     assert plan["Plan"]["Actual Rows"] == 1, "the claim took no message: the check proves nothing"
     # A hash join over the table would read every message (BACKLOG rows) for one.
+    assert read < BACKLOG // 10, f"{name}: sequential scans read {read:,} message rows"
+
+
+@pytest.mark.parametrize("name", SETTLES)
+def test_a_settle_reads_no_table_scan(filled: tuple[str, str], name: str) -> None:
+    read = _seq_rows(_generic_plan(*filled, name)["Plan"])
     assert read < BACKLOG // 10, f"{name}: sequential scans read {read:,} message rows"
 
 
