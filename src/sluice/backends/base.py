@@ -55,7 +55,7 @@ from sluice.backends.records import (
     StreamState,
     lane_of,
 )
-from sluice.backends.topics import Backlog, Pulled
+from sluice.backends.topics import Backlog
 from sluice.catalog import QueueSpec
 from sluice.clock import Clock
 from sluice.expr.sql import SqlCompiler
@@ -83,7 +83,6 @@ __all__ = [
     "MessageStore",
     "Outbox",
     "PropertyDef",
-    "Pulled",
     "QueueCounts",
     "Reached",
     "Retention",
@@ -387,7 +386,7 @@ class Topics(Protocol):
 
     def pull(
         self, subscription: str, selector: Selection | None, *, window: int, everything: bool
-    ) -> Pulled:
+    ) -> int:
         """Take the topic's next messages into ``subscription`` (up to its window, or all)."""
         ...
 

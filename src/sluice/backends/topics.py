@@ -16,7 +16,7 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from sluice.backends.records import Lane, Row, Selection
 from sluice.clock import Clock
@@ -24,7 +24,7 @@ from sluice.errors import QueueNotFound
 from sluice.expr.sql import Source, SqlCompiler
 from sluice.sql import Template
 
-__all__ = ["COLLECT_SPAN", "TOUCH_EVERY", "Backlog", "Pulled", "SqlTopics"]
+__all__ = ["COLLECT_SPAN", "TOUCH_EVERY", "Backlog", "SqlTopics"]
 
 COLLECT_SPAN = 10_000
 """The most message ids one collection of a topic covers: a bounded delete."""
@@ -47,16 +47,6 @@ class Backlog:
     unpulled_since: float | None
     unpulled_delayed: int
     """Those of them not due yet (``delay``)."""
-
-
-class Pulled(NamedTuple):
-    """What a pull left a subscription with, as the process that pulled reckons it."""
-
-    ready: int
-    """About how many ready messages it has (those it had, counted up to half its window,
-    plus those the pull took)."""
-    drained: bool
-    """The pull passed every message its topic had: more come only with new publishes."""
 
 
 class SqlTopics:
@@ -98,10 +88,10 @@ class SqlTopics:
     # --- pulling ----------------------------------------------------------------------
     def pull(
         self, subscription: str, selector: Selection | None, *, window: int, everything: bool
-    ) -> Pulled:
-        """Take the topic's next messages into ``subscription``; about how many it has ready,
-        and whether its topic has more.
+    ) -> int:
+        """Take the topic's next messages into ``subscription``; about how many it has ready.
 
+        (The ready messages it had, counted up to half its window, plus those taken.)
         Refills its ``window`` of ready messages once fewer than half are left, or
         takes ``everything`` past its pointer (a selective or ordering dequeue must see
         them all). ``selector``: the subscription's where, checked against its topic.
@@ -120,7 +110,7 @@ class SqlTopics:
             if used_at is None or now - used_at >= TOUCH_EVERY:
                 self._write_rows("touch_subscription", {"subscription": sub_id, "now": now},
                                  durable=False)  # fmt: skip
-            return Pulled(int(ready), drained=not pending)
+            return int(ready)
         query, extra = self._with_selector("pull", selector)
         with self._transaction(durable=False) as conn:
             (pointer,) = conn.execute(
@@ -133,7 +123,7 @@ class SqlTopics:
                 self._q["topic_last"], {"pointer": pointer, "topic": topic_id}
             ).fetchone()
             if last is None:
-                return Pulled(int(ready), drained=True)
+                return int(ready)
             params = {
                 "subscription": sub_id,
                 "topic": topic_id,
@@ -152,7 +142,7 @@ class SqlTopics:
             lanes = sorted({(subscription, lane) for _, lane in taken if lane is not None})
             if lanes:
                 self._promote(conn, lanes)
-        return Pulled(int(ready) + len(taken), drained=not full)
+        return int(ready) + len(taken)
 
     def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
         """What ``subscription`` has yet to settle (``stats``, lag)."""

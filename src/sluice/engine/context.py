@@ -18,7 +18,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from sluice.backends.base import Backend, Lane, Pulled, Selection
+from sluice.backends.base import Backend, Lane, Selection
 from sluice.catalog import QueueSpec, check_queue_name
 from sluice.clock import Clock
 from sluice.engine import lease as leases
@@ -97,9 +97,8 @@ class EngineContext:
         self.forked = False
         self._specs: dict[str, tuple[QueueSpec, float]] = {}
         self._contents: dict[str, QueueContent] = {}
-        self.ready_hints: dict[str, Pulled] = {}
-        """Per subscription, about how many ready messages it has and whether its last
-        pull passed all its topic had (engine.topics)."""
+        self.ready_hints: dict[str, int] = {}
+        """Per subscription, about how many ready messages it has (engine.topics)."""
         self.observer: Observer | None = default_observer()
         """Telemetry's observer (engine/observe.py); None, the default, is telemetry off."""
         self._lock = threading.Lock()

@@ -78,9 +78,8 @@ def before_take(
     """What comes before taking from ``spec``'s queue: a topic refuses, a subscription pulls.
 
     A subscription asks the database only when this process reckons fewer than half
-    its window ready (``context.ready_hints``, lowered by ``taken``), or none left after
-    a pull that passed all its topic had, or when ``force``d (a claim came back short:
-    others may have taken what it reckoned).
+    its window ready (``context.ready_hints``, lowered by ``taken``), or when
+    ``force``d (a claim came back short: others may have taken what it reckoned).
     ``everything``: pull the whole backlog, for a dequeue that selects or orders.
     True if it asked the database.
     """
@@ -93,19 +92,10 @@ def before_take(
         return False
     window = spec.window or DEFAULT_WINDOW
     hint = context.ready_hints.get(spec.name)
-    # After a pull that passed everything in the topic, asking again before the ready
-    # messages run out finds at most what was published since, which comes after them
-    # in the topic's order: asking at every take cost a statement that reads the ready
-    # messages and the ids past the pointer, per message. (A higher priority among the
-    # new waits for the next pull, as it does while the window is over half full.)
-    if (
-        not (everything or force)
-        and hint is not None
-        and (hint.ready >= (window + 1) // 2 or (hint.drained and hint.ready > 0))
-    ):
+    if not (everything or force) and hint is not None and hint >= (window + 1) // 2:
         return False
     try:
-        pulled = context.backend.pull(
+        ready = context.backend.pull(
             spec.name, selector(context, spec), window=window, everything=everything
         )
     except QueueNotFound:
@@ -114,7 +104,7 @@ def before_take(
             f"subscription {spec.name!r} does not exist (it was unsubscribed, "
             "or dropped when it ended or expired)"
         ) from None
-    context.ready_hints[spec.name] = pulled
+    context.ready_hints[spec.name] = ready
     return True
 
 
@@ -122,7 +112,7 @@ def taken(context: EngineContext, spec: QueueSpec, count: int) -> None:
     """This process took ``count`` of a subscription's ready messages."""
     hint = context.ready_hints.get(spec.name)
     if hint is not None:
-        context.ready_hints[spec.name] = hint._replace(ready=max(hint.ready - count, 0))
+        context.ready_hints[spec.name] = max(hint - count, 0)
 
 
 def check_target(spec: QueueSpec) -> None:
