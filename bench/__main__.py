@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "commit-gap": "bench.cycle.commit_gap",
     "postgres": "bench.postgres.__main__",
     "wakeup": "bench.postgres.wakeup",
+    "backlog": "bench.postgres.backlog",
     "content": "bench.content.__main__",
     "isolation": "bench.isolation.__main__",
     "spark": "bench.spark.__main__",

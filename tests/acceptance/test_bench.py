@@ -35,6 +35,7 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
     "commit-gap": ([], [], []),
     "postgres": (["--only", "sluice", "--only", "floor", "--seconds", "1"], [PG], []),
     "wakeup": (["--n", "10"], [PG], []),
+    "backlog": ([], [PG], ["pgqueuer"]),
     "content": (
         [
             "--backends",
