@@ -151,10 +151,9 @@ def render(results: dict[tuple[str, int, int], list[Drain]], facts: list[tuple[s
         "`db.transaction()` (the claim commits without waiting for the WAL flush, the commit "
         "that acknowledges waits for it). pgqueuer: one `PgQueuer.run(batch_size=batch)` "
         "with a no-op entrypoint, timed from the first job's entrypoint to the last one's "
-        "(its start is left out; it acknowledges in buffered batches). With no producer "
-        "notifying it, pgqueuer's worker paces its dequeues (about 12 ms a batch here): the "
-        "pgqueuer column measures that, not its claim's plan. Median of "
-        f"{repeats} runs, interleaved; each run on a fresh schema.",
+        "(its start is left out; it acknowledges in buffered batches). No producer runs: "
+        "pgqueuer's worker is woken by no notification during the drain, only by its own "
+        f"polls. Median of {repeats} runs, interleaved; each run on a fresh schema.",
         "",
         "| backlog | batch | sluice msg/s | pgqueuer msg/s | sluice / pgqueuer |",
         "|---:|---:|---:|---:|---:|",
