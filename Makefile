@@ -84,6 +84,7 @@ bench-celery: $(BIN)/sluice-bench-stamp
 bench-postgres: $(BIN)/sluice-bench-stamp
 	$(BIN)/python -m bench postgres
 	$(BIN)/python -m bench wakeup
+	$(BIN)/python -m bench backlog
 
 # A queue of 1,000,000 typed orders on SQLite and PostgreSQL (about 15 minutes).
 bench-content: $(BIN)/sluice-bench-stamp
