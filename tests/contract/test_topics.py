@@ -210,6 +210,33 @@ def test_what_is_published_after_a_pull_follows_what_it_took(db: sluice.Database
     assert _take_all(db.queue("s")) == [5]
 
 
+def test_news_at_any_priority_is_found_past_the_pointer(db: sluice.Database) -> None:
+    # Whether the topic has anything past a subscription's pointer is looked up one
+    # priority at a time: a message at a priority the topic had not held is found too.
+    topic = db.create_topic("t")
+    db.subscribe("t", "s")
+    topic.put("first", priority=5)
+    assert _take_all(db.queue("s")) == ["first"]
+    topic.put("low", priority=-3)
+    assert _take_all(db.queue("s")) == ["low"]
+    topic.put("lower", priority=-7)
+    topic.put("high", priority=9)
+    assert _take_all(db.queue("s")) == ["high", "lower"]
+
+
+def test_a_grouped_message_waiting_in_its_topic_is_found_past_the_pointer(
+    db: sluice.Database,
+) -> None:
+    # The second message of a group waits behind the first in the topic (its lane):
+    # the look past the pointer finds waiting messages as well as ready ones.
+    topic = db.create_topic("t")
+    db.subscribe("t", "s")
+    topic.put("g1", group="g")
+    assert _take_all(db.queue("s")) == ["g1"]
+    topic.put("g2", group="g")
+    assert _take_all(db.queue("s")) == ["g2"]
+
+
 def test_a_consumer_whose_ready_messages_another_took_asks_the_topic(
     backend_url: str, db: sluice.Database
 ) -> None:

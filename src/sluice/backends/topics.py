@@ -91,18 +91,25 @@ class SqlTopics:
     ) -> int:
         """Take the topic's next messages into ``subscription``; about how many it has ready.
 
-        (The ready messages it had, counted up to half its window, plus those taken.)
-        Refills its ``window`` of ready messages once fewer than half are left, or
-        takes ``everything`` past its pointer (a selective or ordering dequeue must see
-        them all). ``selector``: the subscription's where, checked against its topic.
-        QueueNotFound if it is gone.
+        (The ready messages it had, counted up to half its window, plus those taken; 0
+        when its topic had nothing past its pointer: then they were not counted, and the
+        next take asks again.) Refills its ``window`` of ready messages once fewer than
+        half are left, or takes ``everything`` past its pointer (a selective or ordering
+        dequeue must see them all). ``selector``: the subscription's where, checked
+        against its topic. QueueNotFound if it is gone.
         """
         half = (window + 1) // 2
-        rows = self._read_rows("subscription_state", {"name": subscription, "half": half})
+        rows = self._read_rows("subscription_state", {"name": subscription})
         if not rows:
             raise QueueNotFound(f"subscription {subscription!r} does not exist")
-        sub_id, topic_id, _, _, ready, pending, used_at, _ = rows[0]
+        sub_id, topic_id, _, _, pending, used_at, _ = rows[0]
         now = self.clock.now()
+        # Counted only when there is something to pull: the count reads up to half a
+        # window of rows, and most takes of a subscription that keeps up find nothing new.
+        ready = 0
+        if pending:
+            rows = self._read_rows("subscription_ready", {"subscription": sub_id, "half": half})
+            ready = int(rows[0][0])
         # Refilled once half the window is taken, not after every message: a pull
         # is a write transaction, worth its cost only for many rows.
         room = None if everything else window - ready
@@ -110,7 +117,7 @@ class SqlTopics:
             if used_at is None or now - used_at >= TOUCH_EVERY:
                 self._write_rows("touch_subscription", {"subscription": sub_id, "now": now},
                                  durable=False)  # fmt: skip
-            return int(ready)
+            return ready
         query, extra = self._with_selector("pull", selector)
         with self._transaction(durable=False) as conn:
             (pointer,) = conn.execute(
@@ -146,7 +153,7 @@ class SqlTopics:
 
     def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
         """What ``subscription`` has yet to settle (``stats``, lag)."""
-        rows = self._read_rows("subscription_state", {"name": subscription, "half": 1})
+        rows = self._read_rows("subscription_state", {"name": subscription})
         if not rows:
             raise QueueNotFound(f"subscription {subscription!r} does not exist")
         sub_id, topic_id, pointer, *_ = rows[0]
@@ -166,7 +173,7 @@ class SqlTopics:
         Up to the first one it will (within COLLECT_SPAN ids), so a stopped subscription
         with a narrow selector does not keep the topic's other messages from collection.
         """
-        rows = self._read_rows("subscription_state", {"name": subscription, "half": 1})
+        rows = self._read_rows("subscription_state", {"name": subscription})
         if not rows or selector is None:
             return
         sub_id, topic_id, *_ = rows[0]

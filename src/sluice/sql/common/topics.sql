@@ -8,20 +8,45 @@
 -- commit lock), so a pointer never passes a message that commits later.
 -- {selector}: the subscription's compiled where over the topic's row m (or empty).
 -- The topic's scans seek by id, not by queue (+queue_id keeps the queue index out):
--- they start at a pointer, where the queue index would read the whole topic.
+-- they start at a pointer, where the queue index would read the whole topic. The one
+-- exception, subscription_state's look past the pointer, seeks the queue index one
+-- priority at a time (see there).
 
 -- name: subscription_state
--- A subscription's id, topic, pointer, window, its ready messages (counted up to
--- :half, half its window: below that it refills), whether its topic has any message
--- past the pointer, and when a consumer last used it.
-SELECT s.id, s.topic_id, s.pointer, coalesce(s.pull_window, 1000),
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.messages AS r
-                              WHERE r.queue_id = s.id AND r.state IN (1, 5)
-                              LIMIT :half) AS ready),
-       EXISTS (SELECT 1 FROM {schema}.messages AS m
-               WHERE m.id > s.pointer AND +m.queue_id = s.topic_id AND m.state IN (1, 5)),
-       s.used_at, s.selector
-FROM {schema}.queues AS s WHERE s.name = :name AND s.kind = 'subscription';
+-- A subscription's id, topic, pointer, window, whether its topic has a message past the
+-- pointer, when a consumer last used it, and its selector. Asked before every take that
+-- may need a pull, so the look past the pointer is a loose scan of the delivery index:
+-- the topic's distinct priorities (each found by one seek), then per priority one seek
+-- to its first id past the pointer. A seek by id from the pointer instead read every row
+-- inserted after it, its subscriptions' copies among them, at every take.
+WITH RECURSIVE sub AS (
+    SELECT id, topic_id, pointer, pull_window, used_at, selector FROM {schema}.queues
+    WHERE name = :name AND kind = 'subscription'
+), levels(state, priority) AS (
+    SELECT st.state, (SELECT m.priority FROM {schema}.messages AS m, sub
+                      WHERE m.queue_id = sub.topic_id AND m.state = st.state
+                      ORDER BY m.priority DESC LIMIT 1)
+    FROM (SELECT 1 AS state UNION ALL SELECT 5) AS st
+    UNION ALL
+    SELECT l.state, (SELECT m.priority FROM {schema}.messages AS m, sub
+                     WHERE m.queue_id = sub.topic_id AND m.state = l.state
+                       AND m.priority < l.priority
+                     ORDER BY m.priority DESC LIMIT 1)
+    FROM levels AS l WHERE l.priority IS NOT NULL
+)
+SELECT sub.id, sub.topic_id, sub.pointer, coalesce(sub.pull_window, 1000),
+       EXISTS (SELECT 1 FROM levels AS l, {schema}.messages AS m
+               WHERE l.priority IS NOT NULL AND m.queue_id = sub.topic_id
+                 AND m.state = l.state AND m.priority = l.priority AND m.id > sub.pointer),
+       sub.used_at, sub.selector
+FROM sub;
+
+-- name: subscription_ready
+-- How many ready messages a subscription has, counted up to :half (half its window:
+-- below that it refills).
+SELECT count(*) FROM (SELECT 1 FROM {schema}.messages AS r
+                      WHERE r.queue_id = :subscription AND r.state IN (1, 5)
+                      LIMIT :half) AS ready;
 
 -- name: topic_last
 -- The topic's last message past :pointer (a pull that took less than it could has
