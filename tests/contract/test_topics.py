@@ -195,8 +195,8 @@ def _take_all(queue: sluice.Queue) -> list[object]:
 
 
 def test_what_is_published_after_a_pull_follows_what_it_took(db: sluice.Database) -> None:
-    # The first get pulls everything the topic has; the consumer then takes those
-    # without asking the topic again, and asks once they run out.
+    # The first get pulls everything the topic has; what is published after that pull
+    # follows what it brought, in the topic's order.
     topic = db.create_topic("t")
     db.subscribe("t", "s")
     topic.put_many([0, 1, 2])
