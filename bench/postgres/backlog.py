@@ -87,8 +87,8 @@ async def _pgqueuer(backlog: int, batch: int, take: int) -> Drain:
     from pgqueuer import PgQueuer, PsycopgDriver, Queries
     from pgqueuer.models import Job
 
+    drop_schema(PG_CONNINFO, PGQUEUER_SCHEMA)  # as drain_sluice starts, and both end
     async with await psycopg.AsyncConnection.connect(PG_CONNINFO, autocommit=True) as admin:
-        await admin.execute(f"DROP SCHEMA IF EXISTS {PGQUEUER_SCHEMA} CASCADE")
         await admin.execute(f"CREATE SCHEMA {PGQUEUER_SCHEMA}")
     conn = await psycopg.AsyncConnection.connect(
         PG_CONNINFO, autocommit=True, options=f"-c search_path={PGQUEUER_SCHEMA}"
