@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, LiteralString
@@ -85,13 +86,28 @@ def begin(conn: psycopg.Connection[Any], *, durable: bool, pooled: bool) -> None
         conn.execute("SET LOCAL synchronous_commit TO off")
 
 
+_CURSORS: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """The connection's cursor for lone statements, made once: a new cursor per statement
+    (``conn.execute``) set up its adapters and transformer every time, a third of a lone
+    statement's Python."""
+    cur = _CURSORS.get(conn)
+    if cur is None or cur.closed:
+        cur = _CURSORS[conn] = conn.cursor()
+    return cur
+
+
 def statement(
     conn: psycopg.Connection[Any], query: str, params: Any, *, pooled: bool
 ) -> psycopg.Cursor[Any]:
     """Run one statement as its own transaction, on a pooled connection with the settings
     in front of it: a pipeline without a Sync between is one implicit transaction."""
     if not pooled:
-        return conn.execute(query, params)
+        return _cursor(conn).execute(query, params)
     with conn.pipeline():
         conn.execute(LOCAL)
         return conn.execute(query, params)
