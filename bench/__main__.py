@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "concurrent": "bench.cycle.concurrent",
     "schema-cost": "bench.cycle.schema_cost",
     "commit-gap": "bench.cycle.commit_gap",
+    "threads": "bench.cycle.threads",
     "postgres": "bench.postgres.__main__",
     "wakeup": "bench.postgres.wakeup",
     "backlog": "bench.postgres.backlog",

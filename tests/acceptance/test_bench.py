@@ -33,6 +33,7 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
     "concurrent": (["--total", "100"], [], []),
     "schema-cost": ([], [], []),
     "commit-gap": ([], [], []),
+    "threads": ([], [], []),
     "postgres": (["--only", "sluice", "--only", "floor", "--seconds", "1"], [PG], []),
     "wakeup": (["--n", "10"], [PG], []),
     "backlog": ([], [PG], ["pgqueuer"]),
