@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "postgres": "bench.postgres.__main__",
     "wakeup": "bench.postgres.wakeup",
     "backlog": "bench.postgres.backlog",
+    "pgbench-cycle": "bench.postgres.pgbench_cycle",
     "content": "bench.content.__main__",
     "isolation": "bench.isolation.__main__",
     "spark": "bench.spark.__main__",
