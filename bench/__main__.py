@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, str] = {
     "schema-cost": "bench.cycle.schema_cost",
     "commit-gap": "bench.cycle.commit_gap",
     "threads": "bench.cycle.threads",
+    "outside-sync": "bench.cycle.outside_sync",
     "postgres": "bench.postgres.__main__",
     "wakeup": "bench.postgres.wakeup",
     "backlog": "bench.postgres.backlog",

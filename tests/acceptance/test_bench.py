@@ -34,6 +34,7 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
     "schema-cost": ([], [], []),
     "commit-gap": ([], [], []),
     "threads": ([], [], []),
+    "outside-sync": ([], [], []),
     "postgres": (["--only", "sluice", "--only", "floor", "--seconds", "1"], [PG], []),
     "wakeup": (["--n", "10"], [PG], []),
     "backlog": ([], [PG], ["pgqueuer"]),
