@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -635,3 +637,27 @@ def test_libpq_parameters_with_spaces_reach_the_server(
         ).fetchone()
         assert row is not None
         assert row[0] >= 1
+
+
+def test_a_lone_statement_reuses_its_connections_cursor_and_lets_the_connection_go(
+    postgres_server: PostgresServer | str,
+) -> None:
+    from sluice.backends.postgres_pooler import LoneConnection, statement
+
+    conn = LoneConnection.connect(postgres_base_url(postgres_server), autocommit=True)
+    first = statement(conn, "SELECT %(n)s::int", {"n": 1}, pooled=False)
+    assert first.fetchall() == [(1,)]
+    second = statement(conn, "SELECT %(n)s::int + 1", {"n": 1}, pooled=False)
+    assert second is first
+    assert second.fetchall() == [(2,)]
+    # A failed statement leaves the cursor usable for the next.
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        statement(conn, "SELECT 1 / %(n)s::int", {"n": 0}, pooled=False)
+    assert statement(conn, "SELECT 3", {}, pooled=False).fetchall() == [(3,)]
+    # The cursor lives on its connection: once the pool lets the connection go, both go
+    # (a map from connections to their cursors kept every replaced connection alive).
+    conn.close()
+    gone = weakref.ref(conn)
+    del conn, first, second
+    gc.collect()
+    assert gone() is None

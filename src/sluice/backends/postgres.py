@@ -87,6 +87,7 @@ from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_outbox import PostgresOutbox
 from sluice.backends.postgres_pooler import (
     DirectConnection,
+    LoneConnection,
     begin,
     configure,
     statement,
@@ -182,6 +183,7 @@ class PostgresBackend(
                 timeout=self.settings.connect_timeout,
                 reconnect_timeout=0,
                 configure=None if self._pooled else configure,
+                connection_class=LoneConnection,
             )
         )
         try:

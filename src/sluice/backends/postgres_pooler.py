@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, LiteralString
@@ -34,6 +33,7 @@ __all__ = [
     "LOCAL_RELAXED",
     "SETTINGS",
     "DirectConnection",
+    "LoneConnection",
     "begin",
     "configure",
     "statement",
@@ -86,19 +86,22 @@ def begin(conn: psycopg.Connection[Any], *, durable: bool, pooled: bool) -> None
         conn.execute("SET LOCAL synchronous_commit TO off")
 
 
-_CURSORS: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
-    weakref.WeakKeyDictionary()
-)
+class LoneConnection(psycopg.Connection[Any]):
+    """The pool's connections: each keeps one cursor for the statements sent alone.
 
+    A new cursor per statement (``conn.execute``) set up its adapters map and
+    transformer every time, a third of a lone statement's Python. The cursor lives
+    on its connection (a weak map keyed by the connection could not drop it: the
+    cursor refers to its connection) and goes with it when the pool lets it go.
+    """
 
-def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """The connection's cursor for lone statements, made once: a new cursor per statement
-    (``conn.execute``) set up its adapters and transformer every time, a third of a lone
-    statement's Python."""
-    cur = _CURSORS.get(conn)
-    if cur is None or cur.closed:
-        cur = _CURSORS[conn] = conn.cursor()
-    return cur
+    _lone: psycopg.Cursor[Any] | None = None
+
+    def lone_cursor(self) -> psycopg.Cursor[Any]:
+        cur = self._lone
+        if cur is None or cur.closed:
+            cur = self._lone = self.cursor()
+        return cur
 
 
 def statement(
@@ -107,7 +110,9 @@ def statement(
     """Run one statement as its own transaction, on a pooled connection with the settings
     in front of it: a pipeline without a Sync between is one implicit transaction."""
     if not pooled:
-        return _cursor(conn).execute(query, params)
+        if isinstance(conn, LoneConnection):
+            return conn.lone_cursor().execute(query, params)
+        return conn.execute(query, params)
     with conn.pipeline():
         conn.execute(LOCAL)
         return conn.execute(query, params)
