@@ -130,7 +130,7 @@ class SqlTopics:
                 self._q["topic_last"], {"pointer": pointer, "topic": topic_id}
             ).fetchone()
             if last is None:
-                return int(ready)
+                return ready
             params = {
                 "subscription": sub_id,
                 "topic": topic_id,
@@ -149,14 +149,14 @@ class SqlTopics:
             lanes = sorted({(subscription, lane) for _, lane in taken if lane is not None})
             if lanes:
                 self._promote(conn, lanes)
-        return int(ready) + len(taken)
+        return ready + len(taken)
 
     def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
         """What ``subscription`` has yet to settle (``stats``, lag)."""
-        rows = self._read_rows("subscription_state", {"name": subscription})
+        rows = self._read_rows("subscription_row", {"name": subscription})
         if not rows:
             raise QueueNotFound(f"subscription {subscription!r} does not exist")
-        sub_id, topic_id, pointer, *_ = rows[0]
+        sub_id, topic_id, pointer = rows[0]
         query, extra = self._with_selector("topic_backlog", selector)
         with self._transaction(durable=False) as conn:
             unpulled, unpulled_since, unpulled_delayed = conn.execute(
@@ -173,10 +173,12 @@ class SqlTopics:
         Up to the first one it will (within COLLECT_SPAN ids), so a stopped subscription
         with a narrow selector does not keep the topic's other messages from collection.
         """
-        rows = self._read_rows("subscription_state", {"name": subscription})
-        if not rows or selector is None:
+        if selector is None:
             return
-        sub_id, topic_id, *_ = rows[0]
+        rows = self._read_rows("subscription_row", {"name": subscription})
+        if not rows:
+            return
+        sub_id, topic_id, _ = rows[0]
         query, extra = self._with_selector("next_selected", selector)
         with self._transaction(durable=False) as conn:
             (pointer,) = conn.execute(

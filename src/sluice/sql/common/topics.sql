@@ -41,6 +41,11 @@ SELECT sub.id, sub.topic_id, sub.pointer, coalesce(sub.pull_window, 1000),
        sub.used_at, sub.selector
 FROM sub;
 
+-- name: subscription_row
+-- A subscription's id, topic and pointer: all that stats and the passing of its pointer
+-- need, without subscription_state's look past the pointer.
+SELECT id, topic_id, pointer FROM {schema}.queues WHERE name = :name AND kind = 'subscription';
+
 -- name: subscription_ready
 -- How many ready messages a subscription has, counted up to :half (half its window:
 -- below that it refills).
