@@ -141,3 +141,73 @@ def test_an_awaiter_on_a_polled_backend_sees_the_token_move() -> None:
         asyncio.run(scenario())
     finally:
         backend.close()
+
+
+# A queue found empty stays quiet while all its news goes to waiters that take it whole.
+
+
+def _found_empty(wakeups: Wakeups, queue: str = "a", due: float | None = None) -> None:
+    wakeups.found_empty(queue, wakeups.token(), due)
+
+
+def _waiter(wakeups: Wakeups, queue: str, limit: int) -> tuple[threading.Thread, threading.Event]:
+    registered = threading.Event()
+    token = wakeups.token()
+
+    def wait() -> None:
+        registered.set()
+        wakeups.wait(token, 30.0, [queue], limit)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    registered.wait()
+    while not wakeups.waiting().get(queue):  # in its queue's line (no sleep: it is quick)
+        pass
+    return thread, registered
+
+
+def test_a_queue_found_empty_is_quiet_until_news_its_waiters_cannot_take(
+    wakeups: Wakeups,
+) -> None:
+    assert not wakeups.quiet("a", wakeups.token(), 0.0)  # nobody looked yet
+    _found_empty(wakeups)
+    assert wakeups.quiet("a", wakeups.token(), 0.0)
+    assert not wakeups.quiet("b", wakeups.token(), 0.0)
+
+    thread, _ = _waiter(wakeups, "a", limit=10)
+    wakeups.notify("a", 10)  # all of it to the waiter: a newcomer would find nothing
+    thread.join()
+    assert wakeups.quiet("a", wakeups.token(), 0.0)
+
+    thread, _ = _waiter(wakeups, "a", limit=10)
+    wakeups.notify("a", 11)  # one more than the waiter takes
+    thread.join()
+    assert not wakeups.quiet("a", wakeups.token(), 0.0)
+
+
+def test_news_without_a_count_or_a_queue_ends_quiet(wakeups: Wakeups) -> None:
+    _found_empty(wakeups, "a")
+    _found_empty(wakeups, "b")
+    wakeups.notify("a")  # another process committed to a: how much is not known
+    assert not wakeups.quiet("a", wakeups.token(), 0.0)
+    assert wakeups.quiet("b", wakeups.token(), 0.0)
+    wakeups.notify()  # anywhere (recovery, the fallback tick)
+    assert not wakeups.quiet("b", wakeups.token(), 0.0)
+    _found_empty(wakeups, "a")
+    wakeups.notify("a", 1)  # nobody waits to take it
+    assert not wakeups.quiet("a", wakeups.token(), 0.0)
+
+
+def test_news_between_the_claims_token_and_its_answer_keeps_the_queue_unquiet(
+    wakeups: Wakeups,
+) -> None:
+    token = wakeups.token()  # taken before the claim
+    wakeups.notify("elsewhere", 1)  # the claim may or may not have seen what came
+    wakeups.found_empty("a", token, None)
+    assert not wakeups.quiet("a", wakeups.token(), 0.0)
+
+
+def test_a_due_delayed_message_ends_quiet(wakeups: Wakeups) -> None:
+    _found_empty(wakeups, "a", due=100.0)
+    assert wakeups.quiet("a", wakeups.token(), 99.0)
+    assert not wakeups.quiet("a", wakeups.token(), 100.0)

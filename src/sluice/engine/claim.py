@@ -23,7 +23,18 @@ from sluice.message import Message
 if TYPE_CHECKING:
     from sluice.engine.context import EngineContext
 
-__all__ = ["check_blocks", "check_release", "claim_steps", "freed_credit", "take_steps"]
+__all__ = [
+    "QUIET_WAIT",
+    "check_blocks",
+    "check_release",
+    "claim_steps",
+    "freed_credit",
+    "take_steps",
+]
+
+QUIET_WAIT = 0.05
+"""The longest a consumer waits without claiming on a queue known to be empty
+(``Wakeups.quiet``) before it claims all the same."""
 
 
 def take_steps(
@@ -49,9 +60,21 @@ def take_steps(
     capped = spec.max_in_flight is not None  # its claims take no more than its credit
     # A subscription is woken by its topic's news, and takes its messages first.
     news = (queue,) if spec.topic is None else (queue, spec.topic)
+    # A claim any fresh consumer would make alike: what one found, another would.
+    plain = spec.kind == "queue" and not (own or select or lanes or capped)
+    first = True
     rows: list[MessageRow]
     while True:
         token = wakeups.token() if wait else (0, 0)
+        if first and wait and plain and wakeups.quiet(queue, token, context.clock.now()):
+            # Found empty, and every message since went to a waiter: wait with them (for
+            # QUIET_WAIT at most, in case a woken waiter never took what it was woken for).
+            first = False
+            remaining = deadline - time.monotonic()
+            if remaining > 0:
+                yield Wait(token, min(remaining, QUIET_WAIT), news, limit)
+            continue
+        first = False
         if spec.kind == "queue":
             rows = yield from claim_steps(
                 session, tx, queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
@@ -77,6 +100,8 @@ def take_steps(
         if rows or remaining <= 0:
             return rows
         due: float | None = yield Call("next_due", (queue,), {})
+        if plain:
+            wakeups.found_empty(queue, token, due)
         if due is not None:
             clock = context.clock  # due by its time; a ManualClock's is polled for
             remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))

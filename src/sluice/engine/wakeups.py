@@ -9,6 +9,11 @@ for one batch would spend a round trip each to find nothing. News that is not
 so precise (another process committed, recovery ran, a transaction published
 pending rows) wakes everyone.
 
+A queue found empty stays known as empty (``quiet``) while every news of it since went
+to waiters that take it all: a consumer that comes back for more then waits with them
+instead of spending a round trip on a claim that would find nothing (or race the woken
+waiter for its batch). Any other news of the queue ends that.
+
 Across processes, the backend either pushes news through ``on_change``
 (PostgreSQL's LISTEN, SQLite's file watcher on Linux) or waiters check its
 change token (SQLite's ``PRAGMA data_version``) every ``poll_interval``: one
@@ -89,6 +94,9 @@ class Wakeups:
         self._counter = 0  # bumped by every notify: a waiter checks it before sleeping
         self._waiters: dict[str, deque[_Waiter]] = {}
         self._waiting = 0  # registered waiters: the backend pushes news only while some wait
+        # Queues found empty with no news since but what waiters took in full: queue ->
+        # (the backend's change token then, when its next delayed message is due).
+        self._quiet: dict[str, tuple[int, float | None]] = {}
         backend.on_change(self.notify)
 
     def token(self) -> Token:
@@ -109,6 +117,10 @@ class Wakeups:
                         for w in waiters:
                             w.wake()
                         waiters.clear()
+                if queue is None:
+                    self._quiet.clear()
+                else:
+                    self._quiet.pop(queue, None)
                 return
             pending = self._waiters.get(queue)
             while pending and count > 0:
@@ -116,6 +128,26 @@ class Wakeups:
                 if not w.woken:  # else woken already through another of its queues
                     w.wake()
                     count -= w.limit
+            if count > 0:  # more than its waiters take: a newcomer finds some
+                self._quiet.pop(queue, None)
+
+    def found_empty(self, queue: str, token: Token, due: float | None) -> None:
+        """A plain claim on ``queue`` (taken at ``token``) found nothing, and ``due`` is
+        when its next delayed message is: if no news came since, it is ``quiet``."""
+        with self._lock:
+            if self._counter == token[0]:
+                self._quiet[queue] = (token[1], due)
+
+    def quiet(self, queue: str, token: Token, now: float) -> bool:
+        """Whether a plain claim on ``queue`` at ``token`` can only find nothing, as far as
+        this process knows: ``found_empty`` with no news since but what waiters took in
+        full, the backend's token unchanged and no delayed message due by ``now``.
+
+        A hint for a consumer about to wait anyway (it may wait instead of claiming),
+        never a reason to report a queue empty: news from elsewhere arrives late.
+        """
+        known = self._quiet.get(queue)
+        return known is not None and known[0] == token[1] and (known[1] is None or known[1] > now)
 
     def waiting(self) -> dict[str, int]:
         """Waiters of this process not yet woken, by queue (one waiting on two queues
