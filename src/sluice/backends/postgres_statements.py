@@ -34,7 +34,7 @@ from sluice.backends.records import (
 )
 from sluice.clock import Clock
 from sluice.errors import Conflict, InvalidBody, MessageError, SluiceError, StorageError
-from sluice.message import encode_json, is_json
+from sluice.message import JSON, encode_json, is_json
 
 __all__ = [
     "EXPECT_FAILED",
@@ -76,35 +76,46 @@ def enqueue_statement(
 
     (One text parameter, encoded in C, costs less than an array per field.)
     """
-    rows = [
-        {
-            "queue": e.queue,
-            "num": e.num,
-            "priority": e.priority,
-            "body": None if isinstance(e.body, bytes) else _text(e.body, e.content_type),
-            "body_b64": base64.b64encode(e.body).decode() if isinstance(e.body, bytes) else None,
-            "content_type": e.content_type,
-            "properties": _properties(e.properties),
-            "correlation_id": e.correlation_id,
-            "reply_to": e.reply_to,
-            "enqueued_at": e.enqueued_at,
-            "available_at": e.available_at,
-            "expires_at": e.expires_at,
-            "type": e.type,
-            **({"grp": e.group, "lane": e.lane} if e.lane is not None else {}),
-            **slot_values(e),
-        }
-        for e in envelopes
-    ]
     params = {
         "session": session,
         "tx": tx,
         "ready": ready,
         "queues": sorted({e.queue for e in envelopes}),
-        "rows": encode_json(rows),
+        "rows": encode_json([_row(e) for e in envelopes]),
         "durable": durable,
     }
     return "enqueue", params
+
+
+def _row(e: Envelope) -> dict[str, Any]:
+    """An envelope as the enqueue function reads it (json_to_recordset): a field left out
+    is NULL, so only what a message has travels (a third of the encoding, and of the
+    server's parsing, for a plain one). A JSON body's content type is stored as NULL."""
+    row: dict[str, Any] = {
+        "queue": e.queue,
+        "num": e.num,
+        "priority": e.priority,
+        "enqueued_at": e.enqueued_at,
+        "available_at": e.available_at,
+    }
+    if isinstance(e.body, bytes):
+        row["body_b64"] = base64.b64encode(e.body).decode()
+    else:
+        row["body"] = _text(e.body, e.content_type)
+    if e.content_type != JSON:
+        row["content_type"] = e.content_type
+    if e.properties is not None:
+        row["properties"] = _properties(e.properties)
+    for name in ("correlation_id", "reply_to", "expires_at", "type"):
+        value = getattr(e, name)
+        if value is not None:
+            row[name] = value
+    if e.lane is not None:
+        row["grp"] = e.group
+        row["lane"] = e.lane
+    if e.keys is not None:
+        row.update(slot_values(e))
+    return row
 
 
 def slot_values(e: Envelope) -> dict[str, Any]:
