@@ -150,13 +150,15 @@ def _found_empty(wakeups: Wakeups, queue: str = "a", due: float | None = None) -
     wakeups.found_empty(queue, wakeups.token(), due)
 
 
-def _waiter(wakeups: Wakeups, queue: str, limit: int) -> tuple[threading.Thread, threading.Event]:
+def _waiter(
+    wakeups: Wakeups, queue: str, limit: int, *, plain: bool = True
+) -> tuple[threading.Thread, threading.Event]:
     registered = threading.Event()
     token = wakeups.token()
 
     def wait() -> None:
         registered.set()
-        wakeups.wait(token, 30.0, [queue], limit)
+        wakeups.wait(token, 30.0, [queue], limit, plain=plain)
 
     thread = threading.Thread(target=wait)
     thread.start()
@@ -211,3 +213,12 @@ def test_a_due_delayed_message_ends_quiet(wakeups: Wakeups) -> None:
     _found_empty(wakeups, "a", due=100.0)
     assert wakeups.quiet("a", wakeups.token(), 99.0)
     assert not wakeups.quiet("a", wakeups.token(), 100.0)
+
+
+def test_news_that_woke_a_waiter_other_than_a_plain_claimer_ends_quiet(wakeups: Wakeups) -> None:
+    """A selective consumer, a browser or a worker may leave what it was woken for."""
+    _found_empty(wakeups)
+    thread, _ = _waiter(wakeups, "a", limit=10, plain=False)
+    wakeups.notify("a", 1)
+    thread.join()
+    assert not wakeups.quiet("a", wakeups.token(), 0.0)

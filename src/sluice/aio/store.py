@@ -71,7 +71,9 @@ async def drive(steps: Steps[T], store: AsyncStore, runner: Runner, wakeups: Wak
             elif isinstance(step, Blocking):
                 result, cancelled = await _finished(runner(step.work))
             else:
-                await wakeups.wait_async(step.token, step.timeout, step.queues, step.limit)
+                await wakeups.wait_async(
+                    step.token, step.timeout, step.queues, step.limit, plain=step.plain
+                )
         except BaseException as exc:
             error = exc
 

@@ -72,7 +72,7 @@ def take_steps(
             first = False
             remaining = deadline - time.monotonic()
             if remaining > 0:
-                yield Wait(token, min(remaining, QUIET_WAIT), news, limit)
+                yield Wait(token, min(remaining, QUIET_WAIT), news, limit, plain)
             continue
         first = False
         if spec.kind == "queue":
@@ -105,7 +105,7 @@ def take_steps(
         if due is not None:
             clock = context.clock  # due by its time; a ManualClock's is polled for
             remaining = min(remaining, clock.real_seconds(max(due - clock.now(), 0.0)))
-        yield Wait(token, remaining, news, limit)
+        yield Wait(token, remaining, news, limit, plain)
 
 
 def _take_subscribed(

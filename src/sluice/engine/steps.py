@@ -40,6 +40,8 @@ class Wait(NamedTuple):
     timeout: float
     queues: tuple[str, ...]
     limit: int
+    plain: bool = False
+    """The waiter will make a plain claim of ``limit`` when woken (``Wakeups.quiet``)."""
 
 
 Step = Call | Blocking | Wait
@@ -63,6 +65,6 @@ def run(steps: Steps[T], store: TxStore, wakeups: Wakeups) -> T:
             elif isinstance(step, Blocking):
                 result = step.work()
             else:
-                wakeups.wait(step.token, step.timeout, step.queues, step.limit)
+                wakeups.wait(step.token, step.timeout, step.queues, step.limit, plain=step.plain)
         except BaseException as exc:
             error = exc

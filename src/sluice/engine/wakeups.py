@@ -37,12 +37,17 @@ Token = tuple[int, int]
 
 
 class _Waiter:
-    """One blocked caller, registered in each queue it waits on; woken at most once."""
+    """One blocked caller, registered in each queue it waits on; woken at most once.
 
-    __slots__ = ("limit", "woken")
+    ``plain``: it will make a plain claim (take_steps), so it takes what it is woken for,
+    up to ``limit``; any other (a selection, a browser, a worker) may leave some.
+    """
 
-    def __init__(self, limit: int) -> None:
+    __slots__ = ("limit", "plain", "woken")
+
+    def __init__(self, limit: int, plain: bool = False) -> None:
         self.limit = limit
+        self.plain = plain
         self.woken = False
 
     def wake(self) -> None:
@@ -53,8 +58,10 @@ class _Waiter:
 class _ThreadWaiter(_Waiter):
     __slots__ = ("event",)
 
-    def __init__(self, limit: int, event: threading.Event | None = None) -> None:
-        super().__init__(limit)
+    def __init__(
+        self, limit: int, event: threading.Event | None = None, plain: bool = False
+    ) -> None:
+        super().__init__(limit, plain)
         self.event = threading.Event() if event is None else event
 
     def wake(self) -> None:
@@ -65,8 +72,8 @@ class _ThreadWaiter(_Waiter):
 class _TaskWaiter(_Waiter):
     __slots__ = ("future", "loop")
 
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit)
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop, plain: bool = False) -> None:
+        super().__init__(limit, plain)
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
 
@@ -123,12 +130,14 @@ class Wakeups:
                     self._quiet.pop(queue, None)
                 return
             pending = self._waiters.get(queue)
+            taken_whole = True
             while pending and count > 0:
                 w = pending.popleft()
                 if not w.woken:  # else woken already through another of its queues
                     w.wake()
                     count -= w.limit
-            if count > 0:  # more than its waiters take: a newcomer finds some
+                    taken_whole = taken_whole and w.plain
+            if count > 0 or not taken_whole:  # a newcomer may find some
                 self._quiet.pop(queue, None)
 
     def found_empty(self, queue: str, token: Token, due: float | None) -> None:
@@ -164,17 +173,19 @@ class Wakeups:
         limit: int = 1,
         *,
         event: threading.Event | None = None,
+        plain: bool = False,
     ) -> None:
         """Block until news for any of ``queues`` came after ``token``, or ``timeout`` passed.
 
         ``limit``: how many messages the caller will take, so that a commit of
         a few messages wakes no more callers than can have them. ``event``: the
-        caller's own, set by news as by anyone else who wants the wait to end.
+        caller's own, set by news as by anyone else who wants the wait to end. ``plain``:
+        the caller will make a plain claim of ``limit`` (see ``quiet``).
         """
         deadline = time.monotonic() + timeout
         polled = self._backend.polled_for_changes
         names = _names(queues)
-        waiter = _ThreadWaiter(limit, event)
+        waiter = _ThreadWaiter(limit, event, plain)
         if not self._register(token, waiter, names):
             return
         try:
@@ -193,7 +204,13 @@ class Wakeups:
             self._unregister(waiter, names)
 
     async def wait_async(
-        self, token: Token, timeout: float, queues: str | Iterable[str], limit: int = 1
+        self,
+        token: Token,
+        timeout: float,
+        queues: str | Iterable[str],
+        limit: int = 1,
+        *,
+        plain: bool = False,
     ) -> None:
         """``wait`` for an asyncio task: awaits a future that ``notify`` resolves.
 
@@ -204,7 +221,7 @@ class Wakeups:
         deadline = loop.time() + timeout
         polled = self._backend.polled_for_changes
         names = _names(queues)
-        waiter = _TaskWaiter(limit, loop)
+        waiter = _TaskWaiter(limit, loop, plain)
         if not self._register(token, waiter, names):
             return
         try:
