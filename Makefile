@@ -57,11 +57,13 @@ typecheck: $(BIN)/sluice-test-stamp
 # The tests marked serial (they time themselves against the wall clock) alone, then all the
 # others in parallel: most tests wait on fsync, child processes or a JVM, so more workers
 # than cores pay. Both runs go to the end; either one failing fails the target. (Tests are
-# dealt one by one: --dist loadgroup groups nothing under pytest 9.2, pytest-xdist issue 1386.)
+# dealt one by one: --dist loadgroup groups nothing under pytest 9.2, pytest-xdist issue 1386;
+# worksteal: a worker that runs out takes pending tests from the others, so the run does not
+# end on one worker's queue of minute-long Spark tests.)
 TEST_WORKERS ?= 4
 test: lint typecheck
 	$(BIN)/pytest -m serial; serial=$$?; \
-	$(BIN)/pytest -m 'not serial' -n $(TEST_WORKERS); parallel=$$?; \
+	$(BIN)/pytest -m 'not serial' -n $(TEST_WORKERS) --dist worksteal; parallel=$$?; \
 	test $$serial -eq 0 -o $$serial -eq 5 && test $$parallel -eq 0
 
 bench: $(BIN)/sluice-bench-stamp
