@@ -25,9 +25,17 @@ def facts_table(facts: Sequence[tuple[str, str]]) -> list[str]:
     return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in facts)]
 
 
-def report_path(kind: str, out: Path | None) -> Path:
-    """``out``, or bench/results/<kind>-<today>.md."""
-    return out or RESULTS / f"{kind}-{dt.date.today().isoformat()}.md"
+def report_path(kind: str, out: Path | None, *, directory: Path = RESULTS) -> Path:
+    """``out``, or bench/results/<kind>-<today>.md; if today's is there already (a report
+    kept from an earlier run), <kind>-<today>b.md, then c, and so on: never over it."""
+    if out is not None:
+        return out
+    stem = f"{kind}-{dt.date.today().isoformat()}"
+    for suffix in ("", *"bcdefghijklmnopqrstuvwxyz"):
+        path = directory / f"{stem}{suffix}.md"
+        if not path.exists():
+            return path
+    raise FileExistsError(f"26 reports named {stem}*.md in {directory}: pass --out")
 
 
 def write_report(kind: str, report: str, out: Path | None) -> None:
