@@ -172,19 +172,17 @@ class PostgresBackend(
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to PostgreSQL: {exc}") from exc
         self.clock: Clock = clock or self.server_time
-        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = (
-            psycopg_pool.ConnectionPool(
-                conninfo,
-                min_size=1,
-                max_size=max(1, self.settings.pool_size),
-                kwargs={"autocommit": True, **self._kwargs},
-                open=False,
-                name=f"sluice-{os.getpid()}",
-                timeout=self.settings.connect_timeout,
-                reconnect_timeout=0,
-                configure=None if self._pooled else configure,
-                connection_class=LoneConnection,
-            )
+        self._pool: psycopg_pool.ConnectionPool[LoneConnection] = psycopg_pool.ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max(1, self.settings.pool_size),
+            kwargs={"autocommit": True, **self._kwargs},
+            open=False,
+            name=f"sluice-{os.getpid()}",
+            timeout=self.settings.connect_timeout,
+            reconnect_timeout=0,
+            configure=None if self._pooled else configure,
+            connection_class=LoneConnection,
         )
         try:
             self._pool.open(wait=True, timeout=self.settings.connect_timeout)
@@ -258,7 +256,7 @@ class PostgresBackend(
         self._notifier.peers = True
 
     @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+    def _conn(self) -> Iterator[LoneConnection]:
         """A pooled connection; whatever fails on it leaves no transaction open.
 
         Driver errors become StorageError (``expect()`` failures the sluice error

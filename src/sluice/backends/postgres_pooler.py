@@ -105,14 +105,12 @@ class LoneConnection(psycopg.Connection[Any]):
 
 
 def statement(
-    conn: psycopg.Connection[Any], query: str, params: Any, *, pooled: bool
+    conn: LoneConnection, query: str, params: Any, *, pooled: bool
 ) -> psycopg.Cursor[Any]:
     """Run one statement as its own transaction, on a pooled connection with the settings
     in front of it: a pipeline without a Sync between is one implicit transaction."""
     if not pooled:
-        if isinstance(conn, LoneConnection):
-            return conn.lone_cursor().execute(query, params)
-        return conn.execute(query, params)
+        return conn.lone_cursor().execute(query, params)
     with conn.pipeline():
         conn.execute(LOCAL)
         return conn.execute(query, params)
