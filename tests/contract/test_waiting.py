@@ -9,6 +9,7 @@ more than one claim for each batch it took.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import sluice
@@ -31,8 +32,9 @@ def _count_claims(db: sluice.Database) -> list[int]:
 
 
 def _waiting_on(db: sluice.Database, queue: str) -> None:
+    deadline = time.monotonic() + 30
     while not db.context.wakeups.waiting().get(queue):  # registered: blocked, or about to be
-        pass
+        assert time.monotonic() < deadline, f"nobody came to wait on {queue!r}"
 
 
 def test_a_consumer_that_keeps_up_claims_once_per_batch(db: sluice.Database) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -150,22 +151,17 @@ def _found_empty(wakeups: Wakeups, queue: str = "a", due: float | None = None) -
     wakeups.found_empty(queue, wakeups.token(), due)
 
 
-def _waiter(
-    wakeups: Wakeups, queue: str, limit: int, *, plain: bool = True
-) -> tuple[threading.Thread, threading.Event]:
-    registered = threading.Event()
+def _waiter(wakeups: Wakeups, queue: str, limit: int, *, plain: bool = True) -> threading.Thread:
+    """A thread waiting on ``queue``, returned once it stands in the queue's line."""
     token = wakeups.token()
-
-    def wait() -> None:
-        registered.set()
-        wakeups.wait(token, 30.0, [queue], limit, plain=plain)
-
-    thread = threading.Thread(target=wait)
+    thread = threading.Thread(
+        target=wakeups.wait, args=(token, 30.0, [queue], limit), kwargs={"plain": plain}
+    )
     thread.start()
-    registered.wait()
-    while not wakeups.waiting().get(queue):  # in its queue's line (no sleep: it is quick)
-        pass
-    return thread, registered
+    deadline = time.monotonic() + 10
+    while not wakeups.waiting().get(queue):  # no sleep: registering is quick
+        assert time.monotonic() < deadline, "the waiter never registered"
+    return thread
 
 
 def test_a_queue_found_empty_is_quiet_until_news_its_waiters_cannot_take(
@@ -176,12 +172,12 @@ def test_a_queue_found_empty_is_quiet_until_news_its_waiters_cannot_take(
     assert wakeups.quiet("a", wakeups.token(), 0.0)
     assert not wakeups.quiet("b", wakeups.token(), 0.0)
 
-    thread, _ = _waiter(wakeups, "a", limit=10)
+    thread = _waiter(wakeups, "a", limit=10)
     wakeups.notify("a", 10)  # all of it to the waiter: a newcomer would find nothing
     thread.join()
     assert wakeups.quiet("a", wakeups.token(), 0.0)
 
-    thread, _ = _waiter(wakeups, "a", limit=10)
+    thread = _waiter(wakeups, "a", limit=10)
     wakeups.notify("a", 11)  # one more than the waiter takes
     thread.join()
     assert not wakeups.quiet("a", wakeups.token(), 0.0)
@@ -218,7 +214,7 @@ def test_a_due_delayed_message_ends_quiet(wakeups: Wakeups) -> None:
 def test_news_that_woke_a_waiter_other_than_a_plain_claimer_ends_quiet(wakeups: Wakeups) -> None:
     """A selective consumer, a browser or a worker may leave what it was woken for."""
     _found_empty(wakeups)
-    thread, _ = _waiter(wakeups, "a", limit=10, plain=False)
+    thread = _waiter(wakeups, "a", limit=10, plain=False)
     wakeups.notify("a", 1)
     thread.join()
     assert not wakeups.quiet("a", wakeups.token(), 0.0)
