@@ -133,6 +133,22 @@ def test_a_state_directory_swapped_for_a_link_while_running_is_refused(
     assert len(os.listdir(out_box / "target")) == 1
 
 
+@pytest.mark.parametrize("side", ["inbound", "outbound"])
+def test_a_state_directory_that_is_a_link_at_start_is_refused_by_run(
+    db: sluice.Database, root: Path, side: str
+) -> None:
+    """Found in CI: an outbound queue's directories were made in its own thread, where
+    a link met there ended the thread (and the queue was never written) instead of
+    reaching the caller."""
+    db.create_queue("invoices")
+    (root / "invoices" / "incoming").mkdir(parents=True)
+    (root / "invoices" / "incoming" / "error").symlink_to(root.parent / "outside")
+    dropbox = Dropbox(db, root, consumer_id="c", poll=0.05)
+    with pytest.raises(sluice.DropboxError, match="is a symbolic link"):
+        dropbox.run(stop=threading.Event(), **{side: ["invoices"]})  # type: ignore[arg-type]
+    assert outside_tree(root) == {"secret": b"secret"}
+
+
 def test_the_root_s_topic_directory_swapped_for_a_link_is_refused(
     db: sluice.Database, root: Path
 ) -> None:

@@ -128,10 +128,16 @@ class Dropbox:
                 "straight back in; use two queues"
             )
         self._check_exist(inbound, outbound, topics_in, topics_out)
+        # Every box is made (and checked for links) here, before any thread starts: a
+        # link met now is the caller's DropboxError, not a thread's silent death.
         boxes = [(self.layout.queue(q), q) for q in inbound]
         boxes += [(self.layout.topic_incoming(t), t) for t in topics_in]
+        out_boxes = [(self.layout.queue(q), q) for q in outbound]
         threads = [threading.Thread(target=self._inbound_loop, args=(boxes, stop, events))]
-        threads += [threading.Thread(target=self._outbound_loop, args=(q, stop)) for q in outbound]
+        threads += [
+            threading.Thread(target=self._outbound_loop, args=(q, box, stop))
+            for box, q in out_boxes
+        ]
         threads += [threading.Thread(target=self._topic_loop, args=(t, stop)) for t in topics_out]
         for thread in threads:
             thread.name = "sluice-dropbox"
@@ -181,8 +187,7 @@ class Dropbox:
         finally:
             watcher.close()
 
-    def _outbound_loop(self, queue: str, stop: threading.Event) -> None:
-        box = self.layout.queue(queue)
+    def _outbound_loop(self, queue: str, box: Box, stop: threading.Event) -> None:
         while not stop.is_set():
             self._guarded(stop, self._out.expire, box)
             written = self._guarded(stop, self._out.emit, queue, box, None, self.poll)
