@@ -2,7 +2,9 @@
 module, and the test process as its producer. Its broker is ``SLUICE_TEST_BROKER``
 (``SLUICE_TEST_TRANSPORT_OPTIONS``, JSON: its ``broker_transport_options``); each task
 writes what it does to ``SLUICE_TEST_TASK_LOG`` (one appended line, so that processes
-killed mid-task leave whole lines)."""
+killed mid-task leave whole lines). A worker started with ``SLUICE_TEST_HOLD_FROM=k``
+never finishes task k or a later one: a test that kills it once such a task has
+started knows the kill lands mid-task, however slow the machine."""
 
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ def record(line: str) -> None:
 def work(n: int, seconds: float) -> int:
     """The task: records its start (with its process) and its end."""
     record(f"start {n} {os.getpid()}")
+    hold = os.environ.get("SLUICE_TEST_HOLD_FROM")
+    while hold is not None and n >= int(hold):
+        time.sleep(1)  # until the test kills this worker
     time.sleep(seconds)
     record(f"done {n}")
     return n

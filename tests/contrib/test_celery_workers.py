@@ -43,13 +43,18 @@ class Workers:
         self.env = env or {}
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, name: str, concurrency: int = 2) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, concurrency: int = 2, hold_from: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        """A worker; with ``hold_from``, it never finishes that task or a later one
+        (tests/contrib/celery_app.py), so a kill after they start lands mid-task."""
         env = {
             **os.environ,
             "SLUICE_TEST_BROKER": self.broker,
             "SLUICE_TEST_TASK_LOG": str(self.log),
             "PYTHONPATH": str(ROOT),
             **self.env,
+            **({} if hold_from is None else {"SLUICE_TEST_HOLD_FROM": str(hold_from)}),
         }
         with (self.tmp / f"{name}.log").open("wb") as output:
             process = subprocess.Popen(
@@ -144,7 +149,9 @@ def test_tasks_of_a_worker_killed_mid_task_complete_on_the_next(
     broker_url: str, workers: Workers
 ) -> None:
     producer = make_app(workers.broker)
-    first = workers.start("w1")
+    # Tasks 0 and 1 finish on the first worker; the ones it starts after them never do
+    # there, so the kill lands mid-task even when the test's process is slow to look.
+    first = workers.start("w1", hold_from=2)
     tasks = 12
     for n in range(tasks):
         producer.send_task("work", args=(n, 0.5))

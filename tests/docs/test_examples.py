@@ -20,7 +20,16 @@ DOCS = [
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def _param(doc: Path) -> object:
+    # spark.md alone, in make test's serial run: its streaming queries start Python
+    # source runners that Spark gives 10 s to connect back, which ran out beside the
+    # parallel run's workers on two cores (as procurement on Spark did).
+    if doc.name == "spark.md":
+        return pytest.param(doc, marks=pytest.mark.serial, id=doc.name)
+    return pytest.param(doc, id=doc.name)
+
+
+@pytest.mark.parametrize("doc", [_param(doc) for doc in DOCS])
 def test_examples_run(
     doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
