@@ -237,6 +237,39 @@ def test_a_grouped_message_waiting_in_its_topic_is_found_past_the_pointer(
     assert _take_all(db.queue("s")) == ["g2"]
 
 
+def test_a_consumer_that_keeps_up_meets_an_unsubscribe_and_a_new_namesake(
+    db: sluice.Database,
+) -> None:
+    # Taking each message as it is published, the consumer finds its topic ahead at every
+    # take (on PostgreSQL its pulls then skip the question before them). Unsubscribed, its
+    # next take says so; a new subscription of the same name, to another topic, receives
+    # that topic's messages only.
+    topic = db.create_topic("t")
+    db.subscribe("t", "s")
+
+    def take_one() -> object:
+        m = db.queue("s").get()
+        assert m is not None
+        m.ack()
+        return m.body
+
+    for n in range(5):
+        topic.put(n)
+        assert take_one() == n  # the pull before it found the topic one ahead
+    db.unsubscribe("s")
+    topic.put(5)
+    with pytest.raises(sluice.QueueNotFound, match="'s' does not exist"):
+        db.queue("s").get()
+    other = db.create_topic("u")
+    db.subscribe("u", "s")
+    topic.put(6)
+    other.put("u0")
+    assert take_one() == "u0"
+    other.put("u1")
+    assert take_one() == "u1"
+    assert _take_all(db.queue("s")) == []
+
+
 def test_a_consumer_whose_ready_messages_another_took_asks_the_topic(
     backend_url: str, db: sluice.Database
 ) -> None:

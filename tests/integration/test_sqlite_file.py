@@ -108,22 +108,66 @@ def test_two_connections_share_a_file_and_wake_each_other(tmp_path: Path) -> Non
         assert time.monotonic() - started < 2
 
 
+def levels_of(conn: sqlite3.Connection, level: str) -> list[tuple[str, str]]:
+    """Start recording each statement with the synchronous level it ran at."""
+    ran: list[tuple[str, str]] = []
+    current = [level]
+
+    def trace(statement: str) -> None:
+        text = " ".join(statement.split())
+        if text.startswith("PRAGMA synchronous="):
+            current[0] = text.split("=", 1)[1]
+        elif not text.startswith("PRAGMA"):
+            ran.append((current[0], text))
+
+    conn.set_trace_callback(trace)
+    return ran
+
+
 def test_synchronous_setting_is_applied(tmp_path: Path) -> None:
     with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}?synchronous=normal") as db:
         conn = db.backend._conn  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}?synchronous=extra") as db:
+        conn = db.backend._conn  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 3
+
+
+def test_at_full_durable_commits_run_at_full_and_claims_at_normal(tmp_path: Path) -> None:
+    """The connection rests at NORMAL (claims, acknowledgements: sluice syncs those
+    itself, sqlite_sync) and each durable commit switches to FULL for itself."""
     with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as db:
         conn = db.backend._conn  # type: ignore[attr-defined]
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+        q = db.create_queue("q")
+        ran = levels_of(conn, "NORMAL")
+        q.put("x")
+        q.put_many(["y", "z"])
+        with db.transaction() as tx:
+            tx.enqueue("q", "w")
+        m = q.get()
+        assert m is not None
+        m.ack()
+        conn.set_trace_callback(None)
+        inserts = [lv for lv, text in ran if "INSERT INTO messages" in text]
+        assert inserts
+        assert set(inserts) == {"FULL"}, ran
+        claims = [lv for lv, text in ran if "UPDATE messages" in text and "c_session" in text]
+        assert claims
+        assert set(claims) == {"NORMAL"}, ran
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
 
 
 def test_transient_queue_commits_without_fsync_and_restores_level(tmp_path: Path) -> None:
     with sluice.connect(f"sqlite:///{tmp_path / 'q.db'}") as db:
         q = db.create_queue("t", durability="transient")
-        q.put("x")
         conn = db.backend._conn  # type: ignore[attr-defined]
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        ran = levels_of(conn, "NORMAL")
+        q.put("x")
+        conn.set_trace_callback(None)
+        assert {lv for lv, text in ran if "INSERT INTO messages" in text} == {"NORMAL"}
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1
         m = q.get()
         assert m is not None
         m.ack()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 
 import psycopg
 import psycopg_pool
@@ -16,15 +15,7 @@ import sluice
 from sluice.backends.postgres_settings import libpq_seconds
 from sluice.backends.postgres_statements import no_connection
 from sluice.errors import ConnectionLost, StorageError
-from tests.conftest import current_postgres_url, drop_schema, schema_of
-from tests.postgres_server import PostgresServer
-
-
-@pytest.fixture
-def url(postgres_server: PostgresServer | str) -> Iterator[str]:
-    found = current_postgres_url(postgres_server)
-    yield found
-    drop_schema(found)
+from tests.conftest import schema_of
 
 
 def _closed_port() -> int:

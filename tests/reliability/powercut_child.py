@@ -27,6 +27,7 @@ from pathlib import Path
 
 import sluice
 from sluice import Database, Message
+from sluice.backends.sqlite_sync import register_sync
 
 from .powercut_vfs import NAME, Recorder
 
@@ -235,6 +236,9 @@ def main() -> None:
     path = Path(directory).resolve() / "q.db"
     start = prepare(path)
     recorder = Recorder.install()
+    # sluice syncs the WAL itself after a plain acknowledgement at FULL, outside SQLite:
+    # through the recorder, so that the trace has those syncs as it has SQLite's own.
+    register_sync(NAME, recorder.sync_file)
     recorder.recording = True
     synchronous = {"sound": "FULL", "unsynced": "OFF", "lying": "FULL", "grouped": "FULL"}[variant]
     # A lease of an hour: no heartbeat thread writes at times of its own choosing, so the
@@ -242,7 +246,11 @@ def main() -> None:
     db = sluice.connect(f"sqlite:///{path}?vfs={NAME}&synchronous={synchronous}", lease=3600)
     # Checkpoints every few commits, not every thousand pages: a cut then falls into
     # checkpoints too, where the main file is written and synced.
-    db.backend._conn.execute("PRAGMA wal_autocheckpoint=40")  # type: ignore[attr-defined]
+    # Under the backend's lock, as all its use of the connection is: its change watcher
+    # may be reading through it already, and two threads in one connection with this
+    # VFS's callbacks (which need the GIL) can deadlock (a child hung here once in ~60).
+    with db.backend._lock:  # type: ignore[attr-defined]
+        db.backend._conn.execute("PRAGMA wal_autocheckpoint=40")  # type: ignore[attr-defined]
     rng = random.Random(int(seed))
     Workload(db, recorder, rng, lying=variant == "lying", grouped=variant == "grouped").run(
         int(steps)

@@ -19,6 +19,7 @@ registered here through ``ctypes.CDLL`` is one the ``sqlite3`` module opens
 from __future__ import annotations
 
 import ctypes
+import os
 import random
 import sqlite3
 import threading
@@ -217,6 +218,18 @@ class Recorder:
         with self._lock:
             if self.recording:
                 self.trace.append(Mark(payload))
+
+    def sync_file(self, path: str) -> None:
+        """Sync ``path`` as this VFS's xSync does, for a sync made outside SQLite: sluice
+        syncs the WAL itself after a plain acknowledgement at FULL
+        (sluice.backends.sqlite_sync, which the child gives this through
+        ``register_sync``); recorded once the disk has it, as xSync's are."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        self._record(Sync(os.path.realpath(path)))
 
     def _record(self, entry: Entry) -> None:
         with self._lock:

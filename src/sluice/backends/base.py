@@ -25,6 +25,7 @@ method is called with a lock of the caller's held.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from sluice.backends.base_rules import RuleStore, RuleUnit
@@ -102,6 +103,7 @@ __all__ = [
     "StreamState",
     "Streams",
     "Topics",
+    "Turns",
     "TxStore",
     "lane_of",
 ]
@@ -356,6 +358,17 @@ class ChangeFeed(Protocol):
         """
 
 
+class Turns(Protocol):
+    """Several calls of one thread as one turn at the storage."""
+
+    def one_turn(self) -> AbstractContextManager[Any]:
+        """Inside it, this thread's calls run back to back: SQLite holds its one connection
+        (and its lock, reentrant) across them instead of taking it for each, so threads
+        that share a Database take turns once per block, not once per call. Nothing on
+        PostgreSQL, whose calls take a connection of the pool each. Keep it short: no
+        waiting inside."""
+
+
 class Expressions(Protocol):
     """Compiling sluice expressions into this backend's SQL (declared properties)."""
 
@@ -563,6 +576,7 @@ class Backend(
     Sessions,
     Catalog,
     ChangeFeed,
+    Turns,
     Expressions,
     Streams,
     Sinks,

@@ -63,7 +63,6 @@ from sluice.backends.sql_backend import (
     state_counts,
 )
 from sluice.backends.sqs import SqlSqs
-from sluice.backends.topics import SqlTopics
 from sluice.clock import Clock, OffsetClock
 from sluice.errors import MissingDependency, QueueNotFound, SluiceError, StorageError
 from sluice.expr.postgres import PostgresCompiler
@@ -114,6 +113,7 @@ from sluice.backends.postgres_statements import (
     translate,
 )
 from sluice.backends.postgres_streams import PostgresStreams
+from sluice.backends.postgres_topics import PostgresTopics
 
 __all__ = ["PostgresBackend", "PostgresSettings"]
 
@@ -126,7 +126,7 @@ class PostgresBackend(
     PostgresDecisions,
     PostgresClaims,
     PostgresStreams,
-    SqlTopics,
+    PostgresTopics,
     PostgresRules,
     SqlKeys,
     SqlIdempotency,
@@ -161,6 +161,7 @@ class PostgresBackend(
         self._peer_heard = float("-inf")
         self._listener: Listener | None = None
         self._arrow: ArrowReader | None = None  # Spark's reads in columns, when first made
+        self._keeping_up: set[str] = set()  # PostgresTopics.pull
         self._closed = False
         self._pooled = self.settings.pooler is not None  # no session state (postgres_pooler)
         try:
@@ -423,8 +424,6 @@ class PostgresBackend(
     def expression_compiler(self, alias: str = "m") -> PostgresCompiler:
         """A compiler of expressions for this schema's SQL."""
         return PostgresCompiler(Source(alias=alias), schema=self._schema_sql)
-
-    _NO_LIMIT = None  # LIMIT NULL: all
 
     def _compiler(self, source: Source, prefix: str) -> PostgresCompiler:
         return PostgresCompiler(source, schema=self._schema_sql, prefix=prefix)

@@ -126,12 +126,15 @@ class PostgresDecisions:
 
     def commit_unit(self, plan: CommitPlan) -> list[tuple[str, Any]]:
         """The statements of ``commit``."""
-        statements = commit_statements(plan)
-        if (plan.session, plan.tx) in self._uncertain:
-            # Claims whose outcome was unknown go back; the known ones are settled.
-            key = {"session": plan.session, "tx": plan.tx}
-            statements += [("release", key | {"ids": None})]
-        return statements
+        return self._unheard(plan.session, plan.tx, plan.held) + commit_statements(plan)
+
+    def _unheard(self, session: int, tx: int, known: Sequence[int]) -> list[tuple[str, Any]]:
+        """If a claim of ``tx`` lost its answer: the statement that gives back what it
+        holds beside ``known`` (first: its own enqueue goes back to pending, which the
+        commit then publishes)."""
+        if (session, tx) not in self._uncertain:
+            return []
+        return [("release_unheard", {"session": session, "tx": tx, "known": list(known)})]
 
     def committed(self, plan: CommitPlan, *, notified: bool) -> None:
         """``commit`` is done: other processes hear of what it made available."""
@@ -157,7 +160,7 @@ class PostgresDecisions:
     ) -> list[tuple[str, Any]]:
         """The statements of ``abort``: all it holds, known or not."""
         key = {"session": session, "tx": tx, "ids": None}
-        return abort_statements(key, bool(held) or (session, tx) in self._uncertain, lanes)
+        return self._unheard(session, tx, held) + abort_statements(key, bool(held), lanes)
 
     def aborted(self, session: int, tx: int, held: Sequence[int]) -> None:
         """``abort`` is done: other processes may take what it held."""

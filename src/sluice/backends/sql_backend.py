@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 from sluice.backends.records import (
@@ -94,6 +94,10 @@ class SqlBackend(ABC):
     _q: dict[str, str]
     _templates: dict[str, Template]
     clock: Clock
+
+    def one_turn(self) -> AbstractContextManager[Any]:
+        """Nothing by default: each call takes its own connection (``Turns``)."""
+        return nullcontext()
 
     # --- what a dialect provides ------------------------------------------------------
     @abstractmethod

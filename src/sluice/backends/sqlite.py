@@ -65,8 +65,9 @@ from sluice.backends.sqlite_statements import (
     typed,
 )
 from sluice.backends.sqlite_streams import SQLiteStreams
+from sluice.backends.sqlite_sync import WalSync, wal_sync
+from sluice.backends.sqlite_topics import SqliteTopics
 from sluice.backends.sqs import SqlSqs
-from sluice.backends.topics import SqlTopics
 from sluice.clock import STEP_BACK_HELD, Clock, SystemClock
 from sluice.errors import (
     ConfigurationError,
@@ -92,7 +93,7 @@ class SQLiteBackend(
     SqlBackend,
     SQLiteClaims,
     SQLiteStreams,
-    SqlTopics,
+    SqliteTopics,
     SQLiteRules,
     SqlKeys,
     SqlIdempotency,
@@ -123,6 +124,22 @@ class SQLiteBackend(
         )
         self._lock = threading.RLock()
         self._conn = self._open()
+        (mode,) = self._conn.execute("PRAGMA journal_mode").fetchone()
+        wal_mode = mode == "wal"  # not in memory (":memory:"): no WAL file there
+        # At FULL, plain acknowledgements sync the WAL outside the connection's lock
+        # (sqlite_sync); None: every commit syncs inside COMMIT.
+        self._wal = (
+            wal_sync(self.path, self.settings.synchronous, self.settings.vfs) if wal_mode else None
+        )
+        # At FULL in WAL mode the connection rests at NORMAL and each durable commit
+        # switches to FULL for itself: the claims, acknowledgements and other relaxed
+        # writes of a consumer outnumber enqueues, and each switch is two statements.
+        # Where it rests, a write that forgot to say its durability would be relaxed;
+        # every write goes through _transaction or _single, which are told.
+        self._rests_relaxed = wal_mode and self.settings.synchronous == "FULL"
+        if self._rests_relaxed:
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._rest = "NORMAL" if self._rests_relaxed else self.settings.synchronous
         self._closed = False
         if isinstance(self.clock, SystemClock):
             self._hold_for_stamps(self.clock)
@@ -190,6 +207,8 @@ class SQLiteBackend(
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+                if self._wal is not None:
+                    self._wal.close()
 
     def _translate(self, exc: sqlite3.Error) -> StorageError:
         return translate(exc, self.path, closed=self._closed)
@@ -222,9 +241,9 @@ class SQLiteBackend(
         nothing then, and is retried inside BEGIN IMMEDIATE, which waits its turn.
         """
         with self._lock:
-            if durable or not self._syncs_at_commit:  # the hot path: no context manager
+            if durable != self._rests_relaxed or not self._syncs_at_commit:  # the hot path
                 return self._run_single(statement, params)
-            with self._relaxed():
+            with self._switched(durable):
                 return self._run_single(statement, params)
 
     def _run_single(self, statement: str, params: Any) -> tuple[list[Row], int]:
@@ -248,24 +267,32 @@ class SQLiteBackend(
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
 
+    def one_turn(self) -> AbstractContextManager[Any]:
+        """The connection's lock, held across the block: one turn for several calls."""
+        return self._lock
+
     def _durability(self, durable: bool) -> AbstractContextManager[None]:
         """A commit that need not survive power loss skips the fsync.
 
         That is NORMAL in WAL mode, never OFF: the commit may run a checkpoint,
         and a checkpoint without its syncs could lose earlier, durable commits.
         Later fsyncs cover these commits too, since the WAL is written in order.
+        A durable commit runs at the level asked for (FULL: the WAL synced inside
+        COMMIT, before any other connection can see it).
         """
-        if durable or not self._syncs_at_commit:
+        if durable != self._rests_relaxed or not self._syncs_at_commit:
             return _UNCHANGED  # the hot path: no generator to set up
-        return self._relaxed()
+        return self._switched(durable)
 
     @contextmanager
-    def _relaxed(self) -> Iterator[None]:
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+    def _switched(self, durable: bool) -> Iterator[None]:
+        """From the level the connection rests at to the other one, for one commit."""
+        level = self.settings.synchronous if durable else "NORMAL"
+        self._conn.execute(f"PRAGMA synchronous={level}")
         try:
             yield
         finally:
-            self._conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
+            self._conn.execute(f"PRAGMA synchronous={self._rest}")
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -412,10 +439,24 @@ class SQLiteBackend(
         return fronts
 
     def commit(self, plan: CommitPlan) -> None:
-        if plan.durable and self._group is not None:
+        if self._wal is not None and plan.durable and plain_ack(plan) and not plan.freed:
+            self._ack_then_sync(plan, self._wal)
+        elif plan.durable and self._group is not None:
             self._group.commit(plan)
         else:
             self._commit_alone(plan)
+
+    def _ack_then_sync(self, plan: CommitPlan, wal: WalSync) -> None:
+        """A plain acknowledgement at FULL: its delete written without SQLite's fsync, which
+        this thread then makes once the connection is free (sqlite_sync), so that other
+        threads claim meanwhile and the acknowledgements written meanwhile share it."""
+        name, params = delete_held({"session": plan.session, "tx": plan.tx}, plan.held)
+        with self._lock:  # reentrant: the write and its number in one hold
+            _, settled = self._single(self._q[name], params, durable=False)
+            written = wal.wrote()
+        if settled != len(plan.held):  # nothing was deleted: nothing to sync
+            raise lease_lost(plan)
+        wal.sync(written)
 
     def _commit_alone(self, plan: CommitPlan) -> None:
         key: dict[str, object] = {"session": plan.session, "tx": plan.tx}

@@ -24,7 +24,7 @@ from sluice.errors import QueueNotFound
 from sluice.expr.sql import Source, SqlCompiler
 from sluice.sql import Template
 
-__all__ = ["COLLECT_SPAN", "TOUCH_EVERY", "Backlog", "SqlTopics"]
+__all__ = ["COLLECT_SPAN", "TOUCH_EVERY", "Backlog", "Refill", "SqlTopics"]
 
 COLLECT_SPAN = 10_000
 """The most message ids one collection of a topic covers: a bounded delete."""
@@ -49,15 +49,25 @@ class Backlog:
     """Those of them not due yet (``delay``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Refill:
+    """A pull's subject: the subscription (name, id), its topic, its window, whether to
+    take everything past its pointer, and the time the pull is made at."""
+
+    subscription: str
+    sub_id: int
+    topic_id: int
+    window: int
+    everything: bool
+    now: float
+
+
 class SqlTopics:
     """Topics for a SQL backend with the statements of topics.sql (a mixin)."""
 
     _q: dict[str, str]
     _templates: dict[str, Template]
     clock: Clock
-
-    _NO_LIMIT: Any = -1
-    """What LIMIT takes for "no limit" in this dialect."""
 
     @abstractmethod
     def _transaction(self, *, durable: bool = True) -> AbstractContextManager[Any]: ...
@@ -98,7 +108,6 @@ class SqlTopics:
         dequeue must see them all). ``selector``: the subscription's where, checked
         against its topic. QueueNotFound if it is gone.
         """
-        half = (window + 1) // 2
         rows = self._read_rows("subscription_state", {"name": subscription})
         if not rows:
             raise QueueNotFound(f"subscription {subscription!r} does not exist")
@@ -106,50 +115,27 @@ class SqlTopics:
         now = self.clock.now()
         # Counted only when there is something to pull: the count reads up to half a
         # window of rows, and most takes of a subscription that keeps up find nothing new.
-        ready = 0
+        ready, pulled = 0, False
         if pending:
-            rows = self._read_rows("subscription_ready", {"subscription": sub_id, "half": half})
-            ready = int(rows[0][0])
-        # Refilled once half the window is taken, not after every message: a pull
-        # is a write transaction, worth its cost only for many rows.
-        room = None if everything else window - ready
-        if not pending or (room is not None and ready >= half):
-            if used_at is None or now - used_at >= TOUCH_EVERY:
-                self._write_rows("touch_subscription", {"subscription": sub_id, "now": now},
-                                 durable=False)  # fmt: skip
-            return ready
-        query, extra = self._with_selector("pull", selector)
-        with self._transaction(durable=False) as conn:
-            (pointer,) = conn.execute(
-                self._q["lock_subscription"], {"subscription": sub_id}
-            ).fetchone()
-            # The topic's last message first, and nothing past it: on PostgreSQL each
-            # statement sees what committed before it, and a message committed after
-            # this read has a higher id (commit order), so it is left for next time.
-            (last,) = conn.execute(
-                self._q["topic_last"], {"pointer": pointer, "topic": topic_id}
-            ).fetchone()
-            if last is None:
-                return ready
-            params = {
-                "subscription": sub_id,
-                "topic": topic_id,
-                "pointer": pointer,
-                "upto": last,
-                "room": self._NO_LIMIT if room is None else room,
-            }
-            taken = conn.execute(query, params | extra).fetchall()
-            # Full: the pointer stops at the last message taken, so what lies beyond it
-            # is looked at again next time; otherwise it passed everything up to last.
-            full = room is not None and len(taken) >= room
-            new = max(ref for ref, _ in taken) if full else last
-            conn.execute(
-                self._q["set_pointer"], {"subscription": sub_id, "pointer": new, "now": now}
+            ready, pulled = self._refill(
+                Refill(subscription, sub_id, topic_id, window, everything, now), selector
             )
-            lanes = sorted({(subscription, lane) for _, lane in taken if lane is not None})
-            if lanes:
-                self._promote(conn, lanes)
-        return ready + len(taken)
+        if not pulled:
+            self._touch_if_stale(sub_id, used_at, now)
+        return ready
+
+    @abstractmethod
+    def _refill(self, r: Refill, selector: Selection | None) -> tuple[int, bool]:
+        """Pull into ``r``'s subscription, whose topic has messages past its pointer, if
+        fewer than half its window are ready (or ``everything`` is asked); (how many it
+        has ready now, counted up to half its window plus those taken; whether it pulled)."""
+
+    def _touch_if_stale(self, sub_id: int, used_at: float | None, now: float) -> None:
+        """Mark a subscription used (its consumers are alive) now and then, when a take
+        did not pull (a pull sets used_at itself)."""
+        if used_at is None or now - used_at >= TOUCH_EVERY:
+            self._write_rows("touch_subscription", {"subscription": sub_id, "now": now},
+                             durable=False)  # fmt: skip
 
     def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
         """What ``subscription`` has yet to settle (``stats``, lag)."""

@@ -17,6 +17,7 @@ from sluice.backends.base import Lane, MessageRow, Selection, TxStore
 from sluice.catalog import QueueSpec
 from sluice.engine import steps, topics
 from sluice.engine.steps import Blocking, Call, Steps, Wait
+from sluice.engine.wakeups import NO_TOKEN, Token
 from sluice.errors import IncompleteBlock, MessageStateError
 from sluice.message import Message
 
@@ -64,25 +65,27 @@ def take_steps(
     plain = spec.kind == "queue" and not (own or select or lanes or capped)
     first = True
     rows: list[MessageRow]
+    token: Token
     while True:
-        token = wakeups.token() if wait else (0, 0)
-        if first and wait and plain and wakeups.quiet(queue, token, context.clock.now()):
-            # Found empty, and every message since went to a waiter: wait with them (for
-            # QUIET_WAIT at most, in case a woken waiter never took what it was woken for).
-            first = False
-            remaining = deadline - time.monotonic()
-            if remaining > 0:
-                yield Wait(token, min(remaining, QUIET_WAIT), news, limit, plain)
-            continue
-        first = False
         if spec.kind == "queue":
+            token = wakeups.token() if wait else NO_TOKEN
+            if first and wait and plain and wakeups.quiet(queue, token, context.clock.now()):
+                # Found empty, and every message since went to a waiter: wait with them (for
+                # QUIET_WAIT at most, in case a woken waiter never took what it was woken for).
+                first = False
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    yield Wait(token, min(remaining, QUIET_WAIT), news, limit, plain)
+                continue
+            first = False
             rows = yield from claim_steps(
                 session, tx, queue, spec.isolation, limit, own=own, select=select, lanes=lanes,
                 capped=capped, chain=chain,
             )  # fmt: skip
         else:
-            # Pulling from its topic is the synchronous backend's work.
-            rows = yield Blocking(
+            # Pulling from its topic is the synchronous backend's work; the token taken
+            # with it, before the pull and the claim, in the same turn at the storage.
+            token, rows = yield Blocking(
                 lambda: _take_subscribed(
                     context,
                     backend,
@@ -94,6 +97,7 @@ def take_steps(
                     select=select,
                     lanes=lanes,
                     capped=capped,
+                    wait=bool(wait),
                 )
             )
         remaining = deadline - time.monotonic()
@@ -111,20 +115,29 @@ def take_steps(
 def _take_subscribed(
     context: EngineContext, backend: TxStore, spec: QueueSpec, *, session: int, tx: int,
     limit: int, own: bool, select: Selection | None, lanes: list[str], capped: bool,
-) -> list[MessageRow]:  # fmt: skip
+    wait: bool,
+) -> tuple[Token, list[MessageRow]]:  # fmt: skip
     """Claim from a subscription, pulling its topic's messages first where it may need
-    them, and once more if the claim comes back short (sluice.engine.topics)."""
+    them, and once more if the claim comes back short (sluice.engine.topics); and the
+    wake-up token (``wait``), taken before all that.
+
+    One turn at the storage for it all: on SQLite, consumer threads sharing a Database
+    took it three to five times a message (token, pull's question and write, claim),
+    each time queueing behind the others.
+    """
     queue, wakeups = spec.name, context.wakeups
-    asked = topics.before_take(context, spec, everything=select is not None)
-    rows = steps.run(claim_steps(session, tx, queue, spec.isolation, limit, own=own,
-                                 select=select, lanes=lanes, capped=capped),
-                     backend, wakeups)  # fmt: skip
-    if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
-        rows += steps.run(claim_steps(session, tx, queue, spec.isolation, limit - len(rows),
-                                      own=own, select=select, lanes=lanes, capped=capped),
-                          backend, wakeups)  # fmt: skip
+    with context.backend.one_turn():
+        token = wakeups.token() if wait else NO_TOKEN
+        asked = topics.before_take(context, spec, everything=select is not None)
+        rows = steps.run(claim_steps(session, tx, queue, spec.isolation, limit, own=own,
+                                     select=select, lanes=lanes, capped=capped),
+                         backend, wakeups)  # fmt: skip
+        if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
+            rows += steps.run(claim_steps(session, tx, queue, spec.isolation, limit - len(rows),
+                                          own=own, select=select, lanes=lanes, capped=capped),
+                              backend, wakeups)  # fmt: skip
     topics.taken(context, spec, len(rows))
-    return rows
+    return token, rows
 
 
 def claim_steps(

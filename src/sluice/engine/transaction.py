@@ -41,6 +41,7 @@ from sluice.engine.reading import BrowseState, browse, to_message
 from sluice.engine.steps import Blocking, Call, Steps
 from sluice.errors import (
     ConfigurationError,
+    ConnectionLost,
     LeaseLost,
     MessageError,
     MessageStateError,
@@ -97,6 +98,7 @@ class Transaction:
         "_rejects",
         "_shared",
         "_touched",
+        "_unheard",
         "_writer",
         "implicit",
         "number",
@@ -131,6 +133,7 @@ class Transaction:
         self._lanes_out: set[Lane] = set()  # lanes this transaction enqueued to
         self._rejects: dict[int, str] = {}
         self._touched = False
+        self._unheard: set[str] | None = None  # queues it may hold messages of unknowingly
         self._shared = False  # a part of a split: its number is its siblings' too
         self._durable = False
         self._effects: list[Effect] = []
@@ -310,11 +313,22 @@ class Transaction:
         # Lanes this transaction holds messages of offer it their next message.
         lanes = sorted({lane for q, lane in self._held_lanes.values() if q == queue})
         deadline = time.monotonic() + wait
-        rows = yield from take_steps(
-            self._context, self._backend, spec, session=self.session, tx=self.number,
-            limit=limit, wait=wait, deadline=deadline, own=own, select=select, lanes=lanes,
-            chain=chain,
-        )  # fmt: skip
+        try:
+            rows = yield from take_steps(
+                self._context, self._backend, spec, session=self.session, tx=self.number,
+                limit=limit, wait=wait, deadline=deadline, own=own, select=select,
+                lanes=lanes, chain=chain,
+            )  # fmt: skip
+        except ConnectionLost:
+            # The claim may have committed unheard (PostgreSQL's backend then gives back
+            # every claim of this transaction at its end, known or not): so it must end
+            # in the database, even holding nothing it knows of, and an abort refused
+            # must keep this queue's next take waiting. Else the messages stay held by
+            # a live session while this process takes the ones behind them (the fault
+            # campaign's gateway forwarded out of order so).
+            self._touched = True
+            self._unheard = (self._unheard or set()) | {queue}
+            raise
         messages = self._hold(spec, rows)
         if observer is not None and messages:
             observer.received(destination_of(spec), messages, started)
@@ -647,7 +661,7 @@ class Transaction:
                 # again and at each heartbeat (EngineContext.strand); recovery does, if
                 # the process dies first. Raising instead would leave the messages held
                 # while this process went on taking the ones behind them.
-                queues = frozenset(m.queue for m in self._held.values())
+                queues = frozenset(m.queue for m in self._held.values()) | (self._unheard or set())
                 self._context.strand(
                     Stranded(self.session, self.number, tuple(self._held), tuple(lanes), queues)
                 )
@@ -673,16 +687,20 @@ class Transaction:
         if self.state is not TxState.ACTIVE:
             return
         if exc_type is None:
-            try:
-                self.commit()
-            except BaseException:
-                # A commit that failed (the database went away, say) must not leave
-                # messages held until the session ends: undo what can be undone.
-                if self.state is TxState.ACTIVE:
-                    self.abort()
-                raise
+            self.commit_or_abort()
         else:
             self.abort()
+
+    def commit_or_abort(self) -> None:
+        """Commit; if the commit fails (the database went away, say), abort what is left
+        and raise its error, rather than leave the messages held until the session ends
+        (the end of a ``with`` block does this)."""
+        try:
+            self.commit()
+        except BaseException:
+            if self.state is TxState.ACTIVE:
+                self.abort()
+            raise
 
     # --- telemetry (engine/observe.py) ------------------------------------------------
     def _watch(self, span: Span) -> None:

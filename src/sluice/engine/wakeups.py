@@ -31,9 +31,12 @@ from collections.abc import Iterable
 
 from sluice.backends.base import Backend
 
-__all__ = ["Token", "Wakeups"]
+__all__ = ["NO_TOKEN", "Token", "Wakeups"]
 
 Token = tuple[int, int]
+
+NO_TOKEN: Token = (0, 0)
+"""What a take that will not wait holds: it is never compared."""
 
 
 class _Waiter:

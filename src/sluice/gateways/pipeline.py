@@ -125,7 +125,10 @@ class Pipeline:
     def _commit_delivered(self) -> None:
         delivered, self._delivered = self._delivered, None
         if delivered is not None:
-            delivered.commit()
+            # A commit that fails gives its messages back to their places (a refused
+            # abort is finished before the next take): left active, they stayed held by
+            # this live session while the thread, run again, took the ones behind them.
+            delivered.commit_or_abort()
 
     def _wind_down(self) -> None:
         """Stopping (or failing): the delivered are committed, the taken given back."""

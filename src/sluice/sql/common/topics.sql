@@ -18,26 +18,32 @@
 -- may need a pull, so the look past the pointer is a loose scan of the delivery index:
 -- the topic's distinct priorities (each found by one seek), then per priority one seek
 -- to its first id past the pointer. A seek by id from the pointer instead read every row
--- inserted after it, its subscriptions' copies among them, at every take.
+-- inserted after it, its subscriptions' copies among them, at every take. The topic is a
+-- scalar subquery, not a join with sub: joined, SQLite sorted the topic's rows for each
+-- priority and PostgreSQL merged them into one semi-join, both reading every row the
+-- topic keeps (a few hundred microseconds per thousand) where a seek reads one.
 WITH RECURSIVE sub AS (
     SELECT id, topic_id, pointer, pull_window, used_at, selector FROM {schema}.queues
     WHERE name = :name AND kind = 'subscription'
 ), levels(state, priority) AS (
-    SELECT st.state, (SELECT m.priority FROM {schema}.messages AS m, sub
-                      WHERE m.queue_id = sub.topic_id AND m.state = st.state
+    SELECT st.state, (SELECT m.priority FROM {schema}.messages AS m
+                      WHERE m.queue_id = (SELECT topic_id FROM sub) AND m.state = st.state
                       ORDER BY m.priority DESC LIMIT 1)
     FROM (SELECT 1 AS state UNION ALL SELECT 5) AS st
     UNION ALL
-    SELECT l.state, (SELECT m.priority FROM {schema}.messages AS m, sub
-                     WHERE m.queue_id = sub.topic_id AND m.state = l.state
+    SELECT l.state, (SELECT m.priority FROM {schema}.messages AS m
+                     WHERE m.queue_id = (SELECT topic_id FROM sub) AND m.state = l.state
                        AND m.priority < l.priority
                      ORDER BY m.priority DESC LIMIT 1)
     FROM levels AS l WHERE l.priority IS NOT NULL
 )
 SELECT sub.id, sub.topic_id, sub.pointer, coalesce(sub.pull_window, 1000),
-       EXISTS (SELECT 1 FROM levels AS l, {schema}.messages AS m
-               WHERE l.priority IS NOT NULL AND m.queue_id = sub.topic_id
-                 AND m.state = l.state AND m.priority = l.priority AND m.id > sub.pointer),
+       EXISTS (SELECT 1 FROM levels AS l
+               WHERE l.priority IS NOT NULL
+                 AND (SELECT m.id FROM {schema}.messages AS m
+                      WHERE m.queue_id = sub.topic_id AND m.state = l.state
+                        AND m.priority = l.priority AND m.id > sub.pointer
+                      LIMIT 1) IS NOT NULL),
        sub.used_at, sub.selector
 FROM sub;
 
@@ -45,20 +51,6 @@ FROM sub;
 -- A subscription's id, topic and pointer: all that stats and the passing of its pointer
 -- need, without subscription_state's look past the pointer.
 SELECT id, topic_id, pointer FROM {schema}.queues WHERE name = :name AND kind = 'subscription';
-
--- name: subscription_ready
--- How many ready messages a subscription has, counted up to :half (half its window:
--- below that it refills).
-SELECT count(*) FROM (SELECT 1 FROM {schema}.messages AS r
-                      WHERE r.queue_id = :subscription AND r.state IN (1, 5)
-                      LIMIT :half) AS ready;
-
--- name: topic_last
--- The topic's last message past :pointer (a pull that took less than it could has
--- passed every message up to it). Not an uncommitted enqueue (state 0): its id was
--- drawn outside the commit lock, and a put still committing may have a lower one.
-SELECT max(m.id) FROM {schema}.messages AS m
-WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state <> 0;
 
 -- name: touch_subscription
 UPDATE {schema}.queues SET used_at = :now WHERE id = :subscription;

@@ -467,6 +467,28 @@ SET state = CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0
 WHERE state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
   AND (%(ids)s::bigint[] IS NULL OR id IN (SELECT unnest(%(ids)s::bigint[])));
 
+-- name: release_unheard
+-- The claims of a transaction that it never heard of (a claim's connection broke after
+-- the claim may have committed): back to their places as if never taken, no attempt
+-- counted (nobody saw them), a transaction's own enqueue back to pending, and the lanes
+-- whose heads went back promoted (the client cannot name them; a lane left without a
+-- head waits for ever). known: the claims it did hear of, which its other statements
+-- settle. The lanes are read whole (DISTINCT) before promote runs, and promote's own
+-- queries see this statement's release (a volatile function's take a new snapshot).
+WITH released AS (
+    UPDATE {schema}.messages
+    SET state = CASE WHEN p_session = %(session)s AND p_tx = %(tx)s THEN 0
+                     WHEN lane IS NOT NULL THEN 5 ELSE 1 END,
+        c_session = NULL, c_tx = NULL
+    WHERE state = 2 AND c_session = %(session)s AND c_tx = %(tx)s
+      AND NOT id = ANY(%(known)s::bigint[])
+    RETURNING queue_id, lane),
+lanes AS (
+    SELECT DISTINCT q.name, r.lane FROM released AS r
+    JOIN {schema}.queues AS q ON q.id = r.queue_id
+    WHERE r.lane IS NOT NULL)
+SELECT {schema}.promote(array_agg(name), array_agg(lane)) FROM lanes;
+
 -- name: delete_own_claimed
 -- On abort, the transaction's own enqueues that it also claimed vanish with it.
 DELETE FROM {schema}.messages

@@ -23,3 +23,17 @@ UPDATE queues SET pointer = max(pointer, :pointer), used_at = :now WHERE id = :s
 -- name: lock_subscription
 -- BEGIN IMMEDIATE holds the write lock already: this only reads the pointer.
 SELECT pointer FROM queues WHERE id = :subscription;
+
+-- name: subscription_ready
+-- How many ready messages a subscription has, counted up to :half (half its window:
+-- below that it refills).
+SELECT count(*) FROM (SELECT 1 FROM messages AS r
+                      WHERE r.queue_id = :subscription AND r.state IN (1, 5)
+                      LIMIT :half) AS ready;
+
+-- name: topic_last
+-- The topic's last message past :pointer (a pull that took less than it could has
+-- passed every message up to it). Not an enqueue still pending (state 0): it is not
+-- published until its transaction commits.
+SELECT max(m.id) FROM messages AS m
+WHERE m.id > :pointer AND +m.queue_id = :topic AND m.state <> 0;
