@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness import machine_busy
+
 __all__ = ["CpuSample", "sample"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -47,12 +49,6 @@ def _seconds(fields: list[str]) -> float:
     return (int(fields[12]) + int(fields[13])) / _TICK  # utime, stime
 
 
-def _machine() -> float:
-    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    ticks = [int(x) for x in cpu]
-    return (sum(ticks) - ticks[3] - ticks[4]) / _TICK  # all but idle and iowait
-
-
 def sample(main_pid: int) -> CpuSample | None:
     """The CPU seconds of the worker ``main_pid`` (the leader of its process group), of its
     consumer process, of the broker's servers and of the machine; None if the worker is
@@ -78,4 +74,4 @@ def sample(main_pid: int) -> CpuSample | None:
                 side = _seconds(fields)
         except OSError:
             continue
-    return CpuSample(_seconds(main), side, broker, _machine())
+    return CpuSample(_seconds(main), side, broker, machine_busy())

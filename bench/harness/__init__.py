@@ -3,6 +3,7 @@ servers and worker processes, percentiles, shared options and report writing. Fa
 from here."""
 
 from bench.harness.bodies import body_size, chunks, encode, make_bodies
+from bench.harness.busy import machine_busy
 from bench.harness.facts import (
     MEMORY_FS,
     filesystem_of,
@@ -57,6 +58,7 @@ __all__ = [
     "free_port",
     "host_facts",
     "is_postgres",
+    "machine_busy",
     "machine_facts",
     "make_bodies",
     "one_line",

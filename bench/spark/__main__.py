@@ -56,6 +56,7 @@ from bench.harness import (
     drop_schema,
     filesystem_of,
     host_facts,
+    machine_busy,
     one_line,
     package_versions,
     pg_conninfo,
@@ -692,12 +693,14 @@ def _read_bounds(reads: Reads, c: ReadCells, n: int, tag: str) -> None:
 
 
 def _measure(cell: Cell, fn: Callable[[], Run], tag: str, n: int) -> None:
+    busy = machine_busy()
     try:
         run = fn()
     except Exception as exc:
         cell.errors.append(_error(exc))
         _log(f"{tag}: error: {one_line(exc)}")
         return
+    run.cpu = machine_busy() - busy
     cell.runs.append(run)
     _log(f"{tag}: {run.seconds:.2f} s, {n / run.seconds:,.0f} msgs/s")
 

@@ -3,6 +3,7 @@ pipeline rates, and where each streaming query's time went."""
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass, field
 
@@ -79,6 +80,8 @@ class Settings:
     """With the rows of the claimed rounds' statements and DELETE alone (no Spark)."""
     pipe_exclusive: bool = False
     """Pipelines also with ``exclusive=True`` (the source read by id range)."""
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """The machine's cores, which every process of a run shares."""
 
 
 @dataclass
@@ -94,6 +97,9 @@ class Run:
     """Seconds from the start of the timing to the first trigger."""
     after: float | None = None
     """Seconds from the end of the last trigger to the end of the timing."""
+    cpu: float | None = None
+    """The machine's busy CPU seconds over the run (Spark, its Python workers, PostgreSQL,
+    this process: every core), the run's own checks included (a few milliseconds)."""
 
 
 @dataclass
@@ -136,6 +142,47 @@ def _mb(cell: Cell, body_bytes: int) -> str:
 
 def _runs(cell: Cell) -> str:
     return ", ".join(f"{r.seconds:.2f}" for r in cell.runs) or "-"
+
+
+def _busy(cell: Cell) -> str:
+    run = cell.median
+    return "-" if run is None or run.cpu is None else f"{run.cpu:.2f}"
+
+
+def _cpu_bound(reads: list[Cell], jdbc: Cell | None, cores: int) -> list[str]:
+    """Whether the machine's cores leave room for a stream at the target, from the CPU
+    that Spark's streaming machinery (the Spark-alone stream) and the subscription's read
+    (no Spark) each used: a stream does both."""
+    spark = next((c for c in reads if c.label == SPARK_STREAM_FLOOR_LABEL), None)
+    read = next((c for c in reads if c.label == POSITION_FLOOR_LABEL), None)
+    jdbc_run, spark_run, read_run = (
+        c.median if c is not None else None for c in (jdbc, spark, read)
+    )
+    if jdbc_run is None or spark_run is None or read_run is None:
+        return []
+    spark_cpu, read_cpu = spark_run.cpu, read_run.cpu
+    if spark_cpu is None or read_cpu is None:
+        return []
+    allowed = jdbc_run.seconds / READ_TARGET
+    budget = allowed * cores
+    need = spark_cpu + read_cpu
+    text = (
+        f"{READ_TARGET:g} x JDBC leaves a stream {allowed:.2f} s (JDBC's median run"
+        f" {jdbc_run.seconds:.2f} s / {READ_TARGET:g}): {budget:.2f} CPU seconds of the"
+        f" {cores} cores. Spark's streaming machinery with a source that costs nothing"
+        f" (Spark alone) used {spark_cpu:.2f}, and the subscription's read without Spark"
+        f" (its statements, PostgreSQL's work, the Arrow pages) {read_cpu:.2f}: together"
+        f" {need:.2f}, {need / budget:.2f} of the budget."
+    )
+    if need > budget:
+        room = max(budget - spark_cpu, 0.0)
+        text += (
+            " No overlap of the two meets the target here: the read would have to cost at"
+            f" most {room:.2f} CPU seconds, {room / read_cpu:.0%} of what it costs."
+        )
+    else:
+        text += " The target is within the cores' budget; what is left is overlap."
+    return ["### The CPU bound of a streaming read on this machine", "", text, ""]
 
 
 def _status(cell: Cell) -> str:
@@ -208,8 +255,9 @@ def _read_section(cells: list[Cell], s: Settings) -> list[str]:
             else ""
         ),
         "",
-        "| reader | max_per_batch | partitions | msgs/s | MB/s | vs JDBC | runs (s) | status |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "| reader | max_per_batch | partitions | msgs/s | MB/s | vs JDBC | runs (s)"
+        " | busy CPU s | status |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---|",
     ]
     for c in reads:
         ratio = "-"
@@ -217,9 +265,14 @@ def _read_section(cells: list[Cell], s: Settings) -> list[str]:
             ratio = f"{c.rate / jdbc.rate:.2f}"
         out.append(
             f"| {c.label} | {c.batch if c.batch else '-'} | {c.partitions or '-'}"
-            f" | {_rate(c.rate)} | {_mb(c, s.body_bytes)} | {ratio} | {_runs(c)} | {_status(c)} |"
+            f" | {_rate(c.rate)} | {_mb(c, s.body_bytes)} | {ratio} | {_runs(c)}"
+            f" | {_busy(c)} | {_status(c)} |"
         )
     out += [
+        "",
+        "busy CPU s: the machine's busy CPU seconds over the median run, every process and"
+        f" core counted ({s.cores} cores here); a run cannot end sooner than that divided by"
+        " the cores.",
         "",
         f"Targets: sluice streaming read (by position) >= {READ_TARGET:g} x JDBC, and batch"
         f" read (browse) >= {READ_TARGET:g} x JDBC (msgs/s); the claimed rounds are shown for"
@@ -240,7 +293,14 @@ def _read_section(cells: list[Cell], s: Settings) -> list[str]:
             f" (need {READ_TARGET:g})"
         )
     out.append("")
-    streams = [c for c in reads if c.label.startswith("sluice streaming")]
+    out += _cpu_bound(reads, jdbc, s.cores)
+    # Spark alone's stream is the floor under each phase: what Spark's streaming machinery
+    # costs a Python source before sluice does anything.
+    streams = [
+        c
+        for c in reads
+        if c.label.startswith("sluice streaming") or c.label == SPARK_STREAM_FLOOR_LABEL
+    ]
     if streams:
         out += ["### Where a streaming read's time goes (median run)", ""]
         out += _phase_table(streams)

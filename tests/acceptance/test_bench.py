@@ -98,3 +98,15 @@ def test_a_benchmark_runs_at_its_smallest_settings(name: str, tmp_path: Path) ->
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert out.read_text().strip(), done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("keep_up", [False, True], ids=["backlog", "keeping up"])
+def test_the_topics_profile_prints_its_parts(keep_up: bool) -> None:
+    """bench topics-profile prints, writes no report: its table, for both of its workloads."""
+    argv = [sys.executable, "-m", "bench", "topics-profile", "--url", "sqlite"]
+    argv += ["--subscriptions", "2", "--messages", "20", "--rounds", "1"]
+    argv += ["--keep-up"] if keep_up else []
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for part in ("pull", "claim", "machine busy CPU", "deliveries/s"):
+        assert part in done.stdout, done.stdout
