@@ -133,3 +133,42 @@ def test_another_thread_claims_while_an_acknowledgement_syncs(
         acking.join(WAIT)
         assert not acking.is_alive()
         other.commit()
+
+
+def test_a_lone_acknowledger_never_waits_for_company(tmp_path: Path) -> None:
+    pauses: list[float] = []
+    wal = WalSync(str(tmp_path / "q.db"), lambda path: None, gather=5.0, pause=pauses.append)
+    for _ in range(3):
+        wal.sync(wal.wrote())
+    assert (wal.syncs, pauses) == (3, [])  # each sync covered one: nobody else acknowledges
+
+
+def test_after_a_shared_sync_the_next_waits_and_covers_what_was_written_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Once a sync covered more than one acknowledgement, the next waits (GATHER) before
+    it begins; the acknowledgements written during its wait share it, and their own
+    syncs find them covered. Once a sync covers one alone, the next does not wait."""
+    pauses: list[float] = []
+    during: list[int] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 1:  # other threads, writing during the first wait
+            during.extend(wal.wrote() for _ in range(2))
+
+    wal = WalSync(str(tmp_path / "q.db"), lambda path: None, gather=0.001, pause=pause)
+    first, second = wal.wrote(), wal.wrote()
+    wal.sync(second)  # covers both, without a wait: the sync before covered none
+    assert (wal.syncs, pauses) == (1, [])
+    wal.sync(first)  # covered already
+    wal.sync(wal.wrote())  # waits, then covers itself and the two written meanwhile
+    assert (wal.syncs, pauses) == (2, [0.001])
+    for n in during:
+        wal.sync(n)
+    assert wal.syncs == 2
+    wal.sync(wal.wrote())  # the sync before covered three: waits, and covers one alone
+    assert (wal.syncs, len(pauses)) == (3, 2)
+    wal.sync(wal.wrote())  # the sync before covered one: no wait
+    assert (wal.syncs, len(pauses)) == (4, 2)
+    wal.close()
