@@ -17,7 +17,8 @@ import pytest
 
 import sluice
 from sluice import sql
-from sluice.backends.postgres_schema import quote_schema
+from sluice.backends.postgres_maintenance import maintenance_locks
+from sluice.backends.postgres_schema import LOCK_CLASS, quote_schema, recovery_lock
 from tests.conftest import (
     current_postgres_url,
     drop_schema,
@@ -356,6 +357,42 @@ def test_a_dead_host_is_rolled_back_exactly_once(
         assert [m.attempts for m in b.queue("events").browse()] == [1, 1]
         with pytest.raises(sluice.LeaseLost):
             tx.commit()
+
+
+def test_a_recovery_in_another_schema_does_not_make_this_one_skip(
+    pg_url: str, admin: psycopg.Connection[Any], postgres_server: PostgresServer | str
+) -> None:
+    """The recovery lock is the schema's own. With one key for the database, a recovery
+    running in another schema made this one's recover() skip and report nothing while a
+    dead session waited (tests/reliability/test_crash.py, beside other tests' schemas)."""
+    schema = _schema(pg_url)
+    assert recovery_lock(schema) != recovery_lock(f"{schema}_other")
+    # A lease of an hour: no heartbeat renews the dead session or recovers on its own.
+    with sluice.connect(f"{pg_url}&lease=3600") as a, sluice.connect(f"{pg_url}&lease=3600") as b:
+        a.create_queue("events")
+        a.queue("events").put("m1")
+        tx = a.begin()
+        tx.dequeue("events")
+        admin.execute(
+            f"UPDATE {schema}.sessions SET host = 'elsewhere', heartbeat_at = heartbeat_at - 3600 "
+            "WHERE id = %s",
+            (a.session,),
+        )
+        with psycopg.connect(postgres_base_url(postgres_server)) as recovering:
+            lock = "SELECT pg_advisory_xact_lock(%s, %s)"
+            recovering.execute(lock, (LOCK_CLASS, recovery_lock(schema)))
+            assert b.recover() == []  # this schema's recoverer at work: skipped
+            recovering.rollback()
+            recovering.execute(lock, (LOCK_CLASS, recovery_lock(f"{schema}_other")))
+            assert b.recover() == [a.session]  # another schema's: not this one's business
+        assert [m.attempts for m in b.queue("events").browse()] == [1]
+
+
+def test_recovery_locks_are_apart_from_the_other_keys() -> None:
+    keys = [recovery_lock(f"s{n}") for n in range(2_000)]
+    assert len(set(keys)) == len(keys)
+    lowest_maintenance = min(min(maintenance_locks(f"s{n}")) for n in range(2_000))
+    assert all(-(2**31) <= k < lowest_maintenance for k in keys)  # int4, below maintenance's
 
 
 def test_maintenance_vacuums_dead_rows_when_autovacuum_does_not(pg_url: str) -> None:

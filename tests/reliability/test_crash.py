@@ -52,7 +52,9 @@ def test_kill_9_inside_a_transaction_rolls_it_back(shared_url: str) -> None:
     _prepare(url)
     # A lease of an hour: the observer's own heartbeat, which runs recovery, stays out of
     # the moments between the kill and its recover() (on a loaded machine it once ran
-    # there first, and recover() found nothing left: CI, PostgreSQL).
+    # there first, and recover() found nothing left: CI, PostgreSQL). A recovery in
+    # another test's schema made recover() skip too, until each schema had a recovery
+    # lock of its own (recovery_lock; make test, 2026-12-06).
     with (
         _child(url, "hold") as (child, report),
         sluice.connect(url, lease=3600) as observer,

@@ -94,7 +94,7 @@ from sluice.backends.postgres_pooler import (
 )
 from sluice.backends.postgres_queries import load_queries
 from sluice.backends.postgres_rules import PostgresRules
-from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema
+from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema, recovery_lock
 from sluice.backends.postgres_settings import PostgresSettings, libpq_seconds
 from sluice.backends.postgres_statements import (
     Expected,
@@ -344,10 +344,12 @@ class PostgresBackend(
         def work() -> list[int]:
             with self._transaction(durable=False) as conn:
                 # A process stopped inside this transaction (SIGSTOP, a frozen VM) would
-                # hold the recovery lock, and with it everyone's recovery, for as long as
-                # it is stopped: the server ends its connection after a few idle seconds.
+                # hold the schema's recovery lock, and with it everyone's recovery there,
+                # for as long as it is stopped: the server ends its connection after a few
+                # idle seconds.
                 conn.execute(self._q["recovery_idle_limit"])
-                locked = conn.execute(self._q["try_recovery_lock"], {"lock_class": LOCK_CLASS})
+                key = {"lock_class": LOCK_CLASS, "key": recovery_lock(self.schema)}
+                locked = conn.execute(self._q["try_recovery_lock"], key)
                 if not first(locked.fetchall()):
                     return []  # another node is recovering right now
                 # Leases on real time (sluice.engine.lease), not self.clock.

@@ -8,6 +8,7 @@ apart from the migrations as SQLite's ``user_version`` is.
 from __future__ import annotations
 
 import re
+import zlib
 from typing import Any
 
 import psycopg
@@ -25,17 +26,31 @@ __all__ = [
     "latest_version",
     "migrate",
     "quote_schema",
+    "recovery_lock",
     "version",
 ]
 
 LOCK_CLASS = 0x736C6963
 """The first key of every sluice advisory lock ("slic"), apart from other applications' locks."""
 CREDIT_LOCK_CLASS = LOCK_CLASS + 1
-"""Advisory locks counting a capped queue's credit (docs/delivery.md), by queue id."""
+"""Advisory locks counting a capped queue's credit (docs/delivery.md): the first key of a
+queue's credit lock (the second is the queue's id), apart from its commit lock, so claims
+of a capped queue never wait for its enqueues."""
 RULES_LOCK_CLASS = LOCK_CLASS + 2
 """Advisory locks serialising the rules engines of a queue whose rules read relations."""
-"""The first key of a queue's credit lock (the second is the queue's id): apart from its
-commit lock, so claims of a capped queue never wait for its enqueues."""
+
+
+def recovery_lock(schema: str) -> int:
+    """The second key of a schema's recovery lock (its first is ``LOCK_CLASS``).
+
+    Per schema: with one key for the whole database, a recovery running in another
+    schema made this one's skip, and ``db.recover()`` reported nothing rolled back while
+    a dead session waited (a test that ran beside others in the same database found it).
+    Negative and below the maintenance locks' keys (``maintenance_locks``: -2 to
+    -134,217,729), apart from the queues' keys (their ids) and the migrations' (-1).
+    """
+    return -(1 << 28) - (zlib.crc32(schema.encode()) & 0x3FFFFFF)
+
 
 MESSAGES_TABLE = (
     ("id", "int"), ("slot", "int"), ("queue_id", "int"), ("state", "int"), ("priority", "int"),

@@ -55,8 +55,8 @@ FOR UPDATE;
 SELECT set_config('idle_in_transaction_session_timeout', '5s', true);
 
 -- name: try_recovery_lock
--- One recoverer at a time; the others skip instead of queueing behind it.
-SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
+-- One recoverer of the schema at a time; the others skip instead of queueing behind it.
+SELECT pg_try_advisory_xact_lock(%(lock_class)s, %(key)s);
 
 -- name: update_queue
 UPDATE {schema}.queues
