@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from sluice.backends.postgres_schema import LOCK_CLASS, quote_schema
+from sluice.backends.postgres_schema import LOCK_CLASS, quote_schema, schema_key
 from sluice.backends.postgres_settings import PostgresSettings
 
 __all__ = [
@@ -246,5 +245,5 @@ def maintenance_locks(schema: str) -> tuple[int, int]:
     per schema, since each schema rotates its own partitions: nodes of other
     schemas in the database need not take turns with this one.
     """
-    rotation = -2 - 2 * (zlib.crc32(schema.encode()) & 0x3FFFFFF)
+    rotation = -2 - 2 * schema_key(schema)
     return rotation, rotation - 1

@@ -27,6 +27,7 @@ __all__ = [
     "migrate",
     "quote_schema",
     "recovery_lock",
+    "schema_key",
     "version",
 ]
 
@@ -40,6 +41,12 @@ RULES_LOCK_CLASS = LOCK_CLASS + 2
 """Advisory locks serialising the rules engines of a queue whose rules read relations."""
 
 
+def schema_key(schema: str) -> int:
+    """A schema's number in its advisory lock keys (26 bits, so that each kind of key
+    keeps a range of its own: ``recovery_lock``, ``maintenance_locks``)."""
+    return zlib.crc32(schema.encode()) & 0x3FFFFFF
+
+
 def recovery_lock(schema: str) -> int:
     """The second key of a schema's recovery lock (its first is ``LOCK_CLASS``).
 
@@ -49,7 +56,7 @@ def recovery_lock(schema: str) -> int:
     Negative and below the maintenance locks' keys (``maintenance_locks``: -2 to
     -134,217,729), apart from the queues' keys (their ids) and the migrations' (-1).
     """
-    return -(1 << 28) - (zlib.crc32(schema.encode()) & 0x3FFFFFF)
+    return -(1 << 28) - schema_key(schema)
 
 
 MESSAGES_TABLE = (
