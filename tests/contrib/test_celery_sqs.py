@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -36,6 +36,7 @@ from tests.contrib.test_celery_workers import (
     all_done,
     lines,
     running_mid_task,
+    settled,
     unfinished,
     wait_until,
 )
@@ -100,20 +101,6 @@ def workers(endpoint: Endpoint, tmp_path: Path) -> Iterator[Workers]:
         yield group
     finally:
         group.stop_all()
-
-
-def settled(db_url: str) -> Callable[[], bool]:
-    """A check that Celery's queue holds nothing: every task's message deleted. Asked
-    while the worker lives: the log's "done" is written by the pool's process before the
-    worker's own deletes the message (acks_late), and a worker stopped in between leaves
-    it in flight until its visibility timeout (CI: claimed 1 after the stop)."""
-
-    def check() -> bool:
-        with sluice.connect(db_url) as db:
-            stats = db.queue("celery").stats()
-        return stats["ready"] == stats["claimed"] == stats["delayed"] == 0
-
-    return check
 
 
 def test_tasks_and_a_countdown_run(endpoint: Endpoint, workers: Workers) -> None:
