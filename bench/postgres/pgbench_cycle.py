@@ -12,11 +12,28 @@ one ``sluice.connect``. deliveries/s = messages claimed and acknowledged / secon
 What pgbench reaches is what the server allows this work on this machine whatever the
 client: a bound for sluice's one-message-per-transaction figures on PostgreSQL (its
 topics, its plain queues), and, against sluice's own row, what sluice's Python costs.
+
+Three more rows, in the same run, bound it from the Python side and set it beside the
+broker ``bench topics`` compares with:
+
+- *psycopg*: the same two statements, prepared, from C threads of this process, each on a
+  connection of its own: what a Python client of this design reaches with nothing of
+  sluice around the statements (the interpreter lock is shared, as sluice's threads share
+  it).
+- *psycopg, a held lock*: a design sluice does not have, whose database transaction lasts
+  as long as the queue transaction: the claim only locks its row (sluice's claim's pick,
+  ``FOR UPDATE SKIP LOCKED``, with no write), and the acknowledgement deletes it in the
+  same transaction, one durable commit. A consumer that dies rolls back with its
+  connection; no claim is written, so there is none to recover.
+- *RabbitMQ*: C pika consumers (threads, one ``BlockingConnection`` each), each draining a
+  durable classic queue of its own, prefetch 1, one ``basic_ack`` per message, as ``bench
+  topics`` consumes at batch 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -25,14 +42,58 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.harness import facts_table, machine_facts, make_bodies, pg_facts, write_report
-from bench.harness.places import PG_CONNINFO, drop_schema
+from bench.harness.places import (
+    PG_CONNINFO,
+    RABBIT_HOST,
+    RABBIT_PORT,
+    answers,
+    drop_schema,
+    rabbit_params,
+)
 
 SCHEMA = "sluice_bench_pgbench"
 CLIENTS = (1, 10)
 _FILL = 1_000
+_PICK = f"""SELECT id FROM {SCHEMA}.messages
+WHERE queue_id = (SELECT id FROM {SCHEMA}.queues WHERE name = %(queue)s AND NOT paused)
+  AND state = 1 AND available_at <= %(now)s AND (expires_at IS NULL OR expires_at > %(now)s)
+ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED"""
+_DELETE = f"DELETE FROM {SCHEMA}.messages WHERE id = %(id)s"
+RABBIT_QUEUE = "sluice_bench_pgbench_q{}"
+
+
+@dataclass(frozen=True)
+class Row:
+    """deliveries/s of each client at one number of clients."""
+
+    clients: int
+    pgbench: float
+    sluice: float
+    psycopg: float
+    held: float
+    rabbit: float | None
+
+    def line(self) -> str:
+        def ratio(a: float, b: float | None) -> str:
+            return "-" if b is None else f"{a / b:.2f}"
+
+        return (
+            f"| {self.clients} | {self.pgbench:,.0f} | {self.sluice:,.0f} | {self.psycopg:,.0f}"
+            f" | {self.held:,.0f} | {_rate(self.rabbit)}"
+            f" | {ratio(self.sluice, self.pgbench)} | {ratio(self.sluice, self.psycopg)}"
+            f" | {ratio(self.psycopg, self.rabbit)} | {ratio(self.held, self.rabbit)}"
+            f" | {ratio(self.sluice, self.rabbit)} |"
+        )
+
+
+def _rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:,.0f}"
 
 
 def _pgbench() -> str | None:
@@ -66,11 +127,7 @@ def _one_line(text: str) -> str:
 def _script() -> str:
     """sluice's claim and acknowledgement as a pgbench script: psycopg's %(name)s become
     pgbench variables; each client takes from its own queue, q<client_id>."""
-    from sluice.backends.postgres_queries import load_queries
-
-    ready, templates = load_queries(SCHEMA)
-    claim = templates["claim"]
-    claim_sql = claim.fill(**dict.fromkeys(claim.holes, ""))
+    claim_sql, settle_sql = _statements()
     values = {
         "session": ":session",
         "tx": ":tx",
@@ -80,8 +137,7 @@ def _script() -> str:
     }
     claim_sql = re.sub(r"%\((\w+)\)s", lambda m: values[m[1]], claim_sql).replace("%%", "%")
     settle = (
-        ready["delete_claimed"]
-        .replace("%(ids)s::bigint[]", "ARRAY[:c_id]::bigint[]")
+        settle_sql.replace("%(ids)s::bigint[]", "ARRAY[:c_id]::bigint[]")
         .replace("%(session)s", ":session")
         .replace("%(tx)s", ":tx")
         .replace("%(expected)s", "1")
@@ -138,18 +194,162 @@ def _run_sluice(clients: int, seconds: float) -> float:
                 errors.append(exc)
                 stop.set()
 
-        workers = [threading.Thread(target=drain, args=(c,)) for c in range(clients)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        stop.wait(seconds)
-        stop.set()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - start
+        rate = _timed(drain, clients, seconds, taken, stop)
     if errors:
         raise RuntimeError(f"sluice: {errors[0]}")
-    return sum(taken) / elapsed
+    return rate
+
+
+def _statements() -> tuple[str, str]:
+    """sluice's plain claim and its acknowledgement, as psycopg runs them (%(name)s)."""
+    from sluice.backends.postgres_queries import load_queries
+
+    ready, templates = load_queries(SCHEMA)
+    claim = templates["claim"]
+    return claim.fill(**dict.fromkeys(claim.holes, "")), ready["delete_claimed"]
+
+
+def _run_psycopg(clients: int, seconds: float, *, held: bool) -> float:
+    """sluice's statements from Python threads with nothing of sluice around them; or, with
+    ``held``, the design whose claim is a row lock held until the acknowledgement."""
+    import random
+
+    import psycopg
+
+    from sluice.backends.postgres_pooler import SETTINGS
+
+    claim, settle = _statements()
+    options = " ".join(f"-c {k}={v}" for k, v in SETTINGS)
+    now = time.time() + 86_400
+    taken = [0] * clients
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def drain(c: int) -> None:
+        try:
+            # Autocommit: each statement its own transaction and one round trip, as sluice
+            # sends them; held, BEGIN and the pick go together, then the delete and COMMIT
+            # (a pipeline): two round trips.
+            with psycopg.connect(PG_CONNINFO, options=options, autocommit=True) as conn:
+                while not stop.is_set():
+                    tx = random.randrange(1, 1_000_000_000)
+                    args = {"session": 1, "tx": tx, "queue": f"q{c}", "now": now, "limit": 1}
+                    done = {"session": 1, "tx": tx, "expected": 1}
+                    if held:
+                        with conn.pipeline():
+                            conn.execute("BEGIN")
+                            row = conn.execute(_PICK, args, prepare=True).fetchone()
+                            if row is None:
+                                raise RuntimeError(f"q{c} ran dry: fill more for {seconds:g} s")
+                            conn.execute(_DELETE, {"id": row[0]}, prepare=True)
+                            conn.execute("COMMIT")
+                    else:
+                        row = conn.execute(claim, args, prepare=True).fetchone()
+                        if row is None or row[0] is None:
+                            raise RuntimeError(f"q{c} ran dry: fill more for {seconds:g} s")
+                        conn.execute(settle, {**done, "ids": [row[0]]}, prepare=True)
+                    taken[c] += 1
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    rate = _timed(drain, clients, seconds, taken, stop)
+    if errors:
+        raise RuntimeError(f"psycopg: {errors[0]}")
+    return rate
+
+
+def _timed(
+    drain: Callable[[int], None],
+    clients: int,
+    seconds: float,
+    taken: list[int],
+    stop: threading.Event,
+) -> float:
+    """Deliveries/s of ``clients`` threads running ``drain`` for ``seconds``."""
+    workers = [threading.Thread(target=drain, args=(c,)) for c in range(clients)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    stop.wait(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    return sum(taken) / (time.perf_counter() - start)
+
+
+def _fill_rabbit(clients: int, per_queue: int) -> None:
+    """Durable classic queues, each holding ``per_queue`` persistent messages of the bodies
+    sluice's queues hold; waits until the broker counts them all."""
+    import pika
+
+    bodies = [json.dumps(b).encode() for b in make_bodies(_FILL)]
+    persistent = pika.BasicProperties(delivery_mode=2)
+    conn = pika.BlockingConnection(rabbit_params())
+    try:
+        ch = conn.channel()
+        for c in range(clients):
+            name = RABBIT_QUEUE.format(c)
+            ch.queue_delete(name)
+            ch.queue_declare(name, durable=True, arguments={"x-queue-type": "classic"})
+            for n in range(per_queue):
+                ch.basic_publish("", name, bodies[n % _FILL], persistent)
+        deadline = time.monotonic() + 120
+        for c in range(clients):
+            name = RABBIT_QUEUE.format(c)
+            while ch.queue_declare(name, passive=True).method.message_count < per_queue:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"RabbitMQ: {name} not filled after 120 s")
+                conn.sleep(0.1)
+    finally:
+        conn.close()
+
+
+def _drop_rabbit(clients: int) -> list[int]:
+    """Deletes the queues; the messages each still held."""
+    import pika
+
+    conn = pika.BlockingConnection(rabbit_params())
+    try:
+        ch = conn.channel()
+        return [
+            ch.queue_delete(RABBIT_QUEUE.format(c)).method.message_count for c in range(clients)
+        ]
+    finally:
+        conn.close()
+
+
+def _run_rabbit(clients: int, seconds: float) -> float:
+    import pika
+
+    taken = [0] * clients
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def drain(c: int) -> None:
+        try:
+            conn = pika.BlockingConnection(rabbit_params())
+            try:
+                ch = conn.channel()
+                ch.basic_qos(prefetch_count=1)
+
+                def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
+                    ch.basic_ack(delivery_tag=method.delivery_tag)
+                    taken[c] += 1
+
+                ch.basic_consume(RABBIT_QUEUE.format(c), on_message, auto_ack=False)
+                while not stop.is_set():
+                    conn.process_data_events(time_limit=0.05)
+            finally:
+                conn.close()
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    rate = _timed(drain, clients, seconds, taken, stop)
+    if errors:
+        raise RuntimeError(f"RabbitMQ: {errors[0]}")
+    return rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     if pgbench is None:
         print("pgbench not found: install PostgreSQL's server package", file=sys.stderr)
         return 2
-    rows: list[tuple[int, float, float]] = []
+    rabbit = answers(RABBIT_HOST, RABBIT_PORT)
+    rows: list[Row] = []
     try:
         for clients in CLIENTS:
             # Enough for pgbench at up to 8,000 deliveries/s in all (5,600 seen here with 10
@@ -174,9 +375,23 @@ def main(argv: list[str] | None = None) -> int:
             c_rate = _run_pgbench(pgbench, clients, args.seconds)
             _fill(clients, per_queue)
             s_rate = _run_sluice(clients, args.seconds)
-            rows.append((clients, c_rate, s_rate))
-            print(f"{clients} clients: pgbench {c_rate:,.0f}/s, sluice {s_rate:,.0f}/s",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            _fill(clients, per_queue)
+            p_rate = _run_psycopg(clients, args.seconds, held=False)
+            _fill(clients, per_queue)
+            o_rate = _run_psycopg(clients, args.seconds, held=True)
+            r_rate = None
+            if rabbit:
+                _fill_rabbit(clients, per_queue)
+                try:
+                    r_rate = _run_rabbit(clients, args.seconds)
+                finally:
+                    left = _drop_rabbit(clients)
+                if 0 in left:
+                    raise RuntimeError(f"RabbitMQ ran dry: fill more for {args.seconds:g} s")
+            rows.append(Row(clients, c_rate, s_rate, p_rate, o_rate, r_rate))
+            print(f"{clients} clients: pgbench {c_rate:,.0f}/s, sluice {s_rate:,.0f}/s,"
+                  f" psycopg {p_rate:,.0f}/s, psycopg with a held lock {o_rate:,.0f}/s,"
+                  f" RabbitMQ {_rate(r_rate)}", file=sys.stderr, flush=True)  # fmt: skip
     finally:
         drop_schema(PG_CONNINFO, SCHEMA)
     lines = [f"# sluice's claim and acknowledgement under pgbench, {time.strftime('%Y-%m-%d')}", ""]
@@ -187,12 +402,24 @@ def main(argv: list[str] | None = None) -> int:
         " (committing without waiting for the WAL flush) and then `delete_claimed` (waiting"
         " for it), each its own transaction. pgbench runs those statements, prepared, with"
         " sluice's planner settings; sluice runs them itself from as many threads sharing"
-        f" one Database. One run of {args.seconds:g} s each.",
+        " one Database; psycopg runs them, prepared, from as many threads, each on its own"
+        " connection, with nothing of sluice around them; *a held lock* is psycopg running a"
+        " design sluice does not have: the claim only locks its row (sluice's pick, FOR"
+        " UPDATE SKIP LOCKED, no write) and the acknowledgement deletes it in the same"
+        " transaction, one durable commit. RabbitMQ: as many pika"
+        " consumers, each draining a durable classic queue of its own (persistent messages"
+        " of the same bodies), prefetch 1, an ack per message"
+        + ("" if rabbit else " (not running here: no figure)")
+        + f". One run of {args.seconds:g} s each; every row is durable at the acknowledgement"
+        " but RabbitMQ's, whose acks are not synced before they take effect.",
         "",
-        "| clients | pgbench: deliveries/s | sluice: deliveries/s | sluice / pgbench |",
-        "|---:|---:|---:|---:|",
+        "| clients | pgbench | sluice | psycopg | psycopg, a held lock | RabbitMQ"
+        " | sluice / pgbench | sluice / psycopg | psycopg / RabbitMQ"
+        " | a held lock / RabbitMQ | sluice / RabbitMQ |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    lines += [f"| {c} | {p:,.0f} | {s:,.0f} | {s / p:.2f} |" for c, p, s in rows]
+    lines += [row.line() for row in rows]
+    lines += ["", "deliveries/s; ratios of deliveries/s."]
     write_report("pgbench-cycle", "\n".join(lines) + "\n", args.out)
     return 0
 

@@ -38,7 +38,7 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
     "postgres": (["--only", "sluice", "--only", "floor", "--seconds", "1"], [PG], []),
     "wakeup": (["--n", "10"], [PG], []),
     "backlog": ([], [PG], ["pgqueuer"]),
-    "pgbench-cycle": ([], [PG], []),
+    "pgbench-cycle": ([], [PG, RABBIT], ["pika"]),
     "content": (
         [
             "--backends",
