@@ -175,29 +175,56 @@ def _run_pgbench(pgbench: str, clients: int, seconds: float) -> float:
     return float(found[1])
 
 
-def _run_sluice(clients: int, seconds: float) -> float:
-    import sluice
+Drain = Callable[[int, list[int], threading.Event], None]
+"""One client's loop: ``drain(c, taken, stop)`` counts its deliveries into ``taken[c]``
+until ``stop`` is set."""
 
+
+def _timed(who: str, clients: int, seconds: float, drain: Drain) -> float:
+    """Deliveries/s of ``clients`` threads running ``drain`` for ``seconds``; the first
+    error of any ends them all and is raised, naming ``who``."""
     taken = [0] * clients
     stop = threading.Event()
     errors: list[BaseException] = []
+
+    def run(c: int) -> None:
+        try:
+            drain(c, taken, stop)
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    workers = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    stop.wait(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{who}: {errors[0]}")
+    return sum(taken) / elapsed
+
+
+def _dry(c: int, seconds: float) -> RuntimeError:
+    return RuntimeError(f"q{c} ran dry: fill more for {seconds:g} s")
+
+
+def _run_sluice(clients: int, seconds: float) -> float:
+    import sluice
+
     with sluice.connect(f"{PG_CONNINFO}?schema={SCHEMA}") as db:
 
-        def drain(c: int) -> None:
-            try:
-                while not stop.is_set():
-                    with db.transaction() as tx:
-                        if not tx.dequeue(f"q{c}", limit=1):
-                            raise RuntimeError(f"q{c} ran dry: fill more for {seconds:g} s")
-                    taken[c] += 1
-            except BaseException as exc:
-                errors.append(exc)
-                stop.set()
+        def drain(c: int, taken: list[int], stop: threading.Event) -> None:
+            while not stop.is_set():
+                with db.transaction() as tx:
+                    if not tx.dequeue(f"q{c}", limit=1):
+                        raise _dry(c, seconds)
+                taken[c] += 1
 
-        rate = _timed(drain, clients, seconds, taken, stop)
-    if errors:
-        raise RuntimeError(f"sluice: {errors[0]}")
-    return rate
+        return _timed("sluice", clients, seconds, drain)
 
 
 def _statements() -> tuple[str, str]:
@@ -221,61 +248,32 @@ def _run_psycopg(clients: int, seconds: float, *, held: bool) -> float:
     claim, settle = _statements()
     options = " ".join(f"-c {k}={v}" for k, v in SETTINGS)
     now = time.time() + 86_400
-    taken = [0] * clients
-    stop = threading.Event()
-    errors: list[BaseException] = []
 
-    def drain(c: int) -> None:
-        try:
-            # Autocommit: each statement its own transaction and one round trip, as sluice
-            # sends them; held, BEGIN and the pick go together, then the delete and COMMIT
-            # (a pipeline): two round trips.
-            with psycopg.connect(PG_CONNINFO, options=options, autocommit=True) as conn:
-                while not stop.is_set():
-                    tx = random.randrange(1, 1_000_000_000)
-                    args = {"session": 1, "tx": tx, "queue": f"q{c}", "now": now, "limit": 1}
-                    done = {"session": 1, "tx": tx, "expected": 1}
-                    if held:
-                        with conn.pipeline():
-                            conn.execute("BEGIN")
-                            row = conn.execute(_PICK, args, prepare=True).fetchone()
-                            if row is None:
-                                raise RuntimeError(f"q{c} ran dry: fill more for {seconds:g} s")
-                            conn.execute(_DELETE, {"id": row[0]}, prepare=True)
-                            conn.execute("COMMIT")
-                    else:
-                        row = conn.execute(claim, args, prepare=True).fetchone()
-                        if row is None or row[0] is None:
-                            raise RuntimeError(f"q{c} ran dry: fill more for {seconds:g} s")
-                        conn.execute(settle, {**done, "ids": [row[0]]}, prepare=True)
-                    taken[c] += 1
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
+    def drain(c: int, taken: list[int], stop: threading.Event) -> None:
+        # Autocommit: each statement its own transaction and one round trip, as sluice
+        # sends them; held, BEGIN and the pick go together, then the delete and COMMIT (a
+        # pipeline): two round trips.
+        with psycopg.connect(PG_CONNINFO, options=options, autocommit=True) as conn:
+            while not stop.is_set():
+                tx = random.randrange(1, 1_000_000_000)
+                args = {"session": 1, "tx": tx, "queue": f"q{c}", "now": now, "limit": 1}
+                if held:
+                    with conn.pipeline():
+                        conn.execute("BEGIN")
+                        row = conn.execute(_PICK, args, prepare=True).fetchone()
+                        if row is None:
+                            raise _dry(c, seconds)
+                        conn.execute(_DELETE, {"id": row[0]}, prepare=True)
+                        conn.execute("COMMIT")
+                else:
+                    row = conn.execute(claim, args, prepare=True).fetchone()
+                    if row is None or row[0] is None:
+                        raise _dry(c, seconds)
+                    done = {"ids": [row[0]], "session": 1, "tx": tx, "expected": 1}
+                    conn.execute(settle, done, prepare=True)
+                taken[c] += 1
 
-    rate = _timed(drain, clients, seconds, taken, stop)
-    if errors:
-        raise RuntimeError(f"psycopg: {errors[0]}")
-    return rate
-
-
-def _timed(
-    drain: Callable[[int], None],
-    clients: int,
-    seconds: float,
-    taken: list[int],
-    stop: threading.Event,
-) -> float:
-    """Deliveries/s of ``clients`` threads running ``drain`` for ``seconds``."""
-    workers = [threading.Thread(target=drain, args=(c,)) for c in range(clients)]
-    start = time.perf_counter()
-    for w in workers:
-        w.start()
-    stop.wait(seconds)
-    stop.set()
-    for w in workers:
-        w.join()
-    return sum(taken) / (time.perf_counter() - start)
+    return _timed("psycopg", clients, seconds, drain)
 
 
 def _fill_rabbit(clients: int, per_queue: int) -> None:
@@ -322,34 +320,23 @@ def _drop_rabbit(clients: int) -> list[int]:
 def _run_rabbit(clients: int, seconds: float) -> float:
     import pika
 
-    taken = [0] * clients
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def drain(c: int) -> None:
+    def drain(c: int, taken: list[int], stop: threading.Event) -> None:
+        conn = pika.BlockingConnection(rabbit_params())
         try:
-            conn = pika.BlockingConnection(rabbit_params())
-            try:
-                ch = conn.channel()
-                ch.basic_qos(prefetch_count=1)
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=1)
 
-                def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
-                    ch.basic_ack(delivery_tag=method.delivery_tag)
-                    taken[c] += 1
+            def on_message(ch: Any, method: Any, _props: Any, _body: bytes) -> None:
+                ch.basic_ack(delivery_tag=method.delivery_tag)
+                taken[c] += 1
 
-                ch.basic_consume(RABBIT_QUEUE.format(c), on_message, auto_ack=False)
-                while not stop.is_set():
-                    conn.process_data_events(time_limit=0.05)
-            finally:
-                conn.close()
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
+            ch.basic_consume(RABBIT_QUEUE.format(c), on_message, auto_ack=False)
+            while not stop.is_set():
+                conn.process_data_events(time_limit=0.05)
+        finally:
+            conn.close()
 
-    rate = _timed(drain, clients, seconds, taken, stop)
-    if errors:
-        raise RuntimeError(f"RabbitMQ: {errors[0]}")
-    return rate
+    return _timed("RabbitMQ", clients, seconds, drain)
 
 
 def main(argv: list[str] | None = None) -> int:
