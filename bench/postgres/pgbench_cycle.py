@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     left = _drop_rabbit(clients)
                 if 0 in left:
-                    raise RuntimeError(f"RabbitMQ ran dry: fill more for {args.seconds:g} s")
+                    raise RuntimeError(f"RabbitMQ: {_dry(left.index(0), args.seconds)}")
             rows.append(Row(clients, c_rate, s_rate, p_rate, o_rate, r_rate))
             print(f"{clients} clients: pgbench {c_rate:,.0f}/s, sluice {s_rate:,.0f}/s,"
                   f" psycopg {p_rate:,.0f}/s, psycopg with a held lock {o_rate:,.0f}/s,"
