@@ -149,6 +149,36 @@ def _busy(cell: Cell) -> str:
     return "-" if run is None or run.cpu is None else f"{run.cpu:.2f}"
 
 
+def _floor_bound(reads: list[Cell], jdbc: Cell | None) -> list[str]:
+    """Each streaming read against Spark alone's stream at its max_per_batch: what a Python
+    streaming source that fetches nothing reaches, so what no such source can beat."""
+    if jdbc is None or jdbc.rate is None:
+        return []
+    floors = {c.batch: c.rate for c in reads if c.label == SPARK_STREAM_FLOOR_LABEL and c.rate}
+    lines = []
+    for batch, floor in floors.items():
+        factor = floor / jdbc.rate
+        verdict = "above" if factor >= READ_TARGET else "below"
+        lines.append(
+            f"- max_per_batch {batch}: Spark alone {floor:,.0f} msgs/s = {factor:.2f} x JDBC,"
+            f" {verdict} the target of {READ_TARGET:g}"
+        )
+        for c in reads:
+            if c.batch == batch and c.label.startswith("sluice streaming") and c.rate:
+                lines.append(
+                    f"  - {c.label}, partitions {c.partitions}: {c.rate / floor:.2f} of Spark alone"
+                )
+    if not lines:
+        return []
+    head = (
+        "Spark alone's stream reads ready Arrow batches from a Python source with no database"
+        " behind it: no streaming source written in Python, sluice's or any other, can read"
+        " faster here. Where it is below the target, the target is out of reach for this"
+        " design of source on this machine."
+    )
+    return ["### The floor of a Python streaming source", "", head, "", *lines, ""]
+
+
 def _cpu_bound(reads: list[Cell], jdbc: Cell | None, cores: int) -> list[str]:
     """Whether the machine's cores leave room for a stream at the target, from the CPU
     that Spark's streaming machinery (the Spark-alone stream) and the subscription's read
@@ -293,6 +323,7 @@ def _read_section(cells: list[Cell], s: Settings) -> list[str]:
             f" (need {READ_TARGET:g})"
         )
     out.append("")
+    out += _floor_bound(reads, jdbc)
     out += _cpu_bound(reads, jdbc, s.cores)
     # Spark alone's stream is the floor under each phase: what Spark's streaming machinery
     # costs a Python source before sluice does anything.
