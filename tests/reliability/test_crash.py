@@ -54,7 +54,9 @@ def test_kill_9_inside_a_transaction_rolls_it_back(shared_url: str) -> None:
     # the moments between the kill and its recover() (on a loaded machine it once ran
     # there first, and recover() found nothing left: CI, PostgreSQL). A recovery in
     # another test's schema made recover() skip too, until each schema had a recovery
-    # lock of its own (recovery_lock; make test, 2026-12-06).
+    # lock of its own (recovery_lock; make test, 2026-12-06); and so did the child's own
+    # recovery pass, killed with it, until the server ended its backend: recover() now
+    # waits for a pass that holds the lock (tests/postgresql/test_recovery_wait.py).
     with (
         _child(url, "hold") as (child, report),
         sluice.connect(url, lease=3600) as observer,

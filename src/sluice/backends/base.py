@@ -258,11 +258,14 @@ class Sessions(Protocol):
     def close_session(self, session: int) -> None:
         """Roll back whatever the session still holds, then forget it. Idempotent."""
 
-    def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
+    def recover(self, is_dead: Callable[[SessionInfo], bool], *, wait: bool = True) -> list[int]:
         """Roll back every session ``is_dead`` condemns, and expire overdue messages.
 
         Runs in one database transaction, so each dead session is rolled back
         exactly once however many nodes try at the same time. Returns the ids.
+        ``wait``: while another pass runs, wait for it and then look; else leave the
+        work to it and return none (a backend whose passes take turns anyway, as
+        SQLite's write lock makes them, always waits).
         """
 
 

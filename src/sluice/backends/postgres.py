@@ -340,7 +340,7 @@ class PostgresBackend(
             yield conn
             conn.execute("COMMIT")
 
-    def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
+    def recover(self, is_dead: Callable[[SessionInfo], bool], *, wait: bool = True) -> list[int]:
         def work() -> list[int]:
             with self._transaction(durable=False) as conn:
                 # A process stopped inside this transaction (SIGSTOP, a frozen VM) would
@@ -349,8 +349,9 @@ class PostgresBackend(
                 # idle seconds.
                 conn.execute(self._q["recovery_idle_limit"])
                 key = {"lock_class": LOCK_CLASS, "key": recovery_lock(self.schema)}
-                locked = conn.execute(self._q["try_recovery_lock"], key)
-                if not first(locked.fetchall()):
+                if wait:
+                    conn.execute(self._q["recovery_lock"], key)
+                elif not first(conn.execute(self._q["try_recovery_lock"], key).fetchall()):
                     return []  # another node is recovering right now
                 # Leases on real time (sluice.engine.lease), not self.clock.
                 rows = conn.execute(self._q["list_sessions"], {"now": time.time()}).fetchall()
@@ -412,6 +413,16 @@ class PostgresBackend(
 
     def _promote(self, conn: SqlConnection, lanes: Sequence[Lane]) -> None:
         conn.execute(self._q["promote"], lanes_params(lanes))
+
+    def _release_orphans(self, conn: SqlConnection) -> list[Lane]:
+        # Each statement runs on a snapshot of its own: a claim a recovered session
+        # commits between a read of the lanes and the release would be released with
+        # its lane unnamed (no head, for ever). The releasing statements name theirs.
+        for name in ("dead_sessions_pending", "dead_sessions_own_claims"):
+            conn.execute(self._q[name])
+        lanes = set(conn.execute(self._q["dead_sessions_dead_letter"]).fetchall())
+        lanes.update(conn.execute(self._q["dead_sessions_release"]).fetchall())
+        return sorted(lanes)
 
     def _drop_stream_rows(self, conn: SqlConnection, session: int) -> None:
         conn.execute(self._q["stream_spool_drop"], {"session": session})

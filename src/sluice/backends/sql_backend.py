@@ -117,6 +117,11 @@ class SqlBackend(ABC):
         """Give each of ``lanes`` its head, if it has none (the promote statement)."""
 
     @abstractmethod
+    def _release_orphans(self, conn: SqlConnection) -> list[Lane]:
+        """Roll back what unregistered sessions hold; the lanes whose messages it released
+        (to be promoted)."""
+
+    @abstractmethod
     def _drop_stream_rows(self, conn: SqlConnection, session: int) -> None:
         """Forget what a stream keeps beside the messages (PostgreSQL's spool)."""
 
@@ -184,14 +189,7 @@ class SqlBackend(ABC):
     def _roll_back_orphans(self, conn: SqlConnection) -> None:
         # Whatever a session no longer registered holds is rolled back here, so a
         # session recovered while it still worked cannot leave claims behind.
-        lanes = [(q, lane) for q, lane in conn.execute(self._q["dead_sessions_lanes"]).fetchall()]
-        for name in (
-            "dead_sessions_pending",
-            "dead_sessions_own_claims",
-            "dead_sessions_dead_letter",
-            "dead_sessions_release",
-        ):
-            conn.execute(self._q[name])
+        lanes = self._release_orphans(conn)
         if lanes:
             self._promote(conn, lanes)
 

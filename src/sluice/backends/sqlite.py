@@ -333,8 +333,9 @@ class SQLiteBackend(
             cur = conn.execute(self._q["heartbeat"], beat)
             return cur.rowcount == 1
 
-    def recover(self, is_dead: Callable[[SessionInfo], bool]) -> list[int]:
-        # Not durable: undone by a power cut, it is simply done again after it.
+    def recover(self, is_dead: Callable[[SessionInfo], bool], *, wait: bool = True) -> list[int]:
+        # Passes take turns on the write lock, whatever ``wait`` says. Not durable:
+        # undone by a power cut, it is simply done again after it.
         with self._transaction(durable=False) as conn:
             sessions = [SessionInfo(*r) for r in conn.execute(self._q["list_sessions"])]
             dead = [s.id for s in sessions if is_dead(s)]
@@ -422,6 +423,20 @@ class SQLiteBackend(
             conn.execute(self._q["dead_letter"], params)
             conn.execute(self._q["release"], params)
             self._promote(conn, lanes)
+
+    def _release_orphans(self, conn: SqlConnection) -> list[Lane]:
+        # The lanes are read before the statements that release them: nobody writes in
+        # between, for this transaction holds the file's one write lock (PostgreSQL's
+        # statements return their own lanes instead).
+        lanes = [(q, lane) for q, lane in conn.execute(self._q["dead_sessions_lanes"]).fetchall()]
+        for name in (
+            "dead_sessions_pending",
+            "dead_sessions_own_claims",
+            "dead_sessions_dead_letter",
+            "dead_sessions_release",
+        ):
+            conn.execute(self._q[name])
+        return lanes
 
     def _promote(self, conn: SqlConnection, lanes: Sequence[Lane] | set[Lane]) -> None:
         """Give each of ``lanes`` its head, if it has none (see the promote query)."""

@@ -112,7 +112,7 @@ class EngineContext:
         the loss before what it put before, out of its order (the campaign found it)."""
         self._stranded: dict[tuple[int, int], Stranded] = {}
         _open_contexts.add(self)
-        self.recover()
+        self.recover(wait=False)  # a pass already running does the work
         self._keeper = leases.LeaseKeeper(self._tick, lease)
         self._keeper.start()
 
@@ -211,9 +211,16 @@ class EngineContext:
         self.ready_hints.pop(name, None)
 
     # --- the session's life ---------------------------------------------------------
-    def recover(self) -> list[int]:
-        """Roll back sessions whose owners died; returns their ids."""
-        dead = self.backend.recover(lambda s: leases.is_dead(s, me=self._session))
+    def recover(self, *, wait: bool = True) -> list[int]:
+        """Roll back sessions whose owners died; returns their ids.
+
+        ``wait``: if another pass is running (on PostgreSQL, another process's), wait for
+        it, then look. Asked for (``Database.recover``), a pass must not return none
+        while a dead session waits: the other pass may be a killed process's, which its
+        server ends only when it notices (a test saw ``recover()`` find nothing right
+        after a kill -9, on a loaded machine). The heartbeat's passes do not wait.
+        """
+        dead = self.backend.recover(lambda s: leases.is_dead(s, me=self._session), wait=wait)
         if dead:
             log.info("sluice rolled back dead sessions %s", dead)
             self.wakeups.notify()
@@ -272,7 +279,7 @@ class EngineContext:
                 )
             log.warning("sluice session lease was lost; continuing as session %s", self._session)
         self._renewed = started
-        self.recover()
+        self.recover(wait=False)
         self._finish_stranded()
 
     def close(self) -> None:

@@ -55,8 +55,15 @@ FOR UPDATE;
 SELECT set_config('idle_in_transaction_session_timeout', '5s', true);
 
 -- name: try_recovery_lock
--- One recoverer of the schema at a time; the others skip instead of queueing behind it.
+-- One recoverer of the schema at a time; the heartbeats' passes skip instead of queueing
+-- behind it.
 SELECT pg_try_advisory_xact_lock(%(lock_class)s, %(key)s);
+
+-- name: recovery_lock
+-- An asked-for pass (db.recover()) waits its turn instead: the holder may be the backend
+-- of a process killed in its own pass, which holds the lock until the server notices.
+-- The wait is short: a pass is a few statements, and an idle one ends in 5 s.
+SELECT pg_advisory_xact_lock(%(lock_class)s, %(key)s);
 
 -- name: update_queue
 UPDATE {schema}.queues
@@ -439,14 +446,19 @@ WITH r AS (
     RETURNING 1)
 SELECT {schema}.expect((SELECT count(*) FROM r), 1, 'lease lost');
 
--- name: dead_letter
--- Messages given back for the last allowed time leave for the error queue.
-UPDATE {schema}.messages AS m
+-- fragment: to_error_queue
+-- A message given back for the last allowed time (q its queue, eq the queue's error
+-- queue, if any): out of its lane into the error queue, or failed where there is none.
 SET queue_id = coalesce(eq.id, m.queue_id),
     state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
     attempts = m.attempts + 1,
     c_session = NULL, c_tx = NULL, origin_queue = q.name,
     error = 'reached max_attempts (' || q.max_attempts || ')', lane = NULL
+
+-- name: dead_letter
+-- Messages given back for the last allowed time leave for the error queue.
+UPDATE {schema}.messages AS m
+{to_error_queue}
 FROM {schema}.queues AS q
     LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
 WHERE m.state = 2 AND m.c_session = %(session)s AND m.c_tx = %(tx)s
@@ -505,31 +517,36 @@ WHERE state = 2 AND c_session = p_session AND c_tx = p_tx
   AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session);
 
 -- name: dead_sessions_dead_letter
-UPDATE {schema}.messages AS m
-SET queue_id = coalesce(eq.id, m.queue_id),
-    state = CASE WHEN eq.id IS NULL THEN 4 ELSE 1 END,
-    attempts = m.attempts + 1,
-    c_session = NULL, c_tx = NULL, origin_queue = q.name,
-    error = 'reached max_attempts (' || q.max_attempts || ')', lane = NULL
-FROM {schema}.queues AS q
-    LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
-WHERE m.state = 2
-  AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session)
-  AND q.id = m.queue_id
-  AND q.max_attempts IS NOT NULL AND m.attempts + 1 >= q.max_attempts;
-
--- name: dead_sessions_lanes
--- The lanes whose messages dead sessions hold: promoted after the release.
-SELECT DISTINCT q.name, m.lane FROM {schema}.messages AS m
-JOIN {schema}.queues AS q ON q.id = m.queue_id
-WHERE m.state = 2 AND m.lane IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session);
+-- The lanes of the messages it moves (promoted after the release), read as it locks
+-- them: the move takes them out of their lanes.
+WITH doomed AS (
+    SELECT m.id, m.slot, m.lane FROM {schema}.messages AS m
+    JOIN {schema}.queues AS q ON q.id = m.queue_id
+    WHERE m.state = 2
+      AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session)
+      AND q.max_attempts IS NOT NULL AND m.attempts + 1 >= q.max_attempts
+    FOR UPDATE OF m),
+moved AS (
+    UPDATE {schema}.messages AS m
+    {to_error_queue}
+    FROM doomed AS d, {schema}.queues AS q
+        LEFT JOIN {schema}.queues AS eq ON eq.name = q.error_queue AND eq.id <> q.id
+    WHERE m.id = d.id AND m.slot = d.slot AND q.id = m.queue_id
+    RETURNING q.name, d.lane)
+SELECT DISTINCT name, lane FROM moved WHERE lane IS NOT NULL;
 
 -- name: dead_sessions_release
-UPDATE {schema}.messages AS m
-SET state = CASE WHEN lane IS NULL THEN 1 ELSE 5 END, attempts = attempts + 1,
-    c_session = NULL, c_tx = NULL
-WHERE state = 2 AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session);
+-- The lanes of the messages it releases, to be promoted: a claim that committed after
+-- any earlier statement's snapshot is released here, so only this statement knows them.
+WITH released AS (
+    UPDATE {schema}.messages AS m
+    SET state = CASE WHEN lane IS NULL THEN 1 ELSE 5 END, attempts = attempts + 1,
+        c_session = NULL, c_tx = NULL
+    WHERE state = 2 AND NOT EXISTS (SELECT 1 FROM {schema}.sessions AS s WHERE s.id = m.c_session)
+    RETURNING queue_id, lane)
+SELECT DISTINCT q.name, r.lane FROM released AS r
+JOIN {schema}.queues AS q ON q.id = r.queue_id
+WHERE r.lane IS NOT NULL;
 
 -- name: expire
 SELECT {schema}.expire(%(now)s);
