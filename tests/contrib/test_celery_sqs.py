@@ -124,12 +124,15 @@ def test_a_task_killed_mid_run_runs_again_after_its_visibility_timeout(
     producer = make_app(endpoint.broker, TRANSPORT_OPTIONS)
     # Tasks 0 and 1 finish on the first worker, the later ones it starts never do there:
     # the kill lands mid-task however slow the test's process is to look.
-    first = workers.start("w1", hold_from=2)
+    hold = 2
+    first = workers.start("w1", hold_from=hold)
     tasks = 6
     for n in range(tasks):
         producer.send_task("work", args=(n, 0.5))
 
-    wait_until("the first worker running tasks", lambda: running_mid_task(workers.log), workers)
+    wait_until(
+        "the first worker running tasks", lambda: running_mid_task(workers.log, hold), workers
+    )
     workers.kill(first)
     killed_at = time.monotonic()
     killed_during = unfinished(lines(workers.log))
