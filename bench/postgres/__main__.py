@@ -31,10 +31,6 @@ from typing import Any
 from bench.harness import (
     DEFAULT_SLUICE_URL,
     PG_CONNINFO,
-    RABBIT_HOST,
-    RABBIT_PASSWORD,
-    RABBIT_PORT,
-    RABBIT_USER,
     SchemaGuard,
     add_common_options,
     drop_schema,
@@ -44,6 +40,7 @@ from bench.harness import (
     one_line,
     package_versions,
     pg_facts,
+    rabbit_params,
     write_report,
 )
 
@@ -484,17 +481,6 @@ def _run_loop(coro: Coroutine[Any, Any, Outcome]) -> Outcome:
 # ------------------------------------------------------------------------------ RabbitMQ
 
 
-def _rabbit_params() -> Any:
-    import pika
-
-    return pika.ConnectionParameters(
-        host=RABBIT_HOST,
-        port=RABBIT_PORT,
-        credentials=pika.PlainCredentials(RABBIT_USER, RABBIT_PASSWORD),
-        heartbeat=60,
-    )
-
-
 class _RabbitProducer:
     """A SelectConnection publisher that waits for the confirms of each batch before the next.
 
@@ -513,7 +499,7 @@ class _RabbitProducer:
         self.sent = 0
         self.channel: Any = None
         self.conn: Any = pika.SelectConnection(
-            _rabbit_params(),
+            rabbit_params(),
             on_open_callback=self._on_open,
             on_open_error_callback=self._on_open_error,
             on_close_callback=self._on_closed,
@@ -589,7 +575,7 @@ def _rabbit_consumer(
     import pika
 
     try:
-        conn = pika.BlockingConnection(_rabbit_params())
+        conn = pika.BlockingConnection(rabbit_params())
         try:
             ch = conn.channel()
             ch.basic_qos(prefetch_count=batch)
@@ -614,7 +600,7 @@ def _rabbit(s: Settings, kind: str) -> Outcome:
     import pika
 
     queue = RABBIT_QUEUES[f"rabbitmq-{kind}"]
-    admin = pika.BlockingConnection(_rabbit_params())
+    admin = pika.BlockingConnection(rabbit_params())
     try:
         ch = admin.channel()
         ch.queue_delete(queue)
@@ -727,7 +713,7 @@ def _cleanup_after_kill(name: str, s: Settings) -> None:
         elif name in RABBIT_QUEUES:
             import pika
 
-            conn = pika.BlockingConnection(_rabbit_params())
+            conn = pika.BlockingConnection(rabbit_params())
             conn.channel().queue_delete(RABBIT_QUEUES[name])
             conn.close()
 
