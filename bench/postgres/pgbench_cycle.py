@@ -185,7 +185,6 @@ class _Dry(Exception):
 
     def __init__(self, c: int) -> None:
         super().__init__(f"q{c} ran dry")
-        self.c = c
 
 
 NOTES: list[str] = []
@@ -197,7 +196,7 @@ def _timed(who: str, clients: int, seconds: float, drain: Drain) -> float:
     error of any ends them all and is raised, naming ``who``.
 
     A client whose queue runs dry (``_Dry``) ends the window there, with what all had
-    delivered by then: every client had work throughout it. Filling for the longest client
+    delivered by then: every client had work throughout it. Filling for the fastest client
     would not do: with 10 threads on 2 cores one can run at the single client's rate for a
     while and empty its queue early (CI: RabbitMQ's q6 at 10 clients)."""
     taken = [0] * clients
