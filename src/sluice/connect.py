@@ -30,6 +30,7 @@ _POSTGRES_OPTIONS = {
     "pooler",
     "direct",
     "prepare_threshold",
+    "group_commit",
 }
 
 
@@ -65,7 +66,8 @@ def connect(
     keyword arguments win. ``synchronous`` (FULL by default) is SQLite's
     durability level, ``lease`` the seconds after which a silent session is
     rolled back by others, ``cache_mib`` SQLite's page cache (64 MiB),
-    ``group_commit`` whether concurrent commits share an fsync (on), ``vfs`` the
+    ``group_commit`` whether concurrent commits share an fsync (on; on PostgreSQL, the
+    acknowledgements threads make at once share a transaction), ``vfs`` the
     SQLite VFS to open the file through (one registered in this process; for tests
     that simulate a disk). ``clock``
     (``sluice.clock``): the time messages and jobs are judged by, for tests and
@@ -116,7 +118,7 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
     from sluice.backends.postgres import PostgresBackend, PostgresSettings  # noqa: PLC0415
 
     ours = {k: options.pop(k) for k in list(options) if k in _POSTGRES_OPTIONS}
-    unknown = set(options) & (_SQLITE_OPTIONS - {"lease", "poll_interval"})
+    unknown = set(options) & (_SQLITE_OPTIONS - {"lease", "poll_interval", "group_commit"})
     if unknown:
         raise ConfigurationError(
             f"option(s) {', '.join(sorted(unknown))} are SQLite's; PostgreSQL takes "
@@ -143,6 +145,7 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
         notify_interval=_number("notify_interval", ours.get("notify_interval", 0.005)),
         rotate_every=int(_number("rotate_every", ours.get("rotate_every", 2000))),
         maintenance_interval=_number("maintenance_interval", ours.get("maintenance_interval", 1.0)),
+        group_commit=_flag("group_commit", ours.get("group_commit", True)),
         **_pooling(url, ours),
     )
     return PostgresBackend(conninfo, settings)

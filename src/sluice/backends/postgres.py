@@ -40,6 +40,7 @@ from typing import Any
 
 from sluice.backends.base import Backend
 from sluice.backends.gateways import SqlGateways
+from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.idempotency import SqlIdempotency
 from sluice.backends.keys import SqlKeys
 from sluice.backends.postgres_arrow import ArrowReader
@@ -54,6 +55,7 @@ from sluice.backends.records import (
     Selection,
     SessionInfo,
     browse_params,
+    plain_ack,
 )
 from sluice.backends.sql_backend import (
     SqlBackend,
@@ -157,6 +159,7 @@ class PostgresBackend(
         if "application_name" not in conninfo:  # so operators can tell sluice's sessions apart
             self._kwargs["application_name"] = "sluice"
         self._uncertain: set[tuple[int, int]] = set()
+        self._group = GroupCommitter(self.commit_many) if self.settings.group_commit else None
         self._due = threading.local()  # see _keep_due
         self._peer_heard = float("-inf")
         self._listener: Listener | None = None
@@ -492,6 +495,15 @@ class PostgresBackend(
         self.released()
 
     def commit(self, plan: CommitPlan) -> None:
+        # Acknowledgements that threads of this Database make at once go as one statement
+        # in one transaction (commit_many): one round trip and one WAL flush for them all,
+        # and a fraction of the server's work each, where the server is the bound.
+        if self._group is not None and plan.durable and plain_ack(plan):
+            self._group.commit(plan)
+        else:
+            self._commit_one(plan)
+
+    def _commit_one(self, plan: CommitPlan) -> None:
         try:
             notified = self._run_checked(
                 self.commit_unit(plan), plan.enqueues, durable=plan.durable
@@ -524,7 +536,7 @@ class PostgresBackend(
         results: list[BaseException | None] = []
         for plan in plans:
             try:
-                self.commit(plan)
+                self._commit_one(plan)
             except SluiceError as exc:
                 results.append(exc)
             else:

@@ -40,6 +40,8 @@ class PostgresSettings:
     direct: str | None = None
     """A libpq URL that reaches the same database without the pooler, for LISTEN and
     maintenance; None: notifications are not listened to, the ``fallback`` tick wakes."""
+    group_commit: bool = True
+    """Acknowledgements that threads of one Database commit at once share a transaction."""
     prepare_threshold: int | Literal["auto"] | None = "auto"
     """psycopg's: executions before a statement is prepared on the server; None: never.
     "auto": 5 on a direct connection, never behind a pooler."""
