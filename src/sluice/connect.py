@@ -118,7 +118,7 @@ def _postgres(url: str, options: dict[str, Any]) -> Backend:
     from sluice.backends.postgres import PostgresBackend, PostgresSettings  # noqa: PLC0415
 
     ours = {k: options.pop(k) for k in list(options) if k in _POSTGRES_OPTIONS}
-    unknown = set(options) & (_SQLITE_OPTIONS - {"lease", "poll_interval", "group_commit"})
+    unknown = set(options) & (_SQLITE_OPTIONS - {"lease", "poll_interval"})
     if unknown:
         raise ConfigurationError(
             f"option(s) {', '.join(sorted(unknown))} are SQLite's; PostgreSQL takes "
