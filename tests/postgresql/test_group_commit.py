@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import pytest
@@ -18,7 +18,7 @@ from tests.conftest import schema_of
 
 
 class _Queued(list[Any]):
-    """A group's queue that says when ``count`` commits wait in it."""
+    """A group's queue that says when ``count`` commits wait in it (GroupCommitter's own)."""
 
     def __init__(self, count: int) -> None:
         super().__init__()
@@ -37,11 +37,13 @@ def _group(db: sluice.Database) -> GroupCommitter[Any]:
     return backend._group
 
 
-def _held_up(db: sluice.Database) -> tuple[threading.Event, threading.Event]:
-    """Hold the first commit that runs alone inside its transaction until the second event;
-    the first event says it is there."""
+def _commit_grouped(db: sluice.Database, txs: list[sluice.Transaction]) -> dict[int, BaseException]:
+    """Commit ``txs`` from a thread each: the first alone, held inside its commit until the
+    others wait behind it, who then go as one group. What each commit raised, by index."""
     backend = db.backend
     assert isinstance(backend, PostgresBackend)
+    queued = _Queued(len(txs) - 1)
+    _group(db)._queue = queued
     alone = backend._commit_one
     inside, go = threading.Event(), threading.Event()
 
@@ -52,12 +54,6 @@ def _held_up(db: sluice.Database) -> tuple[threading.Event, threading.Event]:
         alone(plan)
 
     backend._commit_one = held  # type: ignore[method-assign]
-    return inside, go
-
-
-def _commit_in_threads(
-    txs: list[sluice.Transaction],
-) -> tuple[list[threading.Thread], dict[int, BaseException]]:
     errors: dict[int, BaseException] = {}
 
     def commit(i: int) -> None:
@@ -67,7 +63,15 @@ def _commit_in_threads(
             errors[i] = exc
 
     threads = [threading.Thread(target=commit, args=(i,)) for i in range(len(txs))]
-    return threads, errors
+    threads[0].start()
+    assert inside.wait(30)  # the first leads, alone, and is held in its commit
+    for t in threads[1:]:
+        t.start()
+    assert queued.full.wait(30)  # the others wait for it
+    go.set()
+    for t in threads:
+        t.join(30)
+    return errors
 
 
 def _taken(db: sluice.Database, count: int) -> tuple[list[sluice.Transaction], list[Message]]:
@@ -80,24 +84,15 @@ def _taken(db: sluice.Database, count: int) -> tuple[list[sluice.Transaction], l
     return txs, messages
 
 
-def test_acknowledgements_made_while_one_commits_go_together(url: str) -> None:
+@pytest.mark.parametrize("durability", ["persistent", "transient"])
+def test_acknowledgements_made_while_one_commits_go_together(
+    url: str, durability: Literal["persistent", "transient"]
+) -> None:
     with sluice.connect(url) as db:
-        db.create_queue("q").put_many(list(range(4)))
-        group = _group(db)
-        queued = _Queued(3)
-        group._queue = queued
-        inside, go = _held_up(db)
+        db.create_queue("q", durability=durability).put_many(list(range(4)))
         txs, _ = _taken(db, 4)
-        threads, errors = _commit_in_threads(txs)
-        threads[0].start()
-        assert inside.wait(30)  # the first leads, alone, and is held in its commit
-        for t in threads[1:]:
-            t.start()
-        assert queued.full.wait(30)  # the other three wait for it
-        go.set()
-        for t in threads:
-            t.join(30)
-        assert errors == {}
+        assert _commit_grouped(db, txs) == {}
+        group = _group(db)
         assert (group.commits, group.groups) == (4, 2)  # the first alone, then three at once
         assert {k: v for k, v in db.queue("q").stats().items() if v} == {}
 
@@ -105,10 +100,6 @@ def test_acknowledgements_made_while_one_commits_go_together(url: str) -> None:
 def test_a_lost_lease_in_a_group_fails_only_its_own_acknowledgement(url: str) -> None:
     with sluice.connect(url) as db:
         db.create_queue("q").put_many(list(range(4)))
-        group = _group(db)
-        queued = _Queued(3)
-        group._queue = queued
-        inside, go = _held_up(db)
         txs, messages = _taken(db, 4)
         # Recovery gave the third message back behind its holder's back (its session
         # stalled, say): the group's one statement finds a row short.
@@ -118,15 +109,7 @@ def test_a_lost_lease_in_a_group_fails_only_its_own_acknowledgement(url: str) ->
                 " c_tx = NULL WHERE id = %s",
                 (messages[2].ref,),
             )
-        threads, errors = _commit_in_threads(txs)
-        threads[0].start()
-        assert inside.wait(30)
-        for t in threads[1:]:
-            t.start()
-        assert queued.full.wait(30)
-        go.set()
-        for t in threads:
-            t.join(30)
+        errors = _commit_grouped(db, txs)
         assert list(errors) == [2]
         assert isinstance(errors[2], sluice.LeaseLost)
         assert [m.body for m in db.queue("q").browse()] == [messages[2].body]

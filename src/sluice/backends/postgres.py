@@ -496,9 +496,10 @@ class PostgresBackend(
 
     def commit(self, plan: CommitPlan) -> None:
         # Acknowledgements that threads of this Database make at once go as one statement
-        # in one transaction (commit_many): one round trip and one WAL flush for them all,
-        # and a fraction of the server's work each, where the server is the bound.
-        if self._group is not None and plan.durable and plain_ack(plan):
+        # in one transaction (commit_many): one round trip (and WAL flush) for them all, and
+        # a fraction of the server's work each, where the server is the bound. Transient
+        # ones too: one grouped with a persistent one is only made durable sooner.
+        if self._group is not None and plain_ack(plan):
             self._group.commit(plan)
         else:
             self._commit_one(plan)
