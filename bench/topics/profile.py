@@ -4,7 +4,8 @@ state read and its write), the claim, the commit.
 Run: ``python -m bench topics-profile [--url sqlite|postgresql] [--batch 10] [--subscriptions 1]
 [--keep-up]``. A backlog of N messages is published first, then consumers drain it (one
 thread per subscription, or per plain queue, sharing one Database) with the backend's
-``pull``, ``claim``, ``commit`` and the pull's ``subscription_state`` read timed. With
+``pull``, ``claim``, ``pull_claim`` (the two sent together: PostgreSQL, a consumer that keeps
+up), ``commit`` and the pull's ``subscription_state`` read timed. With
 ``--keep-up``, one thread publishes one message at a time and takes it from every
 subscription (queue) at once, one message per transaction: a consumer that keeps up with its
 topic, whose every take finds its window empty and the topic one message ahead. Rounds alternate
@@ -26,7 +27,7 @@ from typing import Any
 from bench.harness import PG_CONNINFO, chunks, drop_schema, machine_busy, make_bodies
 
 SCHEMA = "bench_topics_profile"
-PARTS = ("pull", "  state read", "claim", "commit", "whole dequeue + commit")
+PARTS = ("pull", "  state read", "claim", "pull_claim", "commit", "whole dequeue + commit")
 CPU = ("client CPU", "machine busy CPU")
 
 
@@ -120,7 +121,7 @@ def one_round(
         db = sluice.connect(url)
         timers = _Timers()
         backend = db.context.backend
-        for name in ("pull", "claim", "commit"):
+        for name in ("pull", "claim", "pull_claim", "commit"):
             timers.wrap(backend, name)
         timers.wrap_state_read(backend)
         got = dict.fromkeys(names, 0)

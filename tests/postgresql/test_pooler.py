@@ -182,10 +182,17 @@ def test_no_session_setting_reaches_other_clients_of_the_pool(
 def _use_and_look(pooled: str, pgbouncer: PgBouncer, direct_url: str) -> None:
     with sluice.connect(pooled) as db:
         queue = db.create_queue("q")
+        topic = db.create_topic("t")
+        db.subscribe("t", "s")
         for i in range(20):
             queue.put(i)
             m = queue.get()
             assert m is not None
+            m.ack()
+            topic.put(i)  # kept up with: pulled and claimed in one call from the second on
+            m = db.queue("s").get()
+            assert m is not None
+            assert m.body == i
             m.ack()
 
     async def use_aio() -> None:

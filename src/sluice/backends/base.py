@@ -406,6 +406,22 @@ class Topics(Protocol):
         """Take the topic's next messages into ``subscription`` (up to its window, or all)."""
         ...
 
+    def pull_claim(
+        self,
+        subscription: str,
+        selector: Selection | None,
+        *,
+        window: int,
+        session: int,
+        tx: int,
+        limit: int,
+    ) -> tuple[int, list[MessageRow]] | None:
+        """``pull`` (not everything), then a plain ``claim`` of up to ``limit`` (no own
+        enqueues, selection, lanes held or credit) in one go, where the backend can do so
+        more cheaply than the two apart: (what ``pull`` answers, the claimed rows). None:
+        nothing was done, and the caller pulls and claims itself."""
+        ...
+
     def backlog(self, subscription: str, selector: Selection | None) -> Backlog:
         """What ``subscription`` has yet to settle."""
         ...

@@ -1,19 +1,21 @@
-"""The PostgreSQL backend's topics: a subscription's pull in one statement (refill), and no
-question before the pulls of a subscription that keeps up with its topic."""
+"""The PostgreSQL backend's topics: a subscription's pull in one statement (refill), no
+question before the pulls of a subscription that keeps up with its topic, and such a pull
+sent with the claim after it in one round trip (``pull_claim``)."""
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
-from sluice.backends.postgres_pooler import begin
-from sluice.backends.records import Lane, Selection
+from sluice.backends.postgres_pooler import LOCAL, begin
+from sluice.backends.postgres_statements import claim_steps
+from sluice.backends.records import ConnectionLost, Lane, MessageRow, Row, Selection
 from sluice.backends.topics import Refill, SqlTopics
-from sluice.errors import QueueNotFound
+from sluice.errors import QueueNotFound, StorageError
 
 __all__ = ["PostgresTopics"]
 
@@ -31,6 +33,25 @@ class PostgresTopics(SqlTopics):
     @abstractmethod
     def _promote(self, conn: Any, lanes: Sequence[Lane]) -> None: ...
 
+    @abstractmethod
+    def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]: ...
+
+    @abstractmethod
+    def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]: ...
+
+    @abstractmethod
+    def claim_unknown(self, session: int, tx: int) -> None: ...
+
+    @abstractmethod
+    def _claim(
+        self, session: int, tx: int, name: str, params: dict[str, Any]
+    ) -> list[MessageRow]: ...
+
+    @abstractmethod
+    def claim(
+        self, session: int, tx: int, queue: str, limit: int, *, own: bool
+    ) -> list[MessageRow]: ...
+
     def pull(
         self, subscription: str, selector: Selection | None, *, window: int, everything: bool
     ) -> int:
@@ -41,25 +62,88 @@ class PostgresTopics(SqlTopics):
         if subscription not in self._keeping_up:
             return super().pull(subscription, selector, window=window, everything=everything)
         now = self.clock.now()
-        found = self._refill_named(subscription, selector, window, everything, now)
-        if found is None:
-            raise QueueNotFound(f"subscription {subscription!r} does not exist")
-        ready, pulled, sub_id, used_at = found
+        row = self._refill_row(subscription, selector, window, everything, now)
+        return self._pulled(subscription, row, now)
+
+    def pull_claim(
+        self,
+        subscription: str,
+        selector: Selection | None,
+        *,
+        window: int,
+        session: int,
+        tx: int,
+        limit: int,
+    ) -> tuple[int, list[MessageRow]] | None:
+        # Only for a subscription that keeps up: its every take pulls (see pull), and the
+        # pull and the claim then go in one round trip and one implicit transaction (no
+        # Sync between), where they took three (BEGIN with the refill, its COMMIT, the
+        # claim). Others ask first (pull's question): the engine pulls, then claims.
+        if subscription not in self._keeping_up:
+            return None
+        query, extra = self._with_selector("refill", selector)
+        now = self.clock.now()
+        pulling = {"name": subscription, "half": (window + 1) // 2, "window": window}
+        pulling |= {"everything": False, "now": now, "lanes": False}
+        rounds = claim_steps(
+            self.selected, clock=self.clock, session=session, tx=tx, queue=subscription,
+            limit=limit, own=False, select=None, lanes=(), fill=True, suffix="",
+        )  # fmt: skip
+        name, params = next(rounds)
+        try:
+            with self._conn() as conn:
+                with conn.pipeline():
+                    if self._pooled:
+                        conn.execute(LOCAL)
+                    pulled = conn.execute(query, pulling | extra)
+                    claimed = conn.execute(self._q[name], params)
+                row, rows = pulled.fetchone(), claimed.fetchall()
+        except StorageError as exc:
+            if isinstance(exc, ConnectionLost):
+                self.claim_unknown(session, tx)  # the claim may have committed
+            raise
+        taken = self._rest(session, tx, rounds, self.keep_due(subscription, rows))
+        if row is None or not row[-1]:
+            return self._pulled(subscription, row, now), taken
+        # Refused: a lane's message is next. Pulled again where its lane is promoted.
+        ready = self.pull(subscription, selector, window=window, everything=False)
+        if len(taken) < limit:
+            taken += self.claim(session, tx, subscription, limit - len(taken), own=False)
+        return ready, taken
+
+    def _rest(
+        self,
+        session: int,
+        tx: int,
+        rounds: Generator[tuple[str, dict[str, Any]], list[MessageRow], list[MessageRow]],
+        rows: list[MessageRow],
+    ) -> list[MessageRow]:
+        """The claim's further rounds, if the first took lanes' heads (claim_steps)."""
+        try:
+            statement = rounds.send(rows)
+            while True:
+                statement = rounds.send(self._claim(session, tx, *statement))
+        except StopIteration as stop:
+            done: list[MessageRow] = stop.value
+            return done
+
+    def _pulled(self, name: str, row: Row | None, now: float) -> int:
+        """A keeping-up pull's refill row, settled as ``pull`` answers: how many ready."""
+        ready, pulled, sub_id, used_at = self._refilled(name, row)
         if not pulled:
             self._touch_if_stale(sub_id, used_at, now)
         return ready
 
     def _refill(self, r: Refill, selector: Selection | None) -> tuple[int, bool]:
-        found = self._refill_named(r.subscription, selector, r.window, r.everything, r.now)
-        if found is None:  # unsubscribed since the question
-            raise QueueNotFound(f"subscription {r.subscription!r} does not exist")
-        return found[0], found[1]
+        row = self._refill_row(r.subscription, selector, r.window, r.everything, r.now)
+        ready, pulled, _, _ = self._refilled(r.subscription, row)  # unsubscribed since?
+        return ready, pulled
 
-    def _refill_named(
+    def _refill_row(
         self, name: str, selector: Selection | None, window: int, everything: bool, now: float
-    ) -> tuple[int, bool, int, float | None] | None:
-        """Pull into subscription ``name`` (refill): (how many it has ready, whether it
-        pulled, its id, when it was last used); None if there is no such subscription.
+    ) -> Row | None:
+        """Pull into subscription ``name`` (refill) in a transaction of its own: the
+        statement's row; None if there is no such subscription.
 
         One statement sent with its BEGIN in one round trip, then the COMMIT, where the
         SQLite's path (sqlite_topics) has a count, a lock, a look, an insert and a
@@ -67,18 +151,25 @@ class PostgresTopics(SqlTopics):
         """
         query, extra = self._with_selector("refill", selector)
         params = {"name": name, "half": (window + 1) // 2, "window": window}
-        params |= {"everything": everything, "now": now}
+        params |= {"everything": everything, "now": now, "lanes": True}
         with self._conn() as conn:
             with conn.pipeline():
                 begin(conn, durable=False, pooled=self._pooled)
                 row = conn.execute(query, params | extra).fetchone()
-            if row is not None:
-                ready, taken, lanes, moved, sub_id, used_at = row
-                if lanes:
-                    self._promote(conn, [(name, lane) for lane in sorted(lanes)])
+            if row is not None and row[2]:
+                self._promote(conn, [(name, lane) for lane in sorted(row[2])])
             conn.execute("COMMIT")
-        if row is None or not moved:
+        return row
+
+    def _refilled(self, name: str, row: Row | None) -> tuple[int, bool, int, float | None]:
+        """A refill's row: (how many ready, whether it pulled, the subscription's id, when
+        it was last used); whether the subscription keeps up. QueueNotFound if it is gone."""
+        if row is None:
             self._keeping_up.discard(name)
-            return None if row is None else (int(ready), False, int(sub_id), used_at)
+            raise QueueNotFound(f"subscription {name!r} does not exist")
+        ready, taken, _, moved, sub_id, used_at, _ = row
+        if not moved:
+            self._keeping_up.discard(name)
+            return int(ready), False, int(sub_id), used_at
         self._keeping_up.add(name)
         return int(ready) + int(taken), True, int(sub_id), used_at

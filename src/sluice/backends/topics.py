@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.backends.records import Lane, Row, Selection
+from sluice.backends.records import Lane, MessageRow, Row, Selection
 from sluice.clock import Clock
 from sluice.errors import QueueNotFound
 from sluice.expr.sql import Source, SqlCompiler
@@ -123,6 +123,19 @@ class SqlTopics:
         if not pulled:
             self._touch_if_stale(sub_id, used_at, now)
         return ready
+
+    def pull_claim(
+        self,
+        subscription: str,
+        selector: Selection | None,
+        *,
+        window: int,
+        session: int,
+        tx: int,
+        limit: int,
+    ) -> tuple[int, list[MessageRow]] | None:
+        """None: here a pull and the claim after it are made apart (``Topics.pull_claim``)."""
+        return None
 
     @abstractmethod
     def _refill(self, r: Refill, selector: Selection | None) -> tuple[int, bool]:

@@ -128,14 +128,20 @@ def _take_subscribed(
     queue, wakeups = spec.name, context.wakeups
     with context.backend.one_turn():
         token = wakeups.token() if wait else NO_TOKEN
-        asked = topics.before_take(context, spec, everything=select is not None)
-        rows = steps.run(claim_steps(session, tx, queue, spec.isolation, limit, own=own,
-                                     select=select, lanes=lanes, capped=capped),
-                         backend, wakeups)  # fmt: skip
-        if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
-            rows += steps.run(claim_steps(session, tx, queue, spec.isolation, limit - len(rows),
-                                          own=own, select=select, lanes=lanes, capped=capped),
-                              backend, wakeups)  # fmt: skip
+        rows = None
+        if spec.isolation == "none" and not (own or select or lanes or capped):
+            # A plain claim: the backend may send it with the pull, one round trip.
+            rows = topics.pull_claim(context, spec, session=session, tx=tx, limit=limit)
+        if rows is None:
+            asked = topics.before_take(context, spec, everything=select is not None)
+            rows = steps.run(claim_steps(session, tx, queue, spec.isolation, limit, own=own,
+                                         select=select, lanes=lanes, capped=capped),
+                             backend, wakeups)  # fmt: skip
+            if len(rows) < limit and not asked and topics.before_take(context, spec, force=True):
+                rows += steps.run(claim_steps(session, tx, queue, spec.isolation,
+                                              limit - len(rows), own=own, select=select,
+                                              lanes=lanes, capped=capped),
+                                  backend, wakeups)  # fmt: skip
     topics.taken(context, spec, len(rows))
     return token, rows
 

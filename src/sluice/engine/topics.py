@@ -9,10 +9,12 @@ ended and collects what every subscription has passed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from sluice.backends.base import Selection
+from sluice.backends.base import MessageRow, Selection
 from sluice.catalog import DEFAULT_WINDOW, QueueSpec
 from sluice.errors import ConfigurationError, QueueNotFound
 from sluice.message import Position
@@ -25,6 +27,7 @@ __all__ = [
     "Subscription",
     "before_take",
     "check_target",
+    "pull_claim",
     "selector",
     "start_pointer",
     "taken",
@@ -91,21 +94,53 @@ def before_take(
     if spec.kind != "subscription":
         return False
     window = spec.window or DEFAULT_WINDOW
-    hint = context.ready_hints.get(spec.name)
-    if not (everything or force) and hint is not None and hint >= (window + 1) // 2:
+    if not (everything or force) and _enough(context, spec.name, window):
         return False
-    try:
+    with _gone(context, spec.name):
         ready = context.backend.pull(
             spec.name, selector(context, spec), window=window, everything=everything
         )
-    except QueueNotFound:
-        context.forget(spec.name)
-        raise QueueNotFound(
-            f"subscription {spec.name!r} does not exist (it was unsubscribed, "
-            "or dropped when it ended or expired)"
-        ) from None
     context.ready_hints[spec.name] = ready
     return True
+
+
+def pull_claim(
+    context: EngineContext, spec: QueueSpec, *, session: int, tx: int, limit: int
+) -> list[MessageRow] | None:
+    """``before_take`` and a plain claim of up to ``limit`` of ``spec``'s messages in one
+    call, where a pull is due and the backend merges the two (``Topics.pull_claim``):
+    the claimed rows. None: nothing was done; the caller pulls and claims."""
+    window = spec.window or DEFAULT_WINDOW
+    if spec.kind != "subscription" or _enough(context, spec.name, window):
+        return None
+    with _gone(context, spec.name):
+        done = context.backend.pull_claim(
+            spec.name, selector(context, spec), window=window, session=session, tx=tx,
+            limit=limit,
+        )  # fmt: skip
+    if done is None:
+        return None
+    context.ready_hints[spec.name], rows = done
+    return rows
+
+
+def _enough(context: EngineContext, name: str, window: int) -> bool:
+    """This process reckons at least half of subscription ``name``'s window ready."""
+    hint = context.ready_hints.get(name)
+    return hint is not None and hint >= (window + 1) // 2
+
+
+@contextmanager
+def _gone(context: EngineContext, name: str) -> Iterator[None]:
+    """A pull that finds its subscription gone: forgotten here, and said so plainly."""
+    try:
+        yield
+    except QueueNotFound:
+        context.forget(name)
+        raise QueueNotFound(
+            f"subscription {name!r} does not exist (it was unsubscribed, "
+            "or dropped when it ended or expired)"
+        ) from None
 
 
 def taken(context: EngineContext, spec: QueueSpec, count: int) -> None:

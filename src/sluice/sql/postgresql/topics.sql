@@ -16,11 +16,17 @@ SELECT pointer FROM {schema}.queues WHERE id = %(subscription)s FOR UPDATE;
 -- snapshot, as the lock's row is read again once it is granted: what commits later has a
 -- higher id (commit order) and is left for the next pull. Returns the count of ready
 -- messages, how many were taken and their lanes (promoted after, in the same
--- transaction), whether the pointer moved, the subscription's id and when it was last
--- used; no row when there is no such subscription.
+-- transaction), whether the pointer moved, the subscription's id, when it was last
+-- used, and whether it refused (below); no row when there is no such subscription.
+-- The relax fragment lets it commit without waiting for the WAL flush wherever it runs.
+-- Sent with a claim after it and no COMMIT between (PostgresTopics.pull_claim, one
+-- implicit transaction), %(lanes)s is false: nothing could promote a lane's head
+-- between the two, so when a lane's message is among the first it would take, it takes
+-- nothing, leaves the pointer, and says it refused; the caller pulls again in a
+-- transaction of its own, as above.
 WITH sub AS (
     SELECT q.id, q.topic_id, q.pointer, q.used_at FROM {schema}.queues AS q
-    WHERE q.name = %(name)s AND q.kind = 'subscription'
+    WHERE q.name = %(name)s AND q.kind = 'subscription' {relax}
     FOR UPDATE
 ), ready AS (
     SELECT count(*) AS n FROM (SELECT 1 FROM {schema}.messages AS r
@@ -33,6 +39,17 @@ WITH sub AS (
            CASE WHEN %(everything)s THEN NULL ELSE %(window)s - ready.n END AS room
     FROM sub, ready
     WHERE %(everything)s OR ready.n < %(half)s
+), laned AS (
+    -- The very rows the insert below would take (its conditions, order and limit).
+    SELECT NOT %(lanes)s AND EXISTS (
+        SELECT 1 FROM (SELECT m.lane FROM {schema}.messages AS m
+                       WHERE m.id > (SELECT pointer FROM wanted)
+                         AND m.id <= (SELECT last FROM wanted)
+                         AND +m.queue_id = (SELECT topic_id FROM wanted)
+                         AND m.state IN (1, 5){selector}
+                       ORDER BY m.id
+                       LIMIT (SELECT room FROM wanted)) AS head
+        WHERE head.lane IS NOT NULL) AS refused
 ), taken AS (
     INSERT INTO {schema}.messages (
         slot, queue_id, state, priority, p_session, p_tx, p_num, body, body_bytes, content_type,
@@ -46,6 +63,7 @@ WITH sub AS (
     FROM {schema}.messages AS m
     WHERE m.id > (SELECT pointer FROM wanted) AND m.id <= (SELECT last FROM wanted)
       AND +m.queue_id = (SELECT topic_id FROM wanted) AND m.state IN (1, 5){selector}
+      AND NOT (SELECT refused FROM laned)
     ORDER BY m.id
     LIMIT (SELECT room FROM wanted)
     RETURNING ref, lane
@@ -56,10 +74,10 @@ WITH sub AS (
                                 THEN (SELECT max(ref) FROM taken) ELSE w.last END),
         used_at = %(now)s
     FROM wanted AS w
-    WHERE q.id = w.id AND w.last IS NOT NULL
+    WHERE q.id = w.id AND w.last IS NOT NULL AND NOT (SELECT refused FROM laned)
     RETURNING q.pointer
 )
 SELECT ready.n, (SELECT count(*) FROM taken),
        (SELECT array_agg(DISTINCT lane) FROM taken WHERE lane IS NOT NULL),
-       EXISTS (SELECT 1 FROM moved), sub.id, sub.used_at
+       EXISTS (SELECT 1 FROM moved), sub.id, sub.used_at, coalesce((SELECT refused FROM laned), false)
 FROM sub, ready;
