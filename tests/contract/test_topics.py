@@ -564,3 +564,51 @@ def test_a_subscription_may_settle_without_waiting_for_the_disk(
     assert db.queue("safe").spec.durability == "persistent"
     topic.put("x")
     assert drain(db, "fast") == ["x"]
+
+
+def _counting_asks(db: sluice.Database) -> list[str]:
+    """Each time this Database asks the database about a subscription's topic: a pull, or
+    a pull and claim made as one (PostgreSQL, a consumer that keeps up)."""
+    asks: list[str] = []
+    backend = db.backend
+    pull, pull_claim = backend.pull, backend.pull_claim
+
+    def counted_pull(subscription: str, *args: object, **kwargs: object) -> object:
+        asks.append(subscription)
+        return pull(subscription, *args, **kwargs)  # type: ignore[arg-type]
+
+    def counted_pull_claim(subscription: str, *args: object, **kwargs: object) -> object:
+        done = pull_claim(subscription, *args, **kwargs)  # type: ignore[arg-type]
+        if done is not None:
+            asks.append(subscription)
+        return done
+
+    backend.pull = counted_pull  # type: ignore[method-assign,assignment]
+    backend.pull_claim = counted_pull_claim  # type: ignore[method-assign,assignment]
+    return asks
+
+
+def test_a_consumer_working_through_what_it_pulled_asks_again_as_it_halves(
+    db: sluice.Database,
+) -> None:
+    # 100 pulled at the first take: the topic is asked again once 50 are left, then 25,
+    # 12 and so on, not before each of the 100 takes; a message published meanwhile
+    # waits behind at most half of what was left when it came.
+    topic = db.create_topic("t")
+    db.subscribe("t", "s")
+    topic.put_many(list(range(100)))
+    asks = _counting_asks(db)
+    queue = db.queue("s")
+    got: list[object] = []
+    for _ in range(60):
+        m = queue.get()
+        assert m is not None
+        got.append(m.body)
+        m.ack()
+    assert got == list(range(60))
+    assert 2 <= len(asks) <= 4  # at the first take, at 50 left (and at 25 on the way)
+    topic.put("urgent", priority=9)
+    got += _take_all(queue)
+    assert sorted(got[60:], key=str) == sorted([*range(60, 100), "urgent"], key=str)
+    assert got.index("urgent") <= 60 + 40 // 2 + 1
+    assert len(asks) <= 12
