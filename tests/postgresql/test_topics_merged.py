@@ -50,12 +50,15 @@ def db(url: str) -> Iterator[sluice.Database]:
         yield database
 
 
-def _keep_up(db: sluice.Database, topic: sluice.Queue, n: int, start: int = 0) -> list[object]:
-    """Publish one message and take it, n times (bodies from ``start``); the bodies taken."""
+def _keep_up(
+    db: sluice.Database, topic: sluice.Queue, n: int, start: int = 0, name: str = "s"
+) -> list[object]:
+    """Publish one message and take it from subscription ``name``, n times (bodies from
+    ``start``); the bodies taken."""
     got = []
     for i in range(start, start + n):
         topic.put(i)
-        m = db.queue("s").get()
+        m = db.queue(name).get()
         assert m is not None
         got.append(m.body)
         m.ack()
@@ -162,7 +165,7 @@ def test_a_merged_take_whose_answer_was_lost_gives_its_claim_back(
     with sluice.connect(f"{proxy.url(url)}&lease=600") as db, sluice.connect(url) as direct:
         topic = db.create_topic("t")
         db.subscribe("t", "lost_sub")
-        _keep_up_named(db, topic, "lost_sub")
+        assert _keep_up(db, topic, 2, name="lost_sub") == [0, 1]
         calls = _Calls(db)
         topic.put("unheard")
         tx = db.transaction()
@@ -176,12 +179,3 @@ def test_a_merged_take_whose_answer_was_lost_gives_its_claim_back(
         with db.transaction() as again:
             taken = again.dequeue("lost_sub", limit=5)
         assert [(m.body, m.attempts) for m in taken] == [("unheard", 0)]
-
-
-def _keep_up_named(db: sluice.Database, topic: sluice.Queue, name: str) -> None:
-    for i in range(2):
-        topic.put(i)
-        m = db.queue(name).get()
-        assert m is not None
-        assert m.body == i
-        m.ack()
