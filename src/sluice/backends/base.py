@@ -402,10 +402,8 @@ class Topics(Protocol):
 
     def pull(
         self, subscription: str, selector: Selection | None, *, window: int, everything: bool
-    ) -> int | None:
-        """Take the topic's next messages into ``subscription`` (up to its window, or all);
-        about how many it has ready, or None when nothing was past its pointer and its
-        ready messages were not counted."""
+    ) -> int:
+        """Take the topic's next messages into ``subscription`` (up to its window, or all)."""
         ...
 
     def pull_claim(

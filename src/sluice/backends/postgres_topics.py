@@ -54,7 +54,7 @@ class PostgresTopics(SqlTopics):
 
     def pull(
         self, subscription: str, selector: Selection | None, *, window: int, everything: bool
-    ) -> int | None:
+    ) -> int:
         # A consumer that keeps up with its topic finds it one message ahead at every take:
         # once a pull here found the topic ahead, the next ones go straight to the refill,
         # which finds for itself whether there is anything to take, and the question
@@ -109,7 +109,7 @@ class PostgresTopics(SqlTopics):
         ready = self.pull(subscription, selector, window=window, everything=False)
         if len(taken) < limit:
             taken += self.claim(session, tx, subscription, limit - len(taken), own=False)
-        return (0 if ready is None else ready), taken
+        return ready, taken
 
     def _rest(
         self,

@@ -98,12 +98,12 @@ class SqlTopics:
     # --- pulling ----------------------------------------------------------------------
     def pull(
         self, subscription: str, selector: Selection | None, *, window: int, everything: bool
-    ) -> int | None:
+    ) -> int:
         """Take the topic's next messages into ``subscription``; about how many it has ready.
 
-        (The ready messages it had, counted up to half its window, plus those taken; None
+        (The ready messages it had, counted up to half its window, plus those taken; 0
         when its topic had nothing past its pointer: then they were not counted, and the
-        caller keeps its own reckoning.) Refills its ``window`` of ready messages once fewer than
+        next take asks again.) Refills its ``window`` of ready messages once fewer than
         half are left, or takes ``everything`` past its pointer (a selective or ordering
         dequeue must see them all). ``selector``: the subscription's where, checked
         against its topic. QueueNotFound if it is gone.
@@ -115,8 +115,7 @@ class SqlTopics:
         now = self.clock.now()
         # Counted only when there is something to pull: the count reads up to half a
         # window of rows, and most takes of a subscription that keeps up find nothing new.
-        ready: int | None = None
-        pulled = False
+        ready, pulled = 0, False
         if pending:
             ready, pulled = self._refill(
                 Refill(subscription, sub_id, topic_id, window, everything, now), selector

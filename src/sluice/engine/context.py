@@ -17,7 +17,6 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from sluice.backends.base import Backend, Lane, Selection
 from sluice.catalog import QueueSpec, check_queue_name
@@ -30,7 +29,7 @@ from sluice.engine.upkeep import upkeep
 from sluice.engine.wakeups import Wakeups
 from sluice.errors import ConfigurationError, QueueNotFound, SluiceError
 
-__all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "EngineContext", "ReadyHint", "Stranded"]
+__all__ = ["DEFAULT_LEASE", "DEFAULT_POLL_INTERVAL", "EngineContext", "Stranded"]
 
 log = logging.getLogger("sluice")
 
@@ -52,19 +51,6 @@ def _forget_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
-
-
-class ReadyHint(NamedTuple):
-    """What this process reckons of a subscription's ready messages."""
-
-    ready: int
-    """About how many it has: what its last pull counted, lowered by each take here."""
-    ask_at: int
-    """At or below this many, a take asks the database again: half of what the last pull
-    counted (below half the window). A consumer working through messages it pulled asks
-    once each time they have halved, not before every take, and a message published
-    meanwhile waits behind at most half of them, as it waited behind the half window
-    before a pull."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +97,8 @@ class EngineContext:
         self.forked = False
         self._specs: dict[str, tuple[QueueSpec, float]] = {}
         self._contents: dict[str, QueueContent] = {}
-        self.ready_hints: dict[str, ReadyHint] = {}
-        """Per subscription, what this process reckons of its ready messages (engine.topics)."""
+        self.ready_hints: dict[str, int] = {}
+        """Per subscription, about how many ready messages it has (engine.topics)."""
         self.observer: Observer | None = default_observer()
         """Telemetry's observer (engine/observe.py); None, the default, is telemetry off."""
         self._lock = threading.Lock()

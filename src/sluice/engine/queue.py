@@ -234,7 +234,7 @@ class Queue:
         topics.before_take(self._context, spec, everything=True)
         gone = self._context.backend.purge(self.name, "ready", self._context.clock.now())
         if spec.kind == "subscription":
-            topics.reckon(self._context, spec, 0)
+            self._context.ready_hints[spec.name] = 0
         return gone
 
     def retry(

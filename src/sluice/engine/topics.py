@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Literal
 
 from sluice.backends.base import MessageRow, Selection
 from sluice.catalog import DEFAULT_WINDOW, QueueSpec
-from sluice.engine.context import ReadyHint
 from sluice.errors import ConfigurationError, QueueNotFound
 from sluice.message import Position
 
@@ -29,7 +28,6 @@ __all__ = [
     "before_take",
     "check_target",
     "pull_claim",
-    "reckon",
     "selector",
     "start_pointer",
     "taken",
@@ -72,17 +70,6 @@ class Subscription:
         return 0.0 if self.oldest is None else max(now - self.oldest, 0.0)
 
 
-def reckon(context: EngineContext, spec: QueueSpec, ready: int | None) -> None:
-    """A pull (or a purge) found ``ready`` messages in subscription ``spec`` (None: its
-    topic had nothing new, and what it has was not counted: this process's reckoning
-    stands, and it asks again once that has halved)."""
-    if ready is None:
-        hint = context.ready_hints.get(spec.name)
-        ready = 0 if hint is None else hint.ready
-    half = ((spec.window or DEFAULT_WINDOW) + 1) // 2
-    context.ready_hints[spec.name] = ReadyHint(ready, min(ready // 2, half - 1))
-
-
 def selector(context: EngineContext, spec: QueueSpec) -> Selection | None:
     """A subscription's where, checked against its topic (None: every message)."""
     return context.subscription_selector(spec)
@@ -94,9 +81,8 @@ def before_take(
     """What comes before taking from ``spec``'s queue: a topic refuses, a subscription pulls.
 
     A subscription asks the database only when this process reckons fewer than half
-    its window ready and half of what its last pull counted (``ReadyHint``, lowered by
-    ``taken``), or when ``force``d (a claim came back short: others may have taken
-    what it reckoned).
+    its window ready (``context.ready_hints``, lowered by ``taken``), or when
+    ``force``d (a claim came back short: others may have taken what it reckoned).
     ``everything``: pull the whole backlog, for a dequeue that selects or orders.
     True if it asked the database.
     """
@@ -107,17 +93,14 @@ def before_take(
         )
     if spec.kind != "subscription":
         return False
-    if not (everything or force) and _enough(context, spec.name):
+    window = spec.window or DEFAULT_WINDOW
+    if not (everything or force) and _enough(context, spec.name, window):
         return False
     with _gone(context, spec.name):
         ready = context.backend.pull(
-            spec.name,
-            selector(context, spec),
-            window=spec.window or DEFAULT_WINDOW,
-            everything=everything,
+            spec.name, selector(context, spec), window=window, everything=everything
         )
-    # Forced, a claim came back short: none are ready here, whatever was reckoned.
-    reckon(context, spec, 0 if force and ready is None else ready)
+    context.ready_hints[spec.name] = ready
     return True
 
 
@@ -127,24 +110,24 @@ def pull_claim(
     """``before_take`` and a plain claim of up to ``limit`` of ``spec``'s messages in one
     call, where a pull is due and the backend merges the two (``Topics.pull_claim``):
     the claimed rows. None: nothing was done; the caller pulls and claims."""
-    if spec.kind != "subscription" or _enough(context, spec.name):
+    window = spec.window or DEFAULT_WINDOW
+    if spec.kind != "subscription" or _enough(context, spec.name, window):
         return None
     with _gone(context, spec.name):
         done = context.backend.pull_claim(
-            spec.name, selector(context, spec), window=spec.window or DEFAULT_WINDOW,
-            session=session, tx=tx, limit=limit,
+            spec.name, selector(context, spec), window=window, session=session, tx=tx,
+            limit=limit,
         )  # fmt: skip
     if done is None:
         return None
-    ready, rows = done
-    reckon(context, spec, ready)
+    context.ready_hints[spec.name], rows = done
     return rows
 
 
-def _enough(context: EngineContext, name: str) -> bool:
-    """This process reckons enough of subscription ``name``'s messages ready not to ask."""
+def _enough(context: EngineContext, name: str, window: int) -> bool:
+    """This process reckons at least half of subscription ``name``'s window ready."""
     hint = context.ready_hints.get(name)
-    return hint is not None and hint.ready > hint.ask_at
+    return hint is not None and hint >= (window + 1) // 2
 
 
 @contextmanager
@@ -164,7 +147,7 @@ def taken(context: EngineContext, spec: QueueSpec, count: int) -> None:
     """This process took ``count`` of a subscription's ready messages."""
     hint = context.ready_hints.get(spec.name)
     if hint is not None:
-        context.ready_hints[spec.name] = hint._replace(ready=max(hint.ready - count, 0))
+        context.ready_hints[spec.name] = max(hint - count, 0)
 
 
 def check_target(spec: QueueSpec) -> None:
