@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -21,7 +21,6 @@ from sluice.backends.postgres_statements import (
 )
 from sluice.backends.records import ConnectionLost, MessageRow, Row, Selection
 from sluice.clock import Clock
-from sluice.errors import StorageError
 
 __all__ = ["PostgresClaims"]
 
@@ -78,14 +77,20 @@ class PostgresClaims:
             suffix="",
         )
 
-    def _claim(self, session: int, tx: int, name: str, params: dict[str, Any]) -> list[MessageRow]:
+    @contextmanager
+    def claiming(self, session: int, tx: int) -> Iterator[None]:
+        """A claim's round trip: if its answer was lost, the claim may have committed
+        unheard, and the transaction's end gives back what it may hold."""
         try:
+            yield
+        except ConnectionLost:
+            self.claim_unknown(session, tx)
+            raise
+
+    def _claim(self, session: int, tx: int, name: str, params: dict[str, Any]) -> list[MessageRow]:
+        with self.claiming(session, tx):
             # One statement that relaxes its own commit: one round trip.
             rows = self._one(name, params)
-        except StorageError as exc:
-            if isinstance(exc, ConnectionLost):
-                self.claim_unknown(session, tx)
-            raise
         return self.keep_due(params["queue"], rows)
 
     def _capped_claim(  # noqa: PLR0917 (claim's arguments, passed on)
@@ -106,37 +111,32 @@ class PostgresClaims:
         Three round trips (the count, the claim, the commit) where an uncapped claim
         takes one: the cap costs only the queues that have one.
         """
-        try:
-            with self._conn() as conn, conn.pipeline():
-                conn.execute("BEGIN")
-                conn.execute("SET LOCAL synchronous_commit TO off")
-                for name, params in credit_statements(queue):
-                    cur = conn.execute(self._q[name], params)
-                credit = credit_limit(limit, cur.fetchall())
-                rows = []
-                if credit:
-                    rows = claim_rounds(
-                        lambda name, params: self.keep_due(
-                            queue, conn.execute(self._q[name], params).fetchall()
-                        ),
-                        self.selected,
-                        clock=self.clock,
-                        session=session,
-                        tx=tx,
-                        queue=queue,
-                        limit=credit,
-                        own=own,
-                        select=select,
-                        lanes=lanes,
-                        fill=fill,
-                        chain=chain,
-                        suffix="",
-                    )
-                conn.execute("COMMIT")
-        except StorageError as exc:
-            if isinstance(exc, ConnectionLost):
-                self.claim_unknown(session, tx)
-            raise
+        with self.claiming(session, tx), self._conn() as conn, conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute("SET LOCAL synchronous_commit TO off")
+            for name, params in credit_statements(queue):
+                cur = conn.execute(self._q[name], params)
+            credit = credit_limit(limit, cur.fetchall())
+            rows = []
+            if credit:
+                rows = claim_rounds(
+                    lambda name, params: self.keep_due(
+                        queue, conn.execute(self._q[name], params).fetchall()
+                    ),
+                    self.selected,
+                    clock=self.clock,
+                    session=session,
+                    tx=tx,
+                    queue=queue,
+                    limit=credit,
+                    own=own,
+                    select=select,
+                    lanes=lanes,
+                    fill=fill,
+                    chain=chain,
+                    suffix="",
+                )
+            conn.execute("COMMIT")
         return rows
 
     def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]:

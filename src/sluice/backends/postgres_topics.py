@@ -5,17 +5,17 @@ sent with the claim after it in one round trip (``pull_claim``)."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
 from sluice.backends.postgres_pooler import LOCAL, begin
-from sluice.backends.postgres_statements import claim_steps
-from sluice.backends.records import ConnectionLost, Lane, MessageRow, Row, Selection
+from sluice.backends.postgres_statements import claim_rounds
+from sluice.backends.records import Lane, MessageRow, Row, Selection
 from sluice.backends.topics import Refill, SqlTopics
-from sluice.errors import QueueNotFound, StorageError
+from sluice.errors import QueueNotFound
 
 __all__ = ["PostgresTopics"]
 
@@ -40,7 +40,7 @@ class PostgresTopics(SqlTopics):
     def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]: ...
 
     @abstractmethod
-    def claim_unknown(self, session: int, tx: int) -> None: ...
+    def claiming(self, session: int, tx: int) -> AbstractContextManager[None]: ...
 
     @abstractmethod
     def _claim(
@@ -81,28 +81,27 @@ class PostgresTopics(SqlTopics):
         # claim). Others ask first (pull's question): the engine pulls, then claims.
         if subscription not in self._keeping_up:
             return None
-        query, extra = self._with_selector("refill", selector)
         now = self.clock.now()
-        pulling = {"name": subscription, "half": (window + 1) // 2, "window": window}
-        pulling |= {"everything": False, "now": now, "lanes": False}
-        rounds = claim_steps(
-            self.selected, clock=self.clock, session=session, tx=tx, queue=subscription,
-            limit=limit, own=False, select=None, lanes=(), fill=True, suffix="",
-        )  # fmt: skip
-        name, params = next(rounds)
-        try:
-            with self._conn() as conn:
+        query, pulling = self._refill_statement(subscription, selector, window, False, now)
+        pulled: list[Row | None] = []
+
+        def run(name: str, params: dict[str, Any]) -> list[MessageRow]:
+            if pulled:  # a further round: the first took lanes' heads (claim_steps)
+                return self._claim(session, tx, name, params)
+            with self.claiming(session, tx), self._conn() as conn:
                 with conn.pipeline():
                     if self._pooled:
                         conn.execute(LOCAL)
-                    pulled = conn.execute(query, pulling | extra)
+                    refill = conn.execute(query, pulling | {"lanes": False})
                     claimed = conn.execute(self._q[name], params)
-                row, rows = pulled.fetchone(), claimed.fetchall()
-        except StorageError as exc:
-            if isinstance(exc, ConnectionLost):
-                self.claim_unknown(session, tx)  # the claim may have committed
-            raise
-        taken = self._rest(session, tx, rounds, self.keep_due(subscription, rows))
+                pulled.append(refill.fetchone())
+                return self.keep_due(subscription, claimed.fetchall())
+
+        taken = claim_rounds(
+            run, self.selected, clock=self.clock, session=session, tx=tx, queue=subscription,
+            limit=limit, own=False, select=None, lanes=(), fill=True, suffix="",
+        )  # fmt: skip
+        row = pulled[0]
         if row is None or not row[-1]:
             return self._pulled(subscription, row, now), taken
         # Refused: a lane's message is next. Pulled again where its lane is promoted.
@@ -110,22 +109,6 @@ class PostgresTopics(SqlTopics):
         if len(taken) < limit:
             taken += self.claim(session, tx, subscription, limit - len(taken), own=False)
         return ready, taken
-
-    def _rest(
-        self,
-        session: int,
-        tx: int,
-        rounds: Generator[tuple[str, dict[str, Any]], list[MessageRow], list[MessageRow]],
-        rows: list[MessageRow],
-    ) -> list[MessageRow]:
-        """The claim's further rounds, if the first took lanes' heads (claim_steps)."""
-        try:
-            statement = rounds.send(rows)
-            while True:
-                statement = rounds.send(self._claim(session, tx, *statement))
-        except StopIteration as stop:
-            done: list[MessageRow] = stop.value
-            return done
 
     def _pulled(self, name: str, row: Row | None, now: float) -> int:
         """A keeping-up pull's refill row, settled as ``pull`` answers: how many ready."""
@@ -149,17 +132,23 @@ class PostgresTopics(SqlTopics):
         SQLite's path (sqlite_topics) has a count, a lock, a look, an insert and a
         pointer update.
         """
-        query, extra = self._with_selector("refill", selector)
-        params = {"name": name, "half": (window + 1) // 2, "window": window}
-        params |= {"everything": everything, "now": now, "lanes": True}
+        query, params = self._refill_statement(name, selector, window, everything, now)
         with self._conn() as conn:
             with conn.pipeline():
                 begin(conn, durable=False, pooled=self._pooled)
-                row = conn.execute(query, params | extra).fetchone()
+                row = conn.execute(query, params | {"lanes": True}).fetchone()
             if row is not None and row[2]:
                 self._promote(conn, [(name, lane) for lane in sorted(row[2])])
             conn.execute("COMMIT")
         return row
+
+    def _refill_statement(
+        self, name: str, selector: Selection | None, window: int, everything: bool, now: float
+    ) -> tuple[str, dict[str, Any]]:
+        """The refill of subscription ``name`` and its parameters, but ``lanes``."""
+        query, extra = self._with_selector("refill", selector)
+        params = {"name": name, "half": (window + 1) // 2, "window": window}
+        return query, params | {"everything": everything, "now": now} | extra
 
     def _refilled(self, name: str, row: Row | None) -> tuple[int, bool, int, float | None]:
         """A refill's row: (how many ready, whether it pulled, the subscription's id, when
