@@ -79,5 +79,5 @@ WITH sub AS (
 )
 SELECT ready.n, (SELECT count(*) FROM taken),
        (SELECT array_agg(DISTINCT lane) FROM taken WHERE lane IS NOT NULL),
-       EXISTS (SELECT 1 FROM moved), sub.id, sub.used_at, coalesce((SELECT refused FROM laned), false)
+       EXISTS (SELECT 1 FROM moved), sub.id, sub.used_at, (SELECT refused FROM laned)
 FROM sub, ready;
