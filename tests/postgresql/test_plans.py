@@ -196,6 +196,26 @@ def test_a_subscriptions_look_past_its_pointer_reads_no_topic_scan(
     assert read < 100, f"subscription_state: its scans read {read:,} message rows"
 
 
+@pytest.mark.parametrize("past", [True, False], ids=["news past the pointer", "none"])
+def test_a_guarded_claim_reads_no_topic_scan(topic: tuple[str, str], past: bool) -> None:
+    """claim_subscribed asks subscription_state's question inside the claim, before every
+    take of a consumer that does not keep up: the same seeks, not the topic's rows."""
+    base, schema = topic
+    with psycopg.connect(base) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {0}.queues SET pointer = CASE WHEN %s THEN 0"
+                " ELSE (SELECT max(id) FROM {0}.messages) END WHERE name = 's'"
+            ).format(sql.Identifier(schema)),
+            (past,),
+        )
+    values = {"queue": "s", "session": 1, "tx": 1, "now": time.time() + 1, "limit": 1}
+    plan = _generic_plan(base, schema, "claim_subscribed", values | {"touch_every": 30.0})
+    assert plan["Plan"]["Actual Rows"] == 1  # the row of NULLs: ahead, or nothing held
+    read = _rows_read(plan["Plan"])
+    assert read < 100, f"claim_subscribed: its scans read {read:,} message rows"
+
+
 def test_the_count_sees_a_table_scan(filled: tuple[str, str]) -> None:
     """What the check counts: a statement that scans the table reads the backlog (it can fail)."""
     base, schema = filled

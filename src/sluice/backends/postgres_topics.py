@@ -1,6 +1,7 @@
 """The PostgreSQL backend's topics: a subscription's pull in one statement (refill), no
 question before the pulls of a subscription that keeps up with its topic, and such a pull
-sent with the claim after it in one round trip (``pull_claim``)."""
+sent with the claim after it in one round trip (``pull_claim``); for one that does not,
+the question asked inside the claim (claim_subscribed), also one round trip."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ import psycopg
 from sluice.backends.postgres_pooler import LOCAL, begin
 from sluice.backends.postgres_statements import claim_rounds
 from sluice.backends.records import Lane, MessageRow, Row, Selection
-from sluice.backends.topics import Refill, SqlTopics
+from sluice.backends.topics import TOUCH_EVERY, Refill, SqlTopics
 from sluice.errors import QueueNotFound
 
 __all__ = ["PostgresTopics"]
+
+# claim_subscribed's answers, when it claimed nothing (the state column of its row of NULLs).
+_AHEAD = -1
+"""The topic has a message past the subscription's pointer: pull, then claim."""
+_GONE = -2
+"""There is no such subscription."""
 
 
 class PostgresTopics(SqlTopics):
@@ -32,6 +39,9 @@ class PostgresTopics(SqlTopics):
 
     @abstractmethod
     def _promote(self, conn: Any, lanes: Sequence[Lane]) -> None: ...
+
+    @abstractmethod
+    def _one(self, name: str, params: Any, *, durable: bool = True) -> list[Row]: ...
 
     @abstractmethod
     def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]: ...
@@ -75,12 +85,17 @@ class PostgresTopics(SqlTopics):
         tx: int,
         limit: int,
     ) -> tuple[int, list[MessageRow]] | None:
-        # Only for a subscription that keeps up: its every take pulls (see pull), and the
-        # pull and the claim then go in one round trip and one implicit transaction (no
-        # Sync between), where they took three (BEGIN with the refill, its COMMIT, the
-        # claim). Others ask first (pull's question): the engine pulls, then claims.
+        # A subscription that keeps up: its every take pulls (see pull), and the pull and
+        # the claim then go in one round trip and one implicit transaction (no Sync
+        # between), where they took three (BEGIN with the refill, its COMMIT, the claim).
+        # One that does not: the claim asks pull's question itself (_guarded_claim).
         if subscription not in self._keeping_up:
-            return None
+            taken = self._guarded_claim(subscription, session, tx, limit)
+            if taken is None:  # the topic is ahead: pulled with the claim, as below
+                self._keeping_up.add(subscription)
+                return self.pull_claim(subscription, selector, window=window, session=session,
+                                       tx=tx, limit=limit)  # fmt: skip
+            return 0, taken  # nothing new in the topic: none counted, the next take asks
         now = self.clock.now()
         query, pulling = self._refill_statement(subscription, selector, window, False, now)
         pulled: list[Row | None] = []
@@ -109,6 +124,31 @@ class PostgresTopics(SqlTopics):
         if len(taken) < limit:
             taken += self.claim(session, tx, subscription, limit - len(taken), own=False)
         return ready, taken
+
+    def _guarded_claim(
+        self, subscription: str, session: int, tx: int, limit: int
+    ) -> list[MessageRow] | None:
+        """A plain claim of subscription ``subscription``'s messages that takes nothing
+        while its topic has a message past its pointer (claim_subscribed): the claimed
+        rows, None when the topic was ahead. QueueNotFound if the subscription is gone."""
+        # It also marks the subscription used now and then, as pull's question does.
+        ahead: list[int | None] = []
+
+        def run(name: str, params: dict[str, Any]) -> list[MessageRow]:
+            if ahead:  # a further round: the first took lanes' heads (claim_steps)
+                return self._claim(session, tx, name, params)
+            with self.claiming(session, tx):
+                rows = self._one("claim_subscribed", params | {"touch_every": TOUCH_EVERY})
+            ahead.append(rows[0][1] if rows and rows[0][0] is None else None)
+            return self.keep_due(subscription, rows)
+
+        taken = claim_rounds(
+            run, self.selected, clock=self.clock, session=session, tx=tx, queue=subscription,
+            limit=limit, own=False, select=None, lanes=(), fill=True, suffix="",
+        )  # fmt: skip
+        if ahead[0] == _GONE:
+            raise QueueNotFound(f"subscription {subscription!r} does not exist")
+        return None if ahead[0] == _AHEAD else taken
 
     def _pulled(self, name: str, row: Row | None, now: float) -> int:
         """A keeping-up pull's refill row, settled as ``pull`` answers: how many ready."""

@@ -12,20 +12,10 @@
 -- exception, subscription_state's look past the pointer, seeks the queue index one
 -- priority at a time (see there).
 
--- name: subscription_state
--- A subscription's id, topic, pointer, window, whether its topic has a message past the
--- pointer, when a consumer last used it, and its selector. Asked before every take that
--- may need a pull, so the look past the pointer is a loose scan of the delivery index:
--- the topic's distinct priorities (each found by one seek), then per priority one seek
--- to its first id past the pointer. A seek by id from the pointer instead read every row
--- inserted after it, its subscriptions' copies among them, at every take. The topic is a
--- scalar subquery, not a join with sub: joined, SQLite sorted the topic's rows for each
--- priority and PostgreSQL merged them into one semi-join, both reading every row the
--- topic keeps (a few hundred microseconds per thousand) where a seek reads one.
-WITH RECURSIVE sub AS (
-    SELECT id, topic_id, pointer, pull_window, used_at, selector FROM {schema}.queues
-    WHERE name = :name AND kind = 'subscription'
-), levels(state, priority) AS (
+-- fragment: topic_levels
+-- The distinct priorities of the ready (1) and waiting (5) messages of the topic of the
+-- subscription row sub, each found by one seek of the delivery index (a loose scan).
+levels(state, priority) AS (
     SELECT st.state, (SELECT m.priority FROM {schema}.messages AS m
                       WHERE m.queue_id = (SELECT topic_id FROM sub) AND m.state = st.state
                       ORDER BY m.priority DESC LIMIT 1)
@@ -37,13 +27,34 @@ WITH RECURSIVE sub AS (
                      ORDER BY m.priority DESC LIMIT 1)
     FROM levels AS l WHERE l.priority IS NOT NULL
 )
-SELECT sub.id, sub.topic_id, sub.pointer, coalesce(sub.pull_window, 1000),
-       EXISTS (SELECT 1 FROM levels AS l
-               WHERE l.priority IS NOT NULL
-                 AND (SELECT m.id FROM {schema}.messages AS m
-                      WHERE m.queue_id = sub.topic_id AND m.state = l.state
-                        AND m.priority = l.priority AND m.id > sub.pointer
-                      LIMIT 1) IS NOT NULL),
+
+-- fragment: topic_ahead
+-- Whether the topic of subscription row sub has a message past its pointer: over
+-- topic_levels, per priority one seek to its first id past the pointer.
+EXISTS (SELECT 1 FROM levels AS l
+        WHERE l.priority IS NOT NULL
+          AND (SELECT m.id FROM {schema}.messages AS m
+               WHERE m.queue_id = sub.topic_id AND m.state = l.state
+                 AND m.priority = l.priority AND m.id > sub.pointer
+               LIMIT 1) IS NOT NULL)
+
+-- name: subscription_state
+-- A subscription's id, topic, pointer, window, whether its topic has a message past the
+-- pointer, when a consumer last used it, and its selector. Asked before every take that
+-- may need a pull, so the look past the pointer is a loose scan of the delivery index
+-- (topic_levels, topic_ahead): the topic's distinct priorities (each found by one seek),
+-- then per priority one seek to its first id past the pointer. A seek by id from the
+-- pointer instead read every row inserted after it, its subscriptions' copies among them,
+-- at every take. The topic is a scalar subquery, not a join with sub: joined, SQLite
+-- sorted the topic's rows for each priority and PostgreSQL merged them into one
+-- semi-join, both reading every row the topic keeps (a few hundred microseconds per
+-- thousand) where a seek reads one. PostgreSQL's claim_subscribed asks the same inside
+-- a claim.
+WITH RECURSIVE sub AS (
+    SELECT id, topic_id, pointer, pull_window, used_at, selector FROM {schema}.queues
+    WHERE name = :name AND kind = 'subscription'
+), {topic_levels}
+SELECT sub.id, sub.topic_id, sub.pointer, coalesce(sub.pull_window, 1000), {topic_ahead},
        sub.used_at, sub.selector
 FROM sub;
 

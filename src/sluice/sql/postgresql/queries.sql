@@ -180,6 +180,24 @@ SELECT p_session, p_tx FROM (
        AND lane = %(lane)s AND state = 5 ORDER BY id LIMIT 1)) AS fronts
 ORDER BY id LIMIT 1;
 
+-- fragment: claim_pick
+-- The ready messages of queue %(queue)s a plain claim takes, in delivery order, locked
+-- (claim; topics.sql's claim_subscribed).
+SELECT id FROM {schema}.messages AS s
+WHERE queue_id = (SELECT id FROM {schema}.queues
+                  WHERE name = %(queue)s AND NOT paused {relax})
+  AND state = 1 AND available_at <= %(now)s
+  AND (expires_at IS NULL OR expires_at > %(now)s){select}
+ORDER BY {order}priority DESC, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- fragment: next_due_answer
+-- When queue %(queue)s's next delayed message is due (an empty claim's answer).
+(SELECT min(available_at) FROM {schema}.messages
+ WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
+   AND state = 1 AND available_at > %(now)s)
+
 -- name: claim
 -- The relax fragment lets the claim commit without waiting for the WAL flush: it sits
 -- in the queue's lookup, which runs once per execution. One statement, one round trip.
@@ -189,25 +207,14 @@ ORDER BY id LIMIT 1;
 -- every message per claim (tests/postgresql/test_plans.py).
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    WHERE m.id = ANY(ARRAY(
-        SELECT id FROM {schema}.messages AS s
-        WHERE queue_id = (SELECT id FROM {schema}.queues
-                          WHERE name = %(queue)s AND NOT paused {relax})
-          AND state = 1 AND available_at <= %(now)s
-          AND (expires_at IS NULL OR expires_at > %(now)s){select}
-        ORDER BY {order}priority DESC, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED))
+    WHERE m.id = ANY(ARRAY({claim_pick}))
     RETURNING {message_columns})
 (SELECT * FROM claimed)
 UNION ALL
 -- Nothing claimed: one row of NULLs but for available_at, which says when the
 -- queue's next delayed message is due (saves the waiting consumer a round trip).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT min(available_at) FROM {schema}.messages
-        WHERE queue_id = (SELECT id FROM {schema}.queues WHERE name = %(queue)s AND NOT paused)
-          AND state = 1 AND available_at > %(now)s),
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       {next_due_answer}, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed)
 ORDER BY 3 DESC, 1;
 

@@ -81,3 +81,35 @@ SELECT ready.n, (SELECT count(*) FROM taken),
        (SELECT array_agg(DISTINCT lane) FROM taken WHERE lane IS NOT NULL),
        EXISTS (SELECT 1 FROM moved), sub.id, sub.used_at, (SELECT refused FROM laned)
 FROM sub, ready;
+
+-- name: claim_subscribed
+-- A plain claim from subscription %(queue)s that takes nothing while its topic has a
+-- message past its pointer (topic_ahead, as subscription_state asks it): what a
+-- consumer would otherwise ask in a round trip of its own before every take while
+-- fewer than half its window are ready (PostgresTopics.pull_claim). Whatever the topic
+-- has is pulled first, so priority order holds as it does after the question. Nothing
+-- claimed: the row of NULLs says in its state column why: -1 the topic is ahead (pull,
+-- then claim), -2 there is no such subscription; NULL, nothing is ready. The guard is a
+-- one-time filter of the update: when it fails, nothing is picked or locked. As the
+-- question's caller does (SqlTopics._touch_if_stale), it marks the subscription used
+-- when its last use is %(touch_every)s seconds old.
+WITH RECURSIVE sub AS (
+    SELECT topic_id, pointer FROM {schema}.queues WHERE name = %(queue)s AND kind = 'subscription'
+), touched AS (
+    UPDATE {schema}.queues SET used_at = %(now)s
+    WHERE name = %(queue)s AND kind = 'subscription'
+      AND (used_at IS NULL OR used_at + %(touch_every)s <= %(now)s)
+    RETURNING id
+), {topic_levels}, news AS MATERIALIZED (
+    SELECT (SELECT {topic_ahead} FROM sub) AS ahead
+), claimed AS (
+    UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
+    WHERE m.id = ANY(ARRAY({claim_pick})) AND NOT (SELECT ahead FROM news)
+    RETURNING {message_columns})
+(SELECT * FROM claimed)
+UNION ALL
+SELECT NULL, (SELECT CASE WHEN ahead IS NULL THEN -2 WHEN ahead THEN -1 END FROM news),
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       {next_due_answer}, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT 1 FROM claimed)
+ORDER BY 3 DESC, 1;
