@@ -207,7 +207,8 @@ FOR UPDATE SKIP LOCKED
 -- every message per claim (tests/postgresql/test_plans.py).
 WITH claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    WHERE m.id = ANY(ARRAY({claim_pick}))
+    WHERE m.id = ANY(ARRAY(
+        {claim_pick}))
     RETURNING {message_columns})
 (SELECT * FROM claimed)
 UNION ALL

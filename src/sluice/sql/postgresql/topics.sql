@@ -104,7 +104,8 @@ WITH RECURSIVE sub AS (
     SELECT (SELECT {topic_ahead} FROM sub) AS ahead
 ), claimed AS (
     UPDATE {schema}.messages AS m SET state = 2, c_session = %(session)s, c_tx = %(tx)s
-    WHERE m.id = ANY(ARRAY({claim_pick})) AND NOT (SELECT ahead FROM news)
+    WHERE m.id = ANY(ARRAY(
+        {claim_pick})) AND NOT (SELECT ahead FROM news)
     RETURNING {message_columns})
 (SELECT * FROM claimed)
 UNION ALL
