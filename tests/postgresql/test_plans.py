@@ -174,6 +174,19 @@ def topic(postgres_server: PostgresServer | str) -> Iterator[tuple[str, str]]:
     drop_schema(url)
 
 
+def _point(base: str, schema: str, past: bool) -> None:
+    """Subscription 's''s pointer where a case wants it: before all of its topic (news
+    past it), or at its last message (none); kept."""
+    with psycopg.connect(base) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {0}.queues SET pointer = CASE WHEN %s THEN 0"
+                " ELSE (SELECT max(id) FROM {0}.messages) END WHERE name = 's'"
+            ).format(sql.Identifier(schema)),
+            (past,),
+        )
+
+
 @pytest.mark.parametrize("past", [True, False], ids=["news past the pointer", "none"])
 def test_a_subscriptions_look_past_its_pointer_reads_no_topic_scan(
     topic: tuple[str, str], past: bool
@@ -182,14 +195,7 @@ def test_a_subscriptions_look_past_its_pointer_reads_no_topic_scan(
     the subscription's row, the topic's rows were read whole (2.7-3.0 ms a take with
     20,000 kept, under 0.2 ms with the seeks)."""
     base, schema = topic
-    with psycopg.connect(base) as conn:  # the pointer where the case wants it, kept
-        conn.execute(
-            sql.SQL(
-                "UPDATE {0}.queues SET pointer = CASE WHEN %s THEN 0"
-                " ELSE (SELECT max(id) FROM {0}.messages) END WHERE name = 's'"
-            ).format(sql.Identifier(schema)),
-            (past,),
-        )
+    _point(base, schema, past)
     plan = _generic_plan(base, schema, "subscription_state", {"name": "s"})
     assert plan["Plan"]["Actual Rows"] == 1
     read = _rows_read(plan["Plan"])
@@ -201,14 +207,7 @@ def test_a_guarded_claim_reads_no_topic_scan(topic: tuple[str, str], past: bool)
     """claim_subscribed asks subscription_state's question inside the claim, before every
     take of a consumer that does not keep up: the same seeks, not the topic's rows."""
     base, schema = topic
-    with psycopg.connect(base) as conn:
-        conn.execute(
-            sql.SQL(
-                "UPDATE {0}.queues SET pointer = CASE WHEN %s THEN 0"
-                " ELSE (SELECT max(id) FROM {0}.messages) END WHERE name = 's'"
-            ).format(sql.Identifier(schema)),
-            (past,),
-        )
+    _point(base, schema, past)
     values = {"queue": "s", "session": 1, "tx": 1, "now": time.time() + 1, "limit": 1}
     plan = _generic_plan(base, schema, "claim_subscribed", values | {"touch_every": 30.0})
     assert plan["Plan"]["Actual Rows"] == 1  # the row of NULLs: ahead, or nothing held

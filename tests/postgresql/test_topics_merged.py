@@ -158,28 +158,39 @@ def test_consumers_that_keep_up_take_every_message_once(db: sluice.Database) -> 
     assert db.subscriptions()[0].lag == 0
 
 
-def test_a_merged_take_whose_answer_was_lost_gives_its_claim_back(
+@pytest.mark.parametrize("way", ["merged", "guarded"])
+def test_a_take_whose_answer_was_lost_gives_its_claim_back(
     url: str,
     proxy: LossyProxy,  # noqa: F811 (the fixture)
+    way: str,
 ) -> None:
-    # The server pulled and claimed, and the answer never came: the transaction's end
-    # gives back the claim it never heard of, and the message is taken again in its place.
+    # The server claimed (merged: pulled too), and the answer never came: the
+    # transaction's end gives back the claim it never heard of, and the message is taken
+    # again in its place. Merged: the subscription keeps up and "unheard" is in the topic;
+    # guarded: it does not, and "unheard" is pulled already.
+    name = f"lost_{way}"
     with sluice.connect(f"{proxy.url(url)}&lease=600") as db, sluice.connect(url) as direct:
         topic = db.create_topic("t")
-        db.subscribe("t", "lost_sub")
-        assert _keep_up(db, topic, 2, name="lost_sub") == [0, 1]
+        db.subscribe("t", name)
+        if way == "merged":
+            assert _keep_up(db, topic, 2, name=name) == [0, 1]
+            topic.put("unheard")
+        else:
+            topic.put_many(["a", "b", "unheard"])
+            assert [_take(db, name), _take(db, name)] == ["a", "b"]
         calls = _Calls(db)
-        topic.put("unheard")
         tx = db.transaction()
-        proxy.arm(b"lost_sub")
+        proxy.arm(name.encode())
         with pytest.raises(ConnectionLost):
-            tx.dequeue("lost_sub", limit=1)
-        assert calls.counts["pull_claim"] == 1
-        assert direct.queue("lost_sub").stats()["claimed"] == 1  # the server did claim
+            tx.dequeue(name, limit=1)
+        assert calls.counts["pull_claim" if way == "merged" else "_guarded_claim"] == 1
+        assert calls.counts["merged"] == 0
+        assert calls.counts["pull"] == 0
+        assert direct.queue(name).stats()["claimed"] == 1  # the server did claim
         tx.abort()
-        assert direct.queue("lost_sub").stats()["claimed"] == 0
+        assert direct.queue(name).stats()["claimed"] == 0
         with db.transaction() as again:
-            taken = again.dequeue("lost_sub", limit=5)
+            taken = again.dequeue(name, limit=5)
         assert [(m.body, m.attempts) for m in taken] == [("unheard", 0)]
 
 
@@ -256,26 +267,3 @@ def test_guarded_takes_mark_their_subscription_used(db: sluice.Database) -> None
         db.recover()
     assert calls.counts["pull"] == 0
     assert [s.name for s in db.subscriptions()] == ["polled"]
-
-
-def test_a_guarded_take_whose_answer_was_lost_gives_its_claim_back(
-    url: str,
-    proxy: LossyProxy,  # noqa: F811 (the fixture)
-) -> None:
-    with sluice.connect(f"{proxy.url(url)}&lease=600") as db, sluice.connect(url) as direct:
-        topic = db.create_topic("t")
-        db.subscribe("t", "lost_guarded")
-        topic.put_many(["a", "b", "unheard"])
-        assert [_take(db, "lost_guarded"), _take(db, "lost_guarded")] == ["a", "b"]
-        calls = _Calls(db)
-        tx = db.transaction()
-        proxy.arm(b"lost_guarded")
-        with pytest.raises(ConnectionLost):
-            tx.dequeue("lost_guarded", limit=1)
-        assert calls.counts["_guarded_claim"] == 1
-        assert direct.queue("lost_guarded").stats()["claimed"] == 1  # the server did claim
-        tx.abort()
-        assert direct.queue("lost_guarded").stats()["claimed"] == 0
-        with db.transaction() as again:
-            taken = again.dequeue("lost_guarded", limit=5)
-        assert [(m.body, m.attempts) for m in taken] == [("unheard", 0)]
