@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,54 @@ def test_fifo_groups_and_deduplication(endpoint: Endpoint, sqs: Any) -> None:
     with pytest.raises(ClientError) as no_group:
         sqs.send_message(QueueUrl=url, MessageBody="x")
     assert code(no_group) == "MissingParameter"
+
+
+def _create_at_once(endpoint: Endpoint, name: str, timeouts: list[str]) -> list[str]:
+    """CreateQueue ``name`` from one client per visibility timeout, all at once: each
+    one's QueueUrl, or its error code."""
+    secret = endpoint.keys.add(f"maker-{name}", [], admin=True)
+    clients = [endpoint.client(f"maker-{name}", secret) for _ in timeouts]
+    start = threading.Barrier(len(timeouts))
+    answers: list[str] = [""] * len(timeouts)
+
+    def create(i: int) -> None:
+        start.wait()
+        try:
+            attributes = {"VisibilityTimeout": timeouts[i]}
+            answers[i] = clients[i].create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        except ClientError as exc:
+            answers[i] = str(exc.response["Error"]["Code"])
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(len(timeouts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers
+
+
+def test_creates_of_one_queue_at_once_all_succeed(endpoint: Endpoint, sqs: Any) -> None:
+    # Found by Celery's SQS test: a worker and its producer declare "celery" at the same
+    # moment; the second found the queue made and its attributes not yet written, and
+    # compared its own with SQS's defaults (QueueAlreadyExists).
+    for n in range(8):
+        name = f"together{n}"
+        answers = _create_at_once(endpoint, name, ["6"] * 4)
+        assert answers == [answers[0]] * 4, answers
+        assert answers[0].endswith(f"/{name}")
+        got = sqs.get_queue_attributes(QueueUrl=answers[0], AttributeNames=["VisibilityTimeout"])
+        assert got["Attributes"]["VisibilityTimeout"] == "6"
+
+
+def test_creates_of_one_queue_at_once_that_differ_keep_one(endpoint: Endpoint, sqs: Any) -> None:
+    for n in range(4):
+        name = f"apart{n}"
+        answers = _create_at_once(endpoint, name, ["5", "7"])
+        made = [a for a in answers if a.endswith(f"/{name}")]
+        assert len(made) == 1, answers  # one made it, the other was told it differs
+        assert "QueueNameExists" in answers or "QueueAlreadyExists" in answers
+        got = sqs.get_queue_attributes(QueueUrl=made[0], AttributeNames=["VisibilityTimeout"])
+        assert got["Attributes"]["VisibilityTimeout"] == ["5", "7"][answers.index(made[0])]
 
 
 def test_redrive_policy_is_an_error_queue(endpoint: Endpoint, sqs: Any) -> None:

@@ -513,6 +513,9 @@ class SqsStore(Protocol):
     def sqs_queue_put(self, name: str, attributes: str, tags: str, now: float) -> None:
         """Write the SQS record of ``name`` (its creation time kept if it had one)."""
 
+    def sqs_queue_add(self, name: str, attributes: str, tags: str, now: float) -> bool:
+        """Write the SQS record of ``name`` unless it has one; True if this wrote it."""
+
     def sqs_queue_forget(self, name: str) -> None:
         """Remove the SQS record of ``name`` and its deduplication ids, if any. Idempotent."""
 

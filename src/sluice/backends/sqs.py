@@ -38,6 +38,10 @@ class SqlSqs:
         params = {"name": name, "attributes": attributes, "tags": tags, "now": now}
         self._write_rows("sqs_queue_put", params)
 
+    def sqs_queue_add(self, name: str, attributes: str, tags: str, now: float) -> bool:
+        params = {"name": name, "attributes": attributes, "tags": tags, "now": now}
+        return self._write_rows("sqs_queue_add", params) == 1
+
     def sqs_queue_forget(self, name: str) -> None:
         self._write_rows("sqs_queue_forget", {"name": name})
         self._write_rows("sqs_dedup_forget", {"owner": dedup_owner(name)})

@@ -54,6 +54,18 @@ def _record(call: Call, name: str) -> tuple[dict[str, str], dict[str, str]]:
     return json.loads(stored.attributes), json.loads(stored.tags)
 
 
+def _add(call: Call, name: str, attributes: dict[str, str], tags: dict[str, str]) -> bool:
+    """Write a new queue's SQS record unless it has one; True if this wrote it."""
+    added = call.db.backend.sqs_queue_add(
+        name,
+        json.dumps(attributes, sort_keys=True),
+        json.dumps(tags, sort_keys=True),
+        call.db.clock.now(),
+    )
+    call.state.forget(name)
+    return added
+
+
 def _save(call: Call, name: str, attributes: dict[str, str], tags: dict[str, str]) -> None:
     call.db.backend.sqs_queue_put(
         name,
@@ -102,24 +114,30 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     attributes = {k: v for k, v in attributes.items() if v != ""}
     tags = _tags(params.get("tags", params.get("Tags")), str(name))
     call.need(name, "manage")
-    if name in {spec.name for spec in call.db.queues()}:
-        current, _ = _record(call, name)
-        for key, value in attributes.items():
-            if current.get(key, call.settings(name).shown().get(key)) != value:
-                raise SqsError(
-                    "QueueAlreadyExists",
-                    f"A queue already exists with the same name and a different value for "
-                    f"attribute {key}",
-                )
+    # The record is written first, and only if there is none: a CreateQueue of the same
+    # name at the same time (a Celery worker and its producer each declare their queue)
+    # then compares with it, where it used to find the queue made, its record not yet
+    # written, and SQS's defaults, and refused with QueueAlreadyExists.
+    if name not in {spec.name for spec in call.db.queues()} and _add(call, name, attributes, tags):
+        call.db.create_queue(name, exist_ok=True)
+        try:
+            if attributes.get("RedrivePolicy"):
+                _redrive(call, name, attributes["RedrivePolicy"], fifo=fifo)
+        except Exception:
+            call.db.drop_queue(name)  # nothing half made
+            call.db.backend.sqs_queue_forget(name)
+            call.state.forget(name)
+            raise
         return {"QueueUrl": call.url(name)}
-    call.db.create_queue(name, exist_ok=True)
-    try:
-        if attributes.get("RedrivePolicy"):
-            _redrive(call, name, attributes["RedrivePolicy"], fifo=fifo)
-        _save(call, name, attributes, tags)
-    except Exception:
-        call.db.drop_queue(name)  # nothing half made
-        raise
+    current, _ = _record(call, name)
+    for key, value in attributes.items():
+        if current.get(key, call.settings(name).shown().get(key)) != value:
+            raise SqsError(
+                "QueueAlreadyExists",
+                f"A queue already exists with the same name and a different value for "
+                f"attribute {key}",
+            )
+    call.db.create_queue(name, exist_ok=True)  # the other CreateQueue may not have yet
     return {"QueueUrl": call.url(name)}
 
 

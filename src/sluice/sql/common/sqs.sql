@@ -14,6 +14,13 @@ VALUES (:name, :attributes, :tags, :now, :now)
 ON CONFLICT (name) DO UPDATE
 SET attributes = excluded.attributes, tags = excluded.tags, changed_at = excluded.changed_at;
 
+-- name: sqs_queue_add
+-- A new queue's SQS record, unless it has one: written before the queue is made, so a
+-- CreateQueue of the same name at the same time finds it (sluice.server.sqs.queues).
+INSERT INTO {schema}.sqs_queues (name, attributes, tags, created_at, changed_at)
+VALUES (:name, :attributes, :tags, :now, :now)
+ON CONFLICT (name) DO NOTHING;
+
 -- name: sqs_queue_forget
 DELETE FROM {schema}.sqs_queues WHERE name = :name;
 
