@@ -218,6 +218,17 @@ def test_creates_of_one_queue_at_once_that_differ_keep_one(endpoint: Endpoint, s
         assert got["Attributes"]["VisibilityTimeout"] == ["5", "7"][answers.index(made[0])]
 
 
+def test_a_queue_dropped_outside_sqs_is_made_again_afresh(endpoint: Endpoint, sqs: Any) -> None:
+    attributes = {"VisibilityTimeout": "5"}
+    url = sqs.create_queue(QueueName="again", Attributes=attributes, tags={"team": "a"})["QueueUrl"]
+    endpoint.db.drop_queue("again")  # sluice's own drop: its SQS record goes with it
+    again = sqs.create_queue(QueueName="again", Attributes={"VisibilityTimeout": "9"})
+    assert again["QueueUrl"] == url
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])
+    assert got["Attributes"]["VisibilityTimeout"] == "9"
+    assert sqs.list_queue_tags(QueueUrl=url).get("Tags", {}) == {}
+
+
 def test_redrive_policy_is_an_error_queue(endpoint: Endpoint, sqs: Any) -> None:
     dlq = sqs.create_queue(QueueName="dead")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]

@@ -29,6 +29,7 @@ from sluice.backends.records import (
     queue_in_use,
     run_steps,
 )
+from sluice.backends.sqs import dedup_owner
 from sluice.catalog import QueueSpec, spec_from_row, spec_params
 from sluice.clock import Clock
 from sluice.errors import ConfigurationError, QueueExists, QueueInUse, QueueNotFound
@@ -252,8 +253,12 @@ class SqlBackend(ABC):
                 "delete_queue_properties",
                 "delete_queue_stored_properties",
                 "delete_queue",
+                # What the SQS endpoint keeps of it (sluice.server.sqs): a queue made again
+                # under its name, through SQS or not, starts with SQS's defaults.
+                "sqs_queue_forget",
             ):
                 conn.execute(self._q[statement], params)
+            conn.execute(self._q["sqs_dedup_forget"], {"owner": dedup_owner(name)})
 
     def get_queue(self, name: str) -> QueueSpec | None:
         rows = self._read_rows("get_queue", {"name": name})

@@ -118,7 +118,9 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     # name at the same time (a Celery worker and its producer each declare their queue)
     # then compares with it, where it used to find the queue made, its record not yet
     # written, and SQS's defaults, and refused with QueueAlreadyExists.
-    if name not in {spec.name for spec in call.db.queues()} and _add(call, name, attributes, tags):
+    # (A queue's record goes with the queue, however it is dropped: sql_backend.drop_queue.)
+    existed = name in {spec.name for spec in call.db.queues()}
+    if not existed and _add(call, name, attributes, tags):
         call.db.create_queue(name, exist_ok=True)
         try:
             if attributes.get("RedrivePolicy"):
@@ -137,7 +139,10 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
                 f"A queue already exists with the same name and a different value for "
                 f"attribute {key}",
             )
-    call.db.create_queue(name, exist_ok=True)  # the other CreateQueue may not have yet
+    if not existed:  # the other CreateQueue may not have made it yet: both make it so
+        call.db.create_queue(name, exist_ok=True)
+        if attributes.get("RedrivePolicy"):
+            _redrive(call, name, attributes["RedrivePolicy"], fifo=fifo)
     return {"QueueUrl": call.url(name)}
 
 
