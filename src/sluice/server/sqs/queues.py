@@ -131,6 +131,8 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             call.state.forget(name)
             raise
         return {"QueueUrl": call.url(name)}
+    if not existed:  # another CreateQueue's record: it may not have made the queue yet
+        call.db.create_queue(name, exist_ok=True)
     current, _ = _record(call, name)
     for key, value in attributes.items():
         if current.get(key, call.settings(name).shown().get(key)) != value:
@@ -139,10 +141,8 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
                 f"A queue already exists with the same name and a different value for "
                 f"attribute {key}",
             )
-    if not existed:  # the other CreateQueue may not have made it yet: both make it so
-        call.db.create_queue(name, exist_ok=True)
-        if attributes.get("RedrivePolicy"):
-            _redrive(call, name, attributes["RedrivePolicy"], fifo=fifo)
+    if not existed and attributes.get("RedrivePolicy"):  # as the other makes it
+        _redrive(call, name, attributes["RedrivePolicy"], fifo=fifo)
     return {"QueueUrl": call.url(name)}
 
 
