@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -61,21 +61,31 @@ class PostgresClaims:
     ) -> list[MessageRow]:
         if capped:
             return self._capped_claim(session, tx, queue, limit, own, select, lanes, fill, chain)
+        return self.rounds(
+            lambda name, params: self._claim(session, tx, name, params), session, tx, queue,
+            limit, own=own, select=select, lanes=lanes, fill=fill, chain=chain,
+        )  # fmt: skip
+
+    def rounds(
+        self,
+        run: Callable[[str, dict[str, Any]], list[MessageRow]],
+        session: int,
+        tx: int,
+        queue: str,
+        limit: int,
+        *,
+        own: bool = False,
+        select: Selection | None = None,
+        lanes: Sequence[str] = (),
+        fill: bool = True,
+        chain: bool = True,
+    ) -> list[MessageRow]:
+        """A claim's rounds (claim_steps), each statement run by ``run``; by default a
+        plain one (no own enqueues, selection or lanes held)."""
         return claim_rounds(
-            lambda name, params: self._claim(session, tx, name, params),
-            self.selected,
-            clock=self.clock,
-            session=session,
-            tx=tx,
-            queue=queue,
-            limit=limit,
-            own=own,
-            select=select,
-            lanes=lanes,
-            fill=fill,
-            chain=chain,
-            suffix="",
-        )
+            run, self.selected, clock=self.clock, session=session, tx=tx, queue=queue,
+            limit=limit, own=own, select=select, lanes=lanes, fill=fill, suffix="", chain=chain,
+        )  # fmt: skip
 
     @contextmanager
     def claiming(self, session: int, tx: int) -> Iterator[None]:
@@ -119,23 +129,13 @@ class PostgresClaims:
             credit = credit_limit(limit, cur.fetchall())
             rows = []
             if credit:
-                rows = claim_rounds(
+                rows = self.rounds(
                     lambda name, params: self.keep_due(
                         queue, conn.execute(self._q[name], params).fetchall()
                     ),
-                    self.selected,
-                    clock=self.clock,
-                    session=session,
-                    tx=tx,
-                    queue=queue,
-                    limit=credit,
-                    own=own,
-                    select=select,
-                    lanes=lanes,
-                    fill=fill,
-                    chain=chain,
-                    suffix="",
-                )
+                    session, tx, queue, credit,
+                    own=own, select=select, lanes=lanes, fill=fill, chain=chain,
+                )  # fmt: skip
             conn.execute("COMMIT")
         return rows
 

@@ -6,14 +6,13 @@ the question asked inside the claim (claim_subscribed), also one round trip."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
 from sluice.backends.postgres_pooler import LOCAL, begin
-from sluice.backends.postgres_statements import claim_rounds
 from sluice.backends.records import Lane, MessageRow, Row, Selection
 from sluice.backends.topics import TOUCH_EVERY, Refill, SqlTopics
 from sluice.errors import QueueNotFound
@@ -44,13 +43,20 @@ class PostgresTopics(SqlTopics):
     def _one(self, name: str, params: Any, *, durable: bool = True) -> list[Row]: ...
 
     @abstractmethod
-    def selected(self, name: str, select: Selection | None) -> tuple[str, dict[str, Any]]: ...
-
-    @abstractmethod
     def keep_due(self, queue: str, rows: list[Row]) -> list[MessageRow]: ...
 
     @abstractmethod
     def claiming(self, session: int, tx: int) -> AbstractContextManager[None]: ...
+
+    @abstractmethod
+    def rounds(
+        self,
+        run: Callable[[str, dict[str, Any]], list[MessageRow]],
+        session: int,
+        tx: int,
+        queue: str,
+        limit: int,
+    ) -> list[MessageRow]: ...
 
     @abstractmethod
     def _claim(
@@ -112,10 +118,7 @@ class PostgresTopics(SqlTopics):
                 pulled.append(refill.fetchone())
                 return self.keep_due(subscription, claimed.fetchall())
 
-        taken = claim_rounds(
-            run, self.selected, clock=self.clock, session=session, tx=tx, queue=subscription,
-            limit=limit, own=False, select=None, lanes=(), fill=True, suffix="",
-        )  # fmt: skip
+        taken = self.rounds(run, session, tx, subscription, limit)
         row = pulled[0]
         if row is None or not row[-1]:
             return self._pulled(subscription, row, now), taken
@@ -142,10 +145,7 @@ class PostgresTopics(SqlTopics):
             ahead.append(rows[0][1] if rows and rows[0][0] is None else None)
             return self.keep_due(subscription, rows)
 
-        taken = claim_rounds(
-            run, self.selected, clock=self.clock, session=session, tx=tx, queue=subscription,
-            limit=limit, own=False, select=None, lanes=(), fill=True, suffix="",
-        )  # fmt: skip
+        taken = self.rounds(run, session, tx, subscription, limit)
         if ahead[0] == _GONE:
             raise QueueNotFound(f"subscription {subscription!r} does not exist")
         return None if ahead[0] == _AHEAD else taken
