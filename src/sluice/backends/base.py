@@ -516,9 +516,6 @@ class SqsStore(Protocol):
     def sqs_queue_add(self, name: str, attributes: str, tags: str, now: float) -> bool:
         """Write the SQS record of ``name`` unless it has one; True if this wrote it."""
 
-    def sqs_queue_forget(self, name: str) -> None:
-        """Remove the SQS record of ``name`` and its deduplication ids, if any. Idempotent."""
-
     def sqs_dedup_find(self, queue: str, dedup: str, since: float) -> str | None:
         """The answer (JSON text) kept for deduplication id ``dedup`` of ``queue`` since
         ``since``, or None."""

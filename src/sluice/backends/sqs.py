@@ -42,10 +42,6 @@ class SqlSqs:
         params = {"name": name, "attributes": attributes, "tags": tags, "now": now}
         return self._write_rows("sqs_queue_add", params) == 1
 
-    def sqs_queue_forget(self, name: str) -> None:
-        self._write_rows("sqs_queue_forget", {"name": name})
-        self._write_rows("sqs_dedup_forget", {"owner": dedup_owner(name)})
-
     def sqs_dedup_find(self, queue: str, dedup: str, since: float) -> str | None:
         params = {"owner": dedup_owner(queue), "key": dedup, "since": since}
         rows = self._read_rows("sqs_dedup_find", params)

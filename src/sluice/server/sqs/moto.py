@@ -57,5 +57,4 @@ def _drop_all(db: sluice.Database) -> None:
         if spec.error_queue is not None:
             db.alter_queue(spec.name, error_queue=None, max_attempts=None)
     for spec in db.queues():
-        db.drop_queue(spec.name)
-        db.backend.sqs_queue_forget(spec.name)
+        db.drop_queue(spec.name)  # its SQS record and deduplication ids with it

@@ -54,26 +54,18 @@ def _record(call: Call, name: str) -> tuple[dict[str, str], dict[str, str]]:
     return json.loads(stored.attributes), json.loads(stored.tags)
 
 
-def _add(call: Call, name: str, attributes: dict[str, str], tags: dict[str, str]) -> bool:
-    """Write a new queue's SQS record unless it has one; True if this wrote it."""
-    added = call.db.backend.sqs_queue_add(
-        name,
-        json.dumps(attributes, sort_keys=True),
-        json.dumps(tags, sort_keys=True),
-        call.db.clock.now(),
-    )
+def _save(
+    call: Call, name: str, attributes: dict[str, str], tags: dict[str, str], *, new: bool = False
+) -> bool:
+    """Write the queue's SQS record; ``new``: only if it has none. True if this wrote it."""
+    record = (json.dumps(attributes, sort_keys=True), json.dumps(tags, sort_keys=True))
+    written = True
+    if new:
+        written = call.db.backend.sqs_queue_add(name, *record, call.db.clock.now())
+    else:
+        call.db.backend.sqs_queue_put(name, *record, call.db.clock.now())
     call.state.forget(name)
-    return added
-
-
-def _save(call: Call, name: str, attributes: dict[str, str], tags: dict[str, str]) -> None:
-    call.db.backend.sqs_queue_put(
-        name,
-        json.dumps(attributes, sort_keys=True),
-        json.dumps(tags, sort_keys=True),
-        call.db.clock.now(),
-    )
-    call.state.forget(name)
+    return written
 
 
 def _redrive(call: Call, name: str, policy: str | None, *, fifo: bool) -> None:
@@ -120,14 +112,13 @@ def create_queue(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     # written, and SQS's defaults, and refused with QueueAlreadyExists.
     # (A queue's record goes with the queue, however it is dropped: sql_backend.drop_queue.)
     existed = name in {spec.name for spec in call.db.queues()}
-    if not existed and _add(call, name, attributes, tags):
+    if not existed and _save(call, name, attributes, tags, new=True):
         call.db.create_queue(name, exist_ok=True)
         try:
             if attributes.get("RedrivePolicy"):
                 _redrive(call, name, attributes["RedrivePolicy"], fifo=fifo)
         except Exception:
-            call.db.drop_queue(name)  # nothing half made
-            call.db.backend.sqs_queue_forget(name)
+            call.db.drop_queue(name)  # nothing half made: its record goes with it
             call.state.forget(name)
             raise
         return {"QueueUrl": call.url(name)}
@@ -194,8 +185,7 @@ def _drop(call: Call, name: str) -> dict[str, Any]:
         call.db.drop_queue(name)
     except QueueInUse as exc:
         raise invalid_parameter(f"the queue cannot be deleted now: {exc}") from None
-    call.db.backend.sqs_queue_forget(name)
-    call.state.forget(name)
+    call.state.forget(name)  # its record and deduplication ids went with it
     return {}
 
 
