@@ -97,6 +97,8 @@ ROOT = Path(__file__).resolve().parents[2]
 """The actors run from here, as modules of the tests package."""
 CHILD = [sys.executable, "-m", "tests.reliability.campaign_child"]
 HTTP_CHILD = [sys.executable, "-m", "tests.reliability.campaign_http"]
+CLOCKED = [sys.executable, "-m", "tests.reliability.campaign_clock"]
+"""An actor's ``python -m`` under a stepped clock: its time.sleep works (campaign_clock)."""
 SUBSCRIPTIONS = ("a", "b")
 # Actor name -> role; subscribers are named after their subscription.
 ACTORS = {
@@ -278,7 +280,8 @@ class Campaign:
                 "LD_PRELOAD": faketime_library(),
                 "FAKETIME_TIMESTAMP_FILE": str(self.clock),
                 "FAKETIME_NO_CACHE": "1",
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # sleeps and timeouts keep real time
+                # Sleeps and timeouts keep real time (time.sleep through campaign_clock).
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             }
         self.rng = random.Random(seed)
         self.outcome = Outcome(backend, seed, seconds)
@@ -295,9 +298,12 @@ class Campaign:
         self._starts += 1
         # Its stderr (tracebacks, logged errors) is kept with SLUICE_CAMPAIGN_KEEP_LOGS=1.
         path = self.logs / f"{name}.{self._starts}.err"
+        command = self._command(name, role)
+        if self.clock is not None:  # its sleeps kept working under libfaketime
+            command = [*CLOCKED, *command[2:]]
         with path.open("w") as err:
             process = subprocess.Popen(
-                self._command(name, role), stdout=subprocess.PIPE, stderr=err, text=True,
+                command, stdout=subprocess.PIPE, stderr=err, text=True,
                 env=self.env, cwd=ROOT,
             )  # fmt: skip
         reader = threading.Thread(target=self._read, args=(process,), daemon=True)
@@ -352,7 +358,8 @@ class Campaign:
     def _said(self, actor: Actor, *, exited: bool) -> None:
         """What a ``sluice`` actor said on stderr. Its errors go to the tally; a traceback
         is a violation where sluice serve answered a request with it (uvicorn's
-        "Exception in ASGI application"), or where the process died of an error not
+        "Exception in ASGI application", or sluice serve's own "error while answering"
+        before its 500), or where the process died of an error not
         sluice's. The tracebacks sluice logs where it goes on (a heartbeat on a full
         disk) are not."""
         command = f"sluice {COMMANDS[actor.role]}"
@@ -362,7 +369,10 @@ class Campaign:
                 self.outcome.errors[f"{command}: {line.removeprefix('sluice: error: ')[:60]}"] += 1
         chains = tracebacks(lines)
         for before, raised, _ in chains:
-            if "Exception in ASGI application" in before:
+            # uvicorn's line for a request that raised past the app, or the app's own
+            # (problems.install) for one it answered 500: either way a bug, named by
+            # the exception, which the client's 500 does not carry.
+            if any(said in before for said in _REQUEST_RAISED):
                 self.outcome.violations.append(
                     f"{actor.name} ({command}): a request raised {raised}"
                 )
@@ -672,6 +682,9 @@ class Campaign:
                 if e["http"] == 500:
                     self.outcome.violations.append(f"sluice serve answered 500: {e}")
 
+
+_REQUEST_RAISED = ("Exception in ASGI application", "error while answering")
+"""What uvicorn and sluice serve log before the traceback of a request that raised."""
 
 _APPLICATION = "sluice-campaign"
 

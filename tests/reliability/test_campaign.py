@@ -3,7 +3,12 @@ runs a long one), and the checker shown to catch each kind of violation."""
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +16,7 @@ import pytest
 
 import sluice
 
-from .campaign import campaign_on
+from .campaign import CLOCKED, ROOT, campaign_on, faketime_library
 from .campaign_checks import (
     check_made,
     check_rule_errors,
@@ -160,6 +165,34 @@ def test_a_writer_whose_lease_was_lost_keeps_its_order(tmp_path: Path) -> None:
         first.commit()
         assert [m.body for m in second.dequeue("steps")] == ["second"]
         second.commit()
+
+
+def test_an_actor_under_a_stepped_clock_sleeps(tmp_path: Path) -> None:
+    """libfaketime 0.9.10 failed every time.sleep of Python 3.11 with EINVAL (its absolute
+    deadline on the monotonic clock, wolfcw/libfaketime#426); the campaign's actors run
+    through campaign_clock, whose sleep works, and their wall clock is still stepped."""
+    clock = tmp_path / "clock"
+    clock.write_text("-30\n")
+    (tmp_path / "probe_sleep.py").write_text(
+        "import json, time\n"
+        "began = time.monotonic()\n"
+        "time.sleep(0.05)\n"
+        "print(json.dumps({'wall': time.time(), 'slept': time.monotonic() - began}))\n"
+    )
+    env = os.environ | {
+        "LD_PRELOAD": faketime_library(),
+        "FAKETIME_TIMESTAMP_FILE": str(clock),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": str(tmp_path),
+    }
+    ran = subprocess.run([*CLOCKED, "probe_sleep"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=60, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    said = json.loads(ran.stdout)
+    assert 0.05 <= said["slept"] < 5
+    assert -35 < said["wall"] - time.time() < -25  # the wall clock is the stepped one
+    assert CLOCKED[0] == sys.executable
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
