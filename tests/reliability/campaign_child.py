@@ -44,6 +44,7 @@ GROUPS = ("g0", "g1", "g2")
 LEASE = 2.0  # a silent session is recovered after this; a dead local pid at once
 # Pacing waits on an Event, not time.sleep: under libfaketime (the campaign's clock steps)
 # time.sleep's absolute-deadline call fails with EINVAL, a flaw of the preload, not sluice's.
+# (campaign_clock now mends time.sleep for every actor, sluice's own sleeps included.)
 _pause = threading.Event().wait
 
 
