@@ -1,4 +1,5 @@
-"""A process whose wall clock the test steps (libfaketime): python clock_child.py URL.
+"""A process whose wall clock the test steps (libfaketime):
+``python -m tests.reliability.clock_child URL``.
 
 Reads commands from stdin, one a line, and answers each with a JSON line:
 ``put BODY`` (enqueue to "q"), ``take`` (the next message's body, or null, no waiting),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,9 +19,11 @@ import pytest
 import sluice
 from sluice.clock import STEP_BACK_HELD, ManualClock
 
-from .campaign import faketime_library
+from .campaign import CLOCKED, ROOT, faketime_library
 
-CHILD = Path(__file__).with_name("clock_child.py")
+CHILD = [*CLOCKED, "tests.reliability.clock_child"]
+"""clock_child.py through campaign_clock: its time.sleep (sluice's included) works under
+libfaketime."""
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +62,8 @@ def process(url: str, clock_file: Path) -> Iterator[Process]:
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
     }
     with subprocess.Popen(
-        [sys.executable, str(CHILD), url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True, env=env,
+        [*CHILD, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        cwd=ROOT,
     ) as popen:  # fmt: skip
         try:
             yield Process(popen)
