@@ -58,8 +58,8 @@ class LossyProxy:
     def sever(self) -> None:
         """The server goes away: every open connection is closed, new ones are refused
         until ``refusing`` is cleared."""
-        self.refusing.set()
-        with self._lock:
+        with self._lock:  # no connection is let in between the two (see _accept)
+            self.refusing.set()
             socks, self._open = self._open, []
         _close(*socks)
 
@@ -81,7 +81,13 @@ class LossyProxy:
                 continue
             server = socket.create_connection(self._target)
             with self._lock:
-                self._open += [client, server]
+                # Severed while this one was being connected: it is refused as well.
+                refused = self.refusing.is_set()
+                if not refused:
+                    self._open += [client, server]
+            if refused:
+                _close(client, server)
+                continue
             threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
             threading.Thread(target=self._answers, args=(server, client), daemon=True).start()
 
