@@ -276,13 +276,7 @@ class Campaign:
         self.env |= {"SLUICE_CAMPAIGN_KEY": secret, "SLUICE_CAMPAIGN_STATE": str(self.logs)}
         if self.clock is not None:
             self.clock.write_text("+0\n")
-            self.env |= {
-                "LD_PRELOAD": faketime_library(),
-                "FAKETIME_TIMESTAMP_FILE": str(self.clock),
-                "FAKETIME_NO_CACHE": "1",
-                # Sleeps and timeouts keep real time (time.sleep through campaign_clock).
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            }
+            self.env |= stepped_clock(self.clock)
         self.rng = random.Random(seed)
         self.outcome = Outcome(backend, seed, seconds)
         self.events: list[dict[str, Any]] = []
@@ -695,6 +689,18 @@ def faketime_library() -> str:
     if not found:
         raise RuntimeError("libfaketime is not installed (apt-get install faketime)")
     return str(found[0])
+
+
+def stepped_clock(offset_file: Path) -> dict[str, str]:
+    """The environment of a process whose wall clock is ``offset_file``'s offset (``+60``,
+    read at every call), its monotonic clock left alone as NTP leaves it. Run its Python
+    through CLOCKED, whose time.sleep works under the preload (campaign_clock)."""
+    return {
+        "LD_PRELOAD": faketime_library(),
+        "FAKETIME_TIMESTAMP_FILE": str(offset_file),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
 
 
 def _libpq_url(url: str) -> str:

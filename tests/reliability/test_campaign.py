@@ -7,7 +7,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 import sluice
 
-from .campaign import CLOCKED, ROOT, campaign_on, faketime_library
+from .campaign import CLOCKED, ROOT, campaign_on, stepped_clock
 from .campaign_checks import (
     check_made,
     check_rule_errors,
@@ -179,20 +178,13 @@ def test_an_actor_under_a_stepped_clock_sleeps(tmp_path: Path) -> None:
         "time.sleep(0.05)\n"
         "print(json.dumps({'wall': time.time(), 'slept': time.monotonic() - began}))\n"
     )
-    env = os.environ | {
-        "LD_PRELOAD": faketime_library(),
-        "FAKETIME_TIMESTAMP_FILE": str(clock),
-        "FAKETIME_NO_CACHE": "1",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-        "PYTHONPATH": str(tmp_path),
-    }
+    env = os.environ | stepped_clock(clock) | {"PYTHONPATH": str(tmp_path)}
     ran = subprocess.run([*CLOCKED, "probe_sleep"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=60, check=False)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     said = json.loads(ran.stdout)
     assert 0.05 <= said["slept"] < 5
     assert -35 < said["wall"] - time.time() < -25  # the wall clock is the stepped one
-    assert CLOCKED[0] == sys.executable
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

@@ -19,7 +19,7 @@ import pytest
 import sluice
 from sluice.clock import STEP_BACK_HELD, ManualClock
 
-from .campaign import CLOCKED, ROOT, faketime_library
+from .campaign import CLOCKED, ROOT, stepped_clock
 
 CHILD = [*CLOCKED, "tests.reliability.clock_child"]
 """clock_child.py through campaign_clock: its time.sleep (sluice's included) works under
@@ -55,12 +55,7 @@ def clock_file(tmp_path: Path) -> Path:
 
 @contextmanager
 def process(url: str, clock_file: Path) -> Iterator[Process]:
-    env = os.environ | {
-        "LD_PRELOAD": faketime_library(),
-        "FAKETIME_TIMESTAMP_FILE": str(clock_file),
-        "FAKETIME_NO_CACHE": "1",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    }
+    env = os.environ | stepped_clock(clock_file)
     with subprocess.Popen(
         [*CHILD, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         cwd=ROOT,
