@@ -89,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_completion(args: argparse.Namespace) -> int:
     """``eval "$(sluice completion bash)"`` in ~/.bashrc completes commands and options."""
-    import argcomplete  # noqa: PLC0415  (only this command and completing need it)
+    # From its module: argcomplete re-exports it typed only since 3.8, and an ignore
+    # that one version needs another flags as unused.
+    from argcomplete.shell_integration import shellcode  # noqa: PLC0415  (only this command needs it)
 
-    print(argcomplete.shellcode(["sluice"], shell=args.shell))  # type: ignore[attr-defined]
+    print(shellcode(["sluice"], shell=args.shell))
     return 0
 
 
