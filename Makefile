@@ -4,25 +4,25 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_DB ?= sluice-demo.db
 
-.PHONY: run test peers celery-suite bench-celery lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-sqs bench-gateways soak soak-mixed campaign clean
+.PHONY: run test lock peers celery-suite bench-celery lint typecheck unit bench bench-postgres bench-content bench-isolation bench-spark bench-jobs bench-memory bench-topics bench-rules bench-server bench-sqs bench-gateways soak soak-mixed campaign clean
 
-$(BIN)/sluice-run-stamp: pyproject.toml
+$(BIN)/sluice-run-stamp: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[demo]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[demo]'
 	touch $@
 
 # The console's browser tests drive Debian's chromium (Playwright's own download cannot work here);
 # the reliability tests step real processes' wall clocks with Debian's libfaketime. The bench
 # extra too: tests/acceptance/test_bench.py runs every benchmark family, peers and all, at its
 # smallest settings, so that bench code cannot rot.
-$(BIN)/sluice-test-stamp: pyproject.toml
+$(BIN)/sluice-test-stamp: pyproject.toml constraints.txt
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 	command -v faketime >/dev/null || (apt-get update && apt-get install -y faketime)
 	test -x /usr/sbin/pgbouncer || (apt-get update && apt-get install -y pgbouncer)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[all,dev,bench]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[all,dev,bench]'
 	$(MAKE) peers
 	touch $@
 
@@ -38,6 +38,12 @@ peers:
 	    $(BIN)/pip download --quiet --no-deps --no-binary :all: "$$p==$$v" -d $(PEERS) && \
 	    tar -xzf $(PEERS)/$$p-$$v.tar.gz -C $(PEERS) ); \
 	done
+
+# Pins every package of the test environment at what .venv holds now. To move to newer
+# releases: delete the pins from constraints.txt, `make clean test`, then `make lock`.
+lock: $(BIN)/sluice-test-stamp
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --exclude-editable; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 $(BIN)/sluice-bench-stamp: $(BIN)/sluice-test-stamp
 	touch $@
