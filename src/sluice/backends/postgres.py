@@ -24,9 +24,10 @@ through ``expect()``, so no second round trip is needed to decide.
   ``direct`` URL (``postgres_pooler``).
 
 This module holds the pool, the units of work and the queue operations; the claims
-(``postgres_claims``), what the units decide before and after their round trips
-(``postgres_decisions``, shared with sluice.aio), the rules engine's dialect parts
-(``postgres_rules``) and Spark's streams (``postgres_streams``) are mixed in.
+(``postgres_claims``), the appends and commits (``postgres_commits``), what the units decide
+before and after their round trips (``postgres_decisions``, shared with sluice.aio), the
+rules engine's dialect parts (``postgres_rules``) and Spark's streams (``postgres_streams``)
+are mixed in.
 """
 
 from __future__ import annotations
@@ -45,9 +46,7 @@ from sluice.backends.idempotency import SqlIdempotency
 from sluice.backends.keys import SqlKeys
 from sluice.backends.postgres_arrow import ArrowReader
 from sluice.backends.records import (
-    CommitPlan,
     ConnectionLost,
-    Envelope,
     Lane,
     MessageRow,
     QueueCounts,
@@ -55,7 +54,6 @@ from sluice.backends.records import (
     Selection,
     SessionInfo,
     browse_params,
-    plain_ack,
 )
 from sluice.backends.sql_backend import (
     SqlBackend,
@@ -66,7 +64,7 @@ from sluice.backends.sql_backend import (
 )
 from sluice.backends.sqs import SqlSqs
 from sluice.clock import Clock, OffsetClock
-from sluice.errors import MissingDependency, QueueNotFound, SluiceError, StorageError
+from sluice.errors import MissingDependency, StorageError
 from sluice.expr.postgres import PostgresCompiler
 from sluice.expr.sql import Source
 from sluice.extras import install_hint
@@ -82,7 +80,7 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
     ) from _missing
 
 from sluice.backends.postgres_claims import PostgresClaims
-from sluice.backends.postgres_decisions import PostgresDecisions
+from sluice.backends.postgres_commits import PostgresCommits
 from sluice.backends.postgres_maintenance import Maintainer, maintain
 from sluice.backends.postgres_notify import Listener, Notifier, payload
 from sluice.backends.postgres_outbox import PostgresOutbox
@@ -99,9 +97,6 @@ from sluice.backends.postgres_rules import PostgresRules
 from sluice.backends.postgres_schema import LOCK_CLASS, migrate, quote_schema, recovery_lock
 from sluice.backends.postgres_settings import PostgresSettings, libpq_seconds
 from sluice.backends.postgres_statements import (
-    Expected,
-    acks_statement,
-    commit_failure,
     fetched,
     first,
     fronts,
@@ -125,7 +120,7 @@ _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # ~6 s: a server restart's
 
 class PostgresBackend(
     SqlBackend,
-    PostgresDecisions,
+    PostgresCommits,
     PostgresClaims,
     PostgresStreams,
     PostgresTopics,
@@ -455,36 +450,6 @@ class PostgresBackend(
         self._write_rows("notify", {"channel": self.channel, "payload": note}, durable=False)
 
     # --- messages --------------------------------------------------------------------
-    def append(
-        self, session: int, tx: int, envelopes: Sequence[Envelope], *, ready: bool, durable: bool
-    ) -> None:
-        statements = self.append_statements(session, tx, envelopes, ready=ready, durable=durable)
-        notified = self._run_checked(statements, envelopes, durable=durable)
-        self.appended(envelopes, ready=ready, notified=notified)
-
-    def _run_checked(
-        self,
-        statements: list[tuple[str, Any]],
-        envelopes: Sequence[Envelope],
-        *,
-        durable: bool = True,
-    ) -> bool:
-        """Run a unit whose ``expect()`` failures mean a missing queue or a lost lease.
-
-        Returns whether the unit carried a wake-up NOTIFY itself.
-        """
-        route = self.route(statements, envelopes, durable=durable)
-        try:
-            if route.single:
-                self._one(*route.statements[0])
-            else:
-                self._unit(route.statements, durable=route.durable)
-        except Expected as exc:
-            if exc.what == "queue not found":
-                raise self.queue_not_found(envelopes) from None
-            raise
-        return route.notified
-
     def lane_fronts(self, queue: str, lanes: Sequence[str]) -> dict[str, tuple[int, int]]:
         return fronts(lanes, self._unit(lane_front_statements(queue, lanes), durable=False))
 
@@ -493,56 +458,6 @@ class PostgresBackend(
     ) -> None:
         self._unit(release_statements(session, tx, refs, lanes), durable=False)
         self.released()
-
-    def commit(self, plan: CommitPlan) -> None:
-        # Acknowledgements that threads of this Database make at once go as one statement
-        # in one transaction (commit_many): one round trip (and WAL flush) for them all, and
-        # a fraction of the server's work each, where the server is the bound. Transient
-        # ones too: one grouped with a persistent one is only made durable sooner.
-        if self._group is not None and plain_ack(plan):
-            self._group.commit(plan)
-        else:
-            self._commit_one(plan)
-
-    def _commit_one(self, plan: CommitPlan) -> None:
-        try:
-            notified = self._run_checked(
-                self.commit_unit(plan), plan.enqueues, durable=plan.durable
-            )
-        except Expected as exc:
-            raise commit_failure(plan, exc) from exc
-        self.committed(plan, notified=notified)
-
-    def commit_many(self, plans: Sequence[CommitPlan]) -> list[BaseException | None]:
-        """All plans in one transaction, one round trip and one WAL flush; if any fails
-        (its lease lost, its queue gone), nothing did, and each is committed alone."""
-        if len(plans) > 1:
-            # Plain acks: one statement. Not if a claim's outcome is uncertain (its
-            # commit gives back what it never heard of: commit_unit).
-            sure = not any((p.session, p.tx) in self._uncertain for p in plans)
-            statements = (acks_statement(plans) if sure else []) or [
-                s for plan in plans for s in self.commit_unit(plan)
-            ]
-            enqueues = [e for plan in plans for e in plan.enqueues]
-            try:
-                notified = self._run_checked(
-                    statements, enqueues, durable=any(p.durable for p in plans)
-                )
-            except (Expected, QueueNotFound):
-                pass
-            else:
-                for plan in plans:
-                    self.committed(plan, notified=notified)
-                return [None] * len(plans)
-        results: list[BaseException | None] = []
-        for plan in plans:
-            try:
-                self._commit_one(plan)
-            except SluiceError as exc:
-                results.append(exc)
-            else:
-                results.append(None)
-        return results
 
     def abort(self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()) -> None:
         # Idempotent, so it is retried through a server restart: an abort that
