@@ -7,8 +7,9 @@ there. The backend decides what a unit runs and whom it notifies; this module
 only does the IO. What is not on the hot path runs on the blocking backend in
 the database's thread: claims on queues with ``max_in_flight`` (their credit
 lock), blockwise commits' lane checks, browsing, ``next_due`` when no claim
-answered it, and the catalog. Unlike the blocking backend, an abort is not
-retried through a server restart: the session's end rolls it back.
+answered it, and the catalog. Acknowledgements that coroutines make at once share a
+transaction (``group_commit``), as threads' do there. Unlike the blocking backend, an
+abort is not retried through a server restart: the session's end rolls it back.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import psycopg
 import psycopg_pool
 from psycopg.pq import TransactionStatus
 
+from sluice.aio.group_commit import AsyncGroupCommitter
 from sluice.aio.runner import Runner
 from sluice.backends.postgres import PostgresBackend
 from sluice.backends.postgres_pooler import LOCAL, LOCAL_RELAXED
@@ -42,9 +44,10 @@ from sluice.backends.records import (
     MessageRow,
     Row,
     Selection,
+    plain_ack,
 )
 from sluice.engine.steps import Call
-from sluice.errors import StorageError
+from sluice.errors import QueueNotFound, SluiceError, StorageError
 
 __all__ = ["PostgresStore"]
 
@@ -75,6 +78,7 @@ class PostgresStore:
         )
         self._pooled = settings.pooler is not None
         self._timeout = settings.connect_timeout
+        self._group = AsyncGroupCommitter(self._commit_many) if settings.group_commit else None
 
     async def open(self) -> None:
         """Open the pool's first connection; StorageError if none can be had."""
@@ -215,12 +219,46 @@ class PostgresStore:
         self._backend.released()
 
     async def _commit(self, plan: CommitPlan) -> None:
+        # As the blocking backend: acknowledgements that coroutines make at once go as one
+        # statement in one transaction (one round trip and one WAL flush for them all).
+        if self._group is not None and plain_ack(plan):
+            await self._group.commit(plan)
+        else:
+            await self._commit_one(plan)
+
+    async def _commit_one(self, plan: CommitPlan) -> None:
         statements = self._backend.commit_unit(plan)
         try:
             notified = await self._checked(statements, plan.enqueues, durable=plan.durable)
         except Expected as exc:
             raise commit_failure(plan, exc) from exc
         self._backend.committed(plan, notified=notified)
+
+    async def _commit_many(self, plans: Sequence[CommitPlan]) -> list[BaseException | None]:
+        """The blocking backend's ``commit_many`` on this loop: all plans in one
+        transaction; if any fails (a lease lost, a queue gone), each is committed alone."""
+        if len(plans) > 1:
+            enqueues = [e for plan in plans for e in plan.enqueues]
+            durable = any(p.durable for p in plans)
+            try:
+                notified = await self._checked(
+                    self._backend.group_unit(plans), enqueues, durable=durable
+                )
+            except (Expected, QueueNotFound):
+                pass
+            else:
+                for plan in plans:
+                    self._backend.committed(plan, notified=notified)
+                return [None] * len(plans)
+        results: list[BaseException | None] = []
+        for plan in plans:
+            try:
+                await self._commit_one(plan)
+            except SluiceError as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        return results
 
     async def _abort(
         self, session: int, tx: int, held: Sequence[int], lanes: Sequence[Lane] = ()

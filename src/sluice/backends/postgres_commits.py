@@ -10,7 +10,7 @@ from typing import Any
 
 from sluice.backends.group_commit import GroupCommitter
 from sluice.backends.postgres_decisions import PostgresDecisions
-from sluice.backends.postgres_statements import Expected, acks_statement, commit_failure
+from sluice.backends.postgres_statements import Expected, commit_failure
 from sluice.backends.records import CommitPlan, Envelope, Row, plain_ack
 from sluice.errors import QueueNotFound, SluiceError
 
@@ -84,12 +84,7 @@ class PostgresCommits(PostgresDecisions):
         """All plans in one transaction, one round trip and one WAL flush; if any fails
         (its lease lost, its queue gone), nothing did, and each is committed alone."""
         if len(plans) > 1:
-            # Plain acks: one statement. Not if a claim's outcome is uncertain (its
-            # commit gives back what it never heard of: commit_unit).
-            sure = not any((p.session, p.tx) in self._uncertain for p in plans)
-            statements = (acks_statement(plans) if sure else []) or [
-                s for plan in plans for s in self.commit_unit(plan)
-            ]
+            statements = self.group_unit(plans)
             enqueues = [e for plan in plans for e in plan.enqueues]
             try:
                 notified = self._run_checked(

@@ -14,6 +14,7 @@ from sluice.backends.postgres_notify import Notifier, payload
 from sluice.backends.postgres_statements import (
     Route,
     abort_statements,
+    acks_statement,
     commit_statements,
     enqueue_statement,
     lanes_params,
@@ -135,6 +136,17 @@ class PostgresDecisions:
         if (session, tx) not in self._uncertain:
             return []
         return [("release_unheard", {"session": session, "tx": tx, "known": list(known)})]
+
+    def group_unit(self, plans: Sequence[CommitPlan]) -> list[tuple[str, Any]]:
+        """The statements of several commits made as one transaction (group commit).
+
+        Plain acknowledgements are one statement; not if a claim's outcome is uncertain,
+        for then each commit gives back what it never heard of (``commit_unit``).
+        """
+        sure = not any((p.session, p.tx) in self._uncertain for p in plans)
+        return (acks_statement(plans) if sure else []) or [
+            s for plan in plans for s in self.commit_unit(plan)
+        ]
 
     def committed(self, plan: CommitPlan, *, notified: bool) -> None:
         """``commit`` is done: other processes hear of what it made available."""
