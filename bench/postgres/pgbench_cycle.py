@@ -7,7 +7,8 @@ sluice's backend sends for it: the claim (``claim`` in queries.sql, the plain on
 selection, no ordering; it commits without waiting for the WAL flush) and the
 acknowledgement (``delete_claimed``, durable), each its own transaction, with the planner
 settings sluice's connections use. Then sluice does the same work with C threads sharing
-one ``sluice.connect``. deliveries/s = messages claimed and acknowledged / seconds.
+one ``sluice.connect``, and with C coroutines on one event loop (``sluice.aio``).
+deliveries/s = messages claimed and acknowledged / seconds.
 
 What pgbench reaches is what the server allows this work on this machine whatever the
 client: a bound for sluice's one-message-per-transaction figures on PostgreSQL (its
@@ -75,6 +76,7 @@ class Row:
     clients: int
     pgbench: float
     sluice: float
+    aio: float
     psycopg: float
     held: float
     rabbit: float | None
@@ -84,11 +86,11 @@ class Row:
             return "-" if b is None else f"{a / b:.2f}"
 
         return (
-            f"| {self.clients} | {self.pgbench:,.0f} | {self.sluice:,.0f} | {self.psycopg:,.0f}"
-            f" | {self.held:,.0f} | {_rate(self.rabbit)}"
+            f"| {self.clients} | {self.pgbench:,.0f} | {self.sluice:,.0f} | {self.aio:,.0f}"
+            f" | {self.psycopg:,.0f} | {self.held:,.0f} | {_rate(self.rabbit)}"
             f" | {ratio(self.sluice, self.pgbench)} | {ratio(self.sluice, self.psycopg)}"
             f" | {ratio(self.psycopg, self.rabbit)} | {ratio(self.held, self.rabbit)}"
-            f" | {ratio(self.sluice, self.rabbit)} |"
+            f" | {ratio(self.sluice, self.rabbit)} | {ratio(self.aio, self.rabbit)} |"
         )
 
 
@@ -248,6 +250,45 @@ def _run_sluice(clients: int, seconds: float) -> float:
         return _timed("sluice", clients, seconds, drain)
 
 
+def _run_sluice_aio(clients: int, seconds: float) -> float:
+    """As ``_run_sluice``, with ``clients`` coroutines on one event loop (sluice.aio)."""
+    import asyncio
+
+    import sluice.aio
+
+    async def run() -> float:
+        async with sluice.aio.connect(f"{PG_CONNINFO}?schema={SCHEMA}") as db:
+            taken = [0] * clients
+            stop = asyncio.Event()
+            dry: list[tuple[float, int, int]] = []  # as _timed's
+
+            async def drain(c: int) -> None:
+                while not stop.is_set():
+                    async with db.transaction() as tx:
+                        if not await tx.dequeue(f"q{c}", limit=1):
+                            dry.append((time.perf_counter(), sum(taken), c))
+                            stop.set()
+                            return
+                    taken[c] += 1
+
+            start = time.perf_counter()
+            tasks = [asyncio.create_task(drain(c)) for c in range(clients)]
+            try:
+                await asyncio.wait_for(stop.wait(), seconds)
+            except TimeoutError:
+                stop.set()
+            await asyncio.gather(*tasks)
+            end, done = time.perf_counter(), sum(taken)
+            if dry:
+                end, done, c = min(dry)
+                window = f"{end - start:.2f} s of {seconds:g}"
+                NOTES.append(f"sluice.aio at {clients} clients: q{c} ran dry after {window};"
+                             " its rate is over that window")  # fmt: skip
+            return done / (end - start)
+
+    return asyncio.run(run())
+
+
 def _statements() -> tuple[str, str]:
     """sluice's plain claim and its acknowledgement, as psycopg runs them (%(name)s)."""
     from sluice.backends.postgres_queries import load_queries
@@ -386,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
             _fill(clients, per_queue)
             s_rate = _run_sluice(clients, args.seconds)
             _fill(clients, per_queue)
+            a_rate = _run_sluice_aio(clients, args.seconds)
+            _fill(clients, per_queue)
             p_rate = _run_psycopg(clients, args.seconds, held=False)
             _fill(clients, per_queue)
             o_rate = _run_psycopg(clients, args.seconds, held=True)
@@ -396,8 +439,9 @@ def main(argv: list[str] | None = None) -> int:
                     r_rate = _run_rabbit(clients, args.seconds, per_queue)
                 finally:
                     _drop_rabbit(clients)
-            rows.append(Row(clients, c_rate, s_rate, p_rate, o_rate, r_rate))
+            rows.append(Row(clients, c_rate, s_rate, a_rate, p_rate, o_rate, r_rate))
             print(f"{clients} clients: pgbench {c_rate:,.0f}/s, sluice {s_rate:,.0f}/s,"
+                  f" sluice.aio {a_rate:,.0f}/s,"
                   f" psycopg {p_rate:,.0f}/s, psycopg with a held lock {o_rate:,.0f}/s,"
                   f" RabbitMQ {_rate(r_rate)}", file=sys.stderr, flush=True)  # fmt: skip
     finally:
@@ -410,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         " (committing without waiting for the WAL flush) and then `delete_claimed` (waiting"
         " for it), each its own transaction. pgbench runs those statements, prepared, with"
         " sluice's planner settings; sluice runs them itself from as many threads sharing"
-        " one Database; psycopg runs them, prepared, from as many threads, each on its own"
+        " one Database, and *sluice.aio* from as many coroutines on one event loop; psycopg"
+        " runs them, prepared, from as many threads, each on its own"
         " connection, with nothing of sluice around them; *a held lock* is psycopg running a"
         " design sluice does not have: the claim only locks its row (sluice's pick, FOR"
         " UPDATE SKIP LOCKED, no write) and the acknowledgement deletes it in the same"
@@ -421,10 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         + f". One run of {args.seconds:g} s each; every row is durable at the acknowledgement"
         " but RabbitMQ's, whose acks are not synced before they take effect.",
         "",
-        "| clients | pgbench | sluice | psycopg | psycopg, a held lock | RabbitMQ"
+        "| clients | pgbench | sluice | sluice.aio | psycopg | psycopg, a held lock | RabbitMQ"
         " | sluice / pgbench | sluice / psycopg | psycopg / RabbitMQ"
-        " | a held lock / RabbitMQ | sluice / RabbitMQ |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | a held lock / RabbitMQ | sluice / RabbitMQ | sluice.aio / RabbitMQ |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [row.line() for row in rows]
     lines += ["", "deliveries/s; ratios of deliveries/s."]
