@@ -44,6 +44,18 @@ async def _queued(group: AsyncGroupCommitter[str], count: int) -> None:
         await asyncio.sleep(0)
 
 
+async def _behind_a_write(
+    group: AsyncGroupCommitter[str], writer: _Writer, plans: str
+) -> list[asyncio.Task[None]]:
+    """Commit "a" and hold it in its write while ``plans`` are committed and queue up
+    behind it. The tasks, "a"'s first."""
+    first = asyncio.create_task(group.commit("a"))
+    await writer.entered.get()
+    rest = [asyncio.create_task(group.commit(p)) for p in plans]
+    await _queued(group, len(plans))
+    return [first, *rest]
+
+
 def test_a_lone_commit_is_written_at_once_by_its_own_coroutine() -> None:
     async def main() -> None:
         writer = _Writer(open_=True)
@@ -61,12 +73,9 @@ def test_commits_made_during_a_write_go_in_the_next_write_together() -> None:
     async def main() -> None:
         writer = _Writer()
         group = AsyncGroupCommitter(writer)
-        first = asyncio.create_task(group.commit("a"))
-        await writer.entered.get()
-        rest = [asyncio.create_task(group.commit(p)) for p in "bcd"]
-        await _queued(group, 3)
+        tasks = await _behind_a_write(group, writer, "bcd")
         writer.let_all()
-        await asyncio.gather(first, *rest)
+        await asyncio.gather(*tasks)
         assert writer.groups == [["a"], ["b", "c", "d"]]
         assert (group.commits, group.groups) == (4, 2)
 
@@ -78,12 +87,9 @@ def test_each_commit_raises_only_its_own_failure() -> None:
         writer = _Writer()
         writer.failing["c"] = LookupError("c's lease was lost")
         group = AsyncGroupCommitter(writer)
-        first = asyncio.create_task(group.commit("a"))
-        await writer.entered.get()
-        rest = [asyncio.create_task(group.commit(p)) for p in "bcd"]
-        await _queued(group, 3)
+        tasks = await _behind_a_write(group, writer, "bcd")
         writer.let_all()
-        outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         assert [type(o).__name__ for o in outcomes] == [
             "NoneType",
             "NoneType",
@@ -98,13 +104,10 @@ def test_a_write_that_raises_fails_every_commit_of_its_group() -> None:
     async def main() -> None:
         writer = _Writer()
         group = AsyncGroupCommitter(writer)
-        first = asyncio.create_task(group.commit("a"))
-        await writer.entered.get()
-        rest = [asyncio.create_task(group.commit(p)) for p in "bc"]
-        await _queued(group, 2)
+        tasks = await _behind_a_write(group, writer, "bc")
         writer.broken = ConnectionError("server gone")
         writer.let_all()
-        outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         assert all(isinstance(o, ConnectionError) for o in outcomes)
         # Writing stopped with the failure: the next commit is written at once again.
         writer.broken = None
@@ -118,11 +121,7 @@ def test_a_waiter_cancelled_before_its_write_is_never_written() -> None:
     async def main() -> None:
         writer = _Writer()
         group = AsyncGroupCommitter(writer)
-        first = asyncio.create_task(group.commit("a"))
-        await writer.entered.get()
-        gone = asyncio.create_task(group.commit("b"))
-        kept = asyncio.create_task(group.commit("c"))
-        await _queued(group, 2)
+        first, gone, kept = await _behind_a_write(group, writer, "bc")
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
             await gone
@@ -137,10 +136,7 @@ def test_a_waiter_cancelled_during_its_write_is_written_all_the_same() -> None:
     async def main() -> None:
         writer = _Writer()
         group = AsyncGroupCommitter(writer)
-        first = asyncio.create_task(group.commit("a"))
-        await writer.entered.get()
-        waiter = asyncio.create_task(group.commit("b"))
-        await _queued(group, 1)
+        first, waiter = await _behind_a_write(group, writer, "b")
         writer.permits.release()  # the first write ends; the task takes "b" and holds
         await first
         await writer.entered.get()
