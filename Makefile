@@ -65,11 +65,12 @@ typecheck: $(BIN)/sluice-test-stamp
 # than cores pay. Both runs go to the end; either one failing fails the target. (Tests are
 # dealt one by one: --dist loadgroup groups nothing under pytest 9.2, pytest-xdist issue 1386;
 # worksteal: a worker that runs out takes pending tests from the others, so the run does not
-# end on one worker's queue of minute-long Spark tests.)
+# end on one worker's queue of minute-long Spark tests.) The 15 slowest are listed at the end,
+# so CI's log shows where the suite's time goes.
 TEST_WORKERS ?= 4
 test: lint typecheck
 	$(BIN)/pytest -m serial; serial=$$?; \
-	$(BIN)/pytest -m 'not serial' -n $(TEST_WORKERS) --dist worksteal; parallel=$$?; \
+	$(BIN)/pytest -m 'not serial' -n $(TEST_WORKERS) --dist worksteal --durations=15; parallel=$$?; \
 	test $$serial -eq 0 -o $$serial -eq 5 && test $$parallel -eq 0
 
 bench: $(BIN)/sluice-bench-stamp
