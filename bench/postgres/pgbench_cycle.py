@@ -224,9 +224,23 @@ def _timed(who: str, clients: int, seconds: float, drain: Drain) -> float:
     stop.set()
     for w in workers:
         w.join()
-    end, done = time.perf_counter(), sum(taken)
     if errors:
         raise RuntimeError(f"{who}: {errors[0]}")
+    return _rate_over(who, clients, seconds, start=start, taken=taken, dry=dry)
+
+
+def _rate_over(
+    who: str,
+    clients: int,
+    seconds: float,
+    *,
+    start: float,
+    taken: list[int],
+    dry: list[tuple[float, int, int]],
+) -> float:
+    """Deliveries/s from ``start`` to now, or to the first client's running dry (then
+    noted for the report)."""
+    end, done = time.perf_counter(), sum(taken)
     if dry:
         end, done, c = min(dry)
         note = f"{who} at {clients} clients: q{c} ran dry after {end - start:.2f} s of {seconds:g}"
@@ -260,7 +274,7 @@ def _run_sluice_aio(clients: int, seconds: float) -> float:
         async with sluice.aio.connect(f"{PG_CONNINFO}?schema={SCHEMA}") as db:
             taken = [0] * clients
             stop = asyncio.Event()
-            dry: list[tuple[float, int, int]] = []  # as _timed's
+            dry: list[tuple[float, int, int]] = []  # (when, deliveries by then, client)
 
             async def drain(c: int) -> None:
                 while not stop.is_set():
@@ -278,13 +292,7 @@ def _run_sluice_aio(clients: int, seconds: float) -> float:
             except TimeoutError:
                 stop.set()
             await asyncio.gather(*tasks)
-            end, done = time.perf_counter(), sum(taken)
-            if dry:
-                end, done, c = min(dry)
-                window = f"{end - start:.2f} s of {seconds:g}"
-                NOTES.append(f"sluice.aio at {clients} clients: q{c} ran dry after {window};"
-                             " its rate is over that window")  # fmt: skip
-            return done / (end - start)
+            return _rate_over("sluice.aio", clients, seconds, start=start, taken=taken, dry=dry)
 
     return asyncio.run(run())
 
