@@ -3,10 +3,10 @@ Ctrl-C while messages flow in: exit 0 with the summary line, no traceback, and e
 message processed exactly once over the stopped run and the run after it.
 
 Each command runs as an operator runs it, a process of its own with its JVM, on a
-queue a thread here keeps filling; the signal goes once its outputs appear in the
-database (the query is then processing micro-batch after micro-batch). Ctrl-C goes to
-the whole process group, as a terminal sends it: the JVM and Spark's Python workers
-get it too.
+queue a thread here keeps filling once the command is processing; the signal goes once
+outputs of that flow appear in the database (the query is then processing micro-batch
+after micro-batch). Ctrl-C goes to the whole process group, as a terminal sends it: the
+JVM and Spark's Python workers get it too.
 """
 
 from __future__ import annotations
@@ -44,25 +44,37 @@ per order, in one of two ways."""
 
 
 class Inflow:
-    """A thread putting orders into a queue, 20 every 50 ms, until stopped."""
+    """Orders put into a queue: the first 20 at once, then (``start``) 20 every 50 ms from
+    a thread, until stopped. The flow starts once the command is processing: started with
+    it, it piled up thousands of orders while the JVM started, which the second run then
+    took a minute and more to drain, 200 a micro-batch."""
 
     def __init__(self, url: str, queue: str) -> None:
         self.sent = 0
+        self._url, self._queue = url, queue
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._feed, args=(url, queue), daemon=True)
+        self._thread = threading.Thread(target=self._feed, daemon=True)
+        with sluice.connect(url) as db:
+            self._put(db)
+
+    def _put(self, db: sluice.Database) -> None:
+        n = self.sent
+        db.queue(self._queue).put_many([{"id": i, "total": i % 5 - 1} for i in range(n, n + 20)])
+        self.sent = n + 20
+
+    def start(self) -> None:
         self._thread.start()
 
-    def _feed(self, url: str, queue: str) -> None:
-        with sluice.connect(url) as db:
+    def _feed(self) -> None:
+        with sluice.connect(self._url) as db:
             while not self._done.wait(0.05):  # the pace of the inflow, not a wait for an event
-                n = self.sent
-                db.queue(queue).put_many([{"id": i, "total": i % 5 - 1} for i in range(n, n + 20)])
-                self.sent = n + 20
+                self._put(db)
 
     def stop(self) -> int:
         """Stop putting; how many orders went in."""
         self._done.set()
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
         return self.sent
 
 
@@ -146,10 +158,13 @@ def test_sluice_run_on_spark_stops_cleanly_and_processes_each_message_once(
         checkpoint = str(tmp_path / "ck")
         common = ["run", "--db", shared_url, "--engine", "spark", "--master", "local[2]",
                   "--checkpoint", checkpoint, "--max-per-batch", str(PER_BATCH)]  # fmt: skip
-        inflow.append(Inflow(shared_url, "orders"))
+        flow = Inflow(shared_url, "orders")
+        inflow.append(flow)
         log = tmp_path / "first.log"
         first = _start(common, log)
-        _when(lambda: len(db.queue("audit")) > 0, first, log)
+        _when(lambda: len(db.queue("audit")) > 0, first, log)  # processing the first orders
+        flow.start()
+        _when(lambda: len(db.queue("audit")) > 20, first, log)  # and the flow's
         _stop(first, how)
         stopped = _ended(first, log)
         # The summary, after which a background thread may still log (a recovery it ran).
@@ -189,10 +204,13 @@ def test_sluice_pipeline_follow_stops_cleanly_and_delivers_each_message_once(
                   "--checkpoint", str(tmp_path / "ck"), "--sql", PIPELINE_SQL,
                   "--body-schema", "id BIGINT", "--target", "out",
                   "--max-per-batch", str(PER_BATCH)]  # fmt: skip
-        inflow.append(Inflow(url, "orders"))
+        flow = Inflow(url, "orders")
+        inflow.append(flow)
         log = tmp_path / "first.log"
         first = _start([*common, "--follow"], log)
-        _when(lambda: len(db.queue("out")) > 0, first, log)
+        _when(lambda: len(db.queue("out")) > 0, first, log)  # processing the first orders
+        flow.start()
+        _when(lambda: len(db.queue("out")) > 20, first, log)  # and the flow's
         _stop(first, "sigterm")
         assert "; stopped" in _ended(first, log, aborts=True)
         sent = inflow[0].stop()
