@@ -18,6 +18,8 @@ import sluice
 from .pgbouncer import PgBouncer
 from .postgres_server import PostgresServer, find_binaries
 
+T = typing.TypeVar("T")
+
 # CI runs the same examples every time (no flaky discoveries, no timing deadlines);
 # local runs explore new ones.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
@@ -69,13 +71,41 @@ def _deselect_unpooled(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests first, so that pytest-xdist's workers do not end on one of them.
+    """The slow tests spread over every worker's share, none at the end of one.
 
-    ``make test`` runs the tests in parallel; without this a minute-long Spark test
-    handed out last holds up the end of the run while the other workers idle.
+    ``make test`` runs the tests in parallel with pytest-xdist's ``worksteal``, which hands
+    each worker one contiguous share of the collection and lets an idle worker take the
+    second half of a busy one's queue. Put first in the collection, the slow tests (Spark's
+    minute-long ones above all) all fell to the first worker, and the others took them
+    over one by one as they ran out: the run ended on four JVMs at once. Here each share
+    holds a like part of them, spaced through its first two thirds, and ends on quick
+    tests, which are what others take over.
     """
     _deselect_unpooled(config, items)
-    items.sort(key=lambda item: not _is_slow(item))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = spread_slow(items, workers, _is_slow)
+
+
+def spread_slow(items: list[T], workers: int, slow: typing.Callable[[T], bool]) -> list[T]:
+    """``items`` in shares as worksteal cuts them, the slow ones spread as said above."""
+    heavy = [item for item in items if slow(item)]
+    light = [item for item in items if not slow(item)]
+    ordered: list[T] = []
+    left = len(items)
+    for share in range(workers):
+        size = left // (workers - share)  # worksteal's own cut (scheduler/worksteal.py)
+        left -= size
+        mine = heavy[share::workers]
+        quick = light[: max(0, size - len(mine))]
+        del light[: len(quick)]
+        # One slow test after every `step` quick ones, over the first two thirds.
+        step = max(1, (2 * len(quick)) // (3 * len(mine))) if mine else 0
+        for n, item in enumerate(mine):
+            ordered += quick[n * step : (n + 1) * step]
+            ordered.append(item)
+        ordered += quick[len(mine) * step :]
+    ordered += light  # nothing: the shares' sizes add up to every item
+    return ordered
 
 
 def _is_slow(item: pytest.Item) -> bool:
