@@ -71,40 +71,54 @@ def _deselect_unpooled(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests spread over every worker's share, none at the end of one.
+    """The modules with slow tests spread evenly through the collection.
 
     ``make test`` runs the tests in parallel with pytest-xdist's ``worksteal``, which hands
     each worker one contiguous share of the collection and lets an idle worker take the
     second half of a busy one's queue. Put first in the collection, the slow tests (Spark's
     minute-long ones above all) all fell to the first worker, and the others took them
-    over one by one as they ran out: the run ended on four JVMs at once. Here each share
-    holds a like part of them, spaced through its first two thirds, and ends on quick
-    tests, which are what others take over.
+    over one by one as they ran out: the run ended on four JVMs at once. Spread evenly,
+    every share holds a like part of them, between quick tests. A module's tests stay
+    together: its module-scoped fixtures (Spark's vector answers, a built wheel) are made
+    once per worker, not again after every test of another module.
     """
     _deselect_unpooled(config, items)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    items[:] = spread_slow(items, workers, _is_slow)
+    items[:] = spread_slow(items, workers, _is_slow, lambda item: item.path)
 
 
-def spread_slow(items: list[T], workers: int, slow: typing.Callable[[T], bool]) -> list[T]:
-    """``items`` in shares as worksteal cuts them, the slow ones spread as said above."""
-    heavy = [item for item in items if slow(item)]
-    light = [item for item in items if not slow(item)]
+def spread_slow(
+    items: list[T],
+    workers: int,
+    slow: typing.Callable[[T], bool],
+    module: typing.Callable[[T], object],
+) -> list[T]:
+    """``items`` by modules, those with a slow test at even spaces among the others."""
+    groups: dict[object, list[T]] = {}
+    for item in items:
+        groups.setdefault(module(item), []).append(item)
+    found = [g for g in groups.values() if any(slow(item) for item in g)]
+    # Every workers-th slow module in turn: neighbours (tests/spark's) go to different shares.
+    heavy = [found[i] for start in range(workers) for i in range(start, len(found), workers)]
+    # A quick module as large as a good part of a share (test_vectors.py's 1,449 tests)
+    # goes in parts, so that the spacing stays even.
+    light = [
+        g[n : n + 200]
+        for g in groups.values()
+        if not any(slow(item) for item in g)
+        for n in range(0, len(g), 200)
+    ]
+    quick = sum(len(g) for g in light)
     ordered: list[T] = []
-    left = len(items)
-    for share in range(workers):
-        size = left // (workers - share)  # worksteal's own cut (scheduler/worksteal.py)
-        left -= size
-        mine = heavy[share::workers]
-        quick = light[: max(0, size - len(mine))]
-        del light[: len(quick)]
-        # One slow test after every `step` quick ones, over the first two thirds.
-        step = max(1, (2 * len(quick)) // (3 * len(mine))) if mine else 0
-        for n, item in enumerate(mine):
-            ordered += quick[n * step : (n + 1) * step]
-            ordered.append(item)
-        ordered += quick[len(mine) * step :]
-    ordered += light  # nothing: the shares' sizes add up to every item
+    placed = 0
+    for n, group in enumerate(heavy):
+        due = (n + 0.5) * quick / len(heavy)  # quick tests before the n-th slow module
+        while light and placed + len(light[0]) / 2 <= due:
+            placed += len(light[0])
+            ordered += light.pop(0)
+        ordered += group
+    for group in light:
+        ordered += group
     return ordered
 
 
