@@ -16,18 +16,7 @@ from sluice.backends.postgres import PostgresBackend
 from sluice.message import Message
 from tests.conftest import schema_of
 
-
-class _Queued(list[Any]):
-    """A group's queue that says when ``count`` commits wait in it (GroupCommitter's own)."""
-
-    def __init__(self, count: int) -> None:
-        super().__init__()
-        self.wanted, self.full = count, threading.Event()
-
-    def append(self, item: Any) -> None:
-        super().append(item)
-        if len(self) >= self.wanted:
-            self.full.set()
+from .grouping import Queued
 
 
 def _group(db: sluice.Database) -> GroupCommitter[Any]:
@@ -42,8 +31,8 @@ def _commit_grouped(db: sluice.Database, txs: list[sluice.Transaction]) -> dict[
     others wait behind it, who then go as one group. What each commit raised, by index."""
     backend = db.backend
     assert isinstance(backend, PostgresBackend)
-    queued = _Queued(len(txs) - 1)
-    _group(db)._queue = queued
+    queued = threading.Event()
+    _group(db)._queue = Queued(len(txs) - 1, queued.set)
     alone = backend._commit_one
     inside, go = threading.Event(), threading.Event()
 
@@ -67,7 +56,7 @@ def _commit_grouped(db: sluice.Database, txs: list[sluice.Transaction]) -> dict[
     assert inside.wait(30)  # the first leads, alone, and is held in its commit
     for t in threads[1:]:
         t.start()
-    assert queued.full.wait(30)  # the others wait for it
+    assert queued.wait(30)  # the others wait for it
     go.set()
     for t in threads:
         t.join(30)

@@ -5,7 +5,6 @@ another is being written share a transaction, and each still succeeds or fails o
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -19,6 +18,8 @@ from sluice.aio.group_commit import AsyncGroupCommitter
 from sluice.aio.postgres import PostgresStore
 from sluice.backends.records import CommitPlan
 from tests.conftest import schema_of
+
+from .grouping import Queued
 
 
 def _group(db: sluice.aio.AsyncDatabase) -> AsyncGroupCommitter[CommitPlan]:
@@ -35,16 +36,15 @@ async def _commit_grouped(
     behind it, who then go as one group. What each commit raised, in order."""
     group = _group(db)
     write = group._commit_many
+    queued = asyncio.Event()
+    group._queue = Queued(len(txs) - 1, queued.set)  # the committer's own queue
     held = True
 
     async def first_held(plans: Sequence[CommitPlan]) -> list[BaseException | None]:
         nonlocal held
         if held:
             held = False
-            deadline = time.monotonic() + 30
-            while len(group._queue) < len(txs) - 1:  # the committer's own queue
-                assert time.monotonic() < deadline, "the other commits never queued"
-                await asyncio.sleep(0.001)
+            await asyncio.wait_for(queued.wait(), 30)  # the others wait behind it
         return await write(plans)
 
     group._commit_many = first_held
