@@ -171,6 +171,21 @@ def postgres_server() -> Iterator[PostgresServer | str]:
         server.destroy()
 
 
+@pytest.fixture
+def own_postgres_server() -> Iterator[PostgresServer]:
+    """A cluster of this test's own, for a test that stops or restarts its server: the
+    run's shared server serves the other workers' tests meanwhile, and a restart would cut
+    their connections too."""
+    bindir = find_binaries()
+    if bindir is None:
+        unavailable("PostgreSQL is unavailable: no PostgreSQL binaries (initdb) are installed")
+    server = PostgresServer(bindir)
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
 @pytest.fixture(scope="session")
 def pgbouncer(postgres_server: PostgresServer | str) -> Iterator[PgBouncer]:
     """A private PgBouncer in transaction mode, 4 server connections per database and

@@ -24,6 +24,7 @@ from tests.conftest import (
     drop_schema,
     fresh_postgres_url,
     postgres_base_url,
+    schema_of,
 )
 from tests.postgres_server import PostgresServer
 
@@ -298,14 +299,17 @@ def test_a_database_alone_sends_no_notifications_until_a_peer_says_hello(pg_url:
 def test_a_lost_notification_connection_is_reestablished(
     pg_url: str, admin: psycopg.Connection[Any]
 ) -> None:
-    with sluice.connect(pg_url + "&fallback=60") as consumer, sluice.connect(pg_url) as producer:
+    application = f"sluice-{schema_of(pg_url)}"  # others' listeners share the server: not theirs
+    consumer_url = f"{pg_url}&fallback=60&application_name={application}"
+    with sluice.connect(consumer_url) as consumer, sluice.connect(pg_url) as producer:
         producer.create_queue("events")
         listener = consumer.backend._listener  # type: ignore[attr-defined]
         assert listener.connected.wait(10)
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE (query LIKE 'LISTEN %%' OR query LIKE 'SELECT pg_notify(%%') "
-            "AND application_name = 'sluice'"
+            "AND application_name = %s",
+            (application,),
         )
         _await(lambda: not listener.connected.is_set(), "the listener to notice")
         assert listener.connected.wait(10)

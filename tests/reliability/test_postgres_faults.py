@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 import sluice
-from tests.conftest import drop_schema, fresh_postgres_url, postgres_base_url
+from tests.conftest import drop_schema, fresh_postgres_url, postgres_base_url, schema_of
 from tests.postgres_server import PostgresServer
 
 WORKER = Path(__file__).with_name("fault_worker.py")
@@ -25,11 +25,13 @@ WORKER = Path(__file__).with_name("fault_worker.py")
 pytestmark = pytest.mark.slow
 
 
-def _terminate_sluice_backends(server: PostgresServer | str) -> int:
+def _terminate_backends(server: PostgresServer | str, application: str) -> int:
+    """Cut this test's sessions only: other workers share the server, and their tests too."""
     with psycopg.connect(postgres_base_url(server), autocommit=True) as admin:
         rows = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = 'sluice' AND pid <> pg_backend_pid()"
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application,),
         ).fetchall()
     return len(rows)
 
@@ -38,13 +40,14 @@ def test_a_consumer_connection_killed_mid_transaction(
     postgres_server: PostgresServer | str,
 ) -> None:
     url = fresh_postgres_url(postgres_server)
+    application = f"sluice-{schema_of(url)}"
     try:
-        with sluice.connect(url) as db:
+        with sluice.connect(f"{url}&application_name={application}") as db:
             q = db.create_queue("in")
             q.put_many(["m1", "m2"])
             tx = db.begin()
             assert [m.body for m in tx.dequeue("in")] == ["m1"]
-            assert _terminate_sluice_backends(postgres_server) >= 1
+            assert _terminate_backends(postgres_server, application) >= 1
             with pytest.raises(sluice.StorageError, match="connection"):
                 tx.commit()
             tx.abort()  # on a fresh connection: the claim goes back
@@ -83,10 +86,9 @@ def _await_each(logs: list[Path], timeout: float = 60) -> None:
 
 
 def test_server_restarts_under_load_lose_and_double_nothing(
-    postgres_server: PostgresServer | str, tmp_path: Path
+    own_postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    if isinstance(postgres_server, str):
-        pytest.skip("needs the private test server, to restart it")
+    postgres_server = own_postgres_server
     url = fresh_postgres_url(postgres_server)
     try:
         with sluice.connect(url) as db:
@@ -151,11 +153,10 @@ def test_server_restarts_under_load_lose_and_double_nothing(
 
 
 def test_closing_after_the_server_went_away_gives_up_within_a_restarts_worth(
-    postgres_server: PostgresServer | str,
+    own_postgres_server: PostgresServer,
 ) -> None:
     """Closing retries through a restart's few seconds, then says so: it once took 86 s."""
-    if isinstance(postgres_server, str):
-        pytest.skip("needs the private test server, to stop it")
+    postgres_server = own_postgres_server
     url = fresh_postgres_url(postgres_server)
     db = sluice.connect(url)
     db.create_queue("in")
