@@ -86,10 +86,31 @@ class LeaseKeeper:
             self._thread.join()
 
     def _run(self) -> None:
+        failing: str | None = None  # the failure of the last beat, while beats fail
+        failed = 0  # beats failed in a row
         while not self._stop.wait(self._interval):
             try:
                 self._tick()
-            except Exception:
+            except Exception as exc:
                 # A busy or briefly unavailable database must not kill the heartbeat;
-                # the next tick retries, well within the lease.
-                log.exception("sluice heartbeat failed; retrying in %.1fs", self._interval)
+                # the next tick retries, well within the lease. A cause is logged with
+                # its traceback once; the same failure again is one line each beat (a
+                # database dropped under a process that kept it open printed the same
+                # traceback every third of a lease for as long as the process lived).
+                failed += 1
+                text = f"{type(exc).__name__}: {exc}"
+                if text != failing:
+                    failing = text
+                    log.exception("sluice heartbeat failed; retrying in %.1fs", self._interval)
+                else:
+                    log.error(
+                        "sluice heartbeat failed again (%d beats in a row), as above: %s; "
+                        "retrying in %.1fs",
+                        failed,
+                        text.splitlines()[0],
+                        self._interval,
+                    )
+            else:
+                if failed:
+                    log.warning("sluice heartbeat recovered after %d failed beats", failed)
+                failing, failed = None, 0
