@@ -192,11 +192,8 @@ def own_postgres_server() -> Iterator[PostgresServer]:
     bindir = find_binaries()
     if bindir is None:
         unavailable("PostgreSQL is unavailable: no PostgreSQL binaries (initdb) are installed")
-    server = PostgresServer(bindir)
-    try:
+    with PostgresServer(bindir) as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(scope="session")

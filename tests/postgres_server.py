@@ -1,8 +1,9 @@
 """A private PostgreSQL server for the tests, started from the installed binaries.
 
-``SLUICE_TEST_POSTGRES_URL`` points the tests at an existing server instead
-(tests that restart the server then skip). Without either, PostgreSQL tests
-skip locally and fail under CI (``CI=true``).
+``SLUICE_TEST_POSTGRES_URL`` points the tests at an existing server instead. Tests
+that stop or restart their server get a cluster of their own either way
+(``own_postgres_server``). Without binaries or a URL, PostgreSQL tests skip locally
+and fail under CI (``CI=true``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from types import TracebackType
 
 __all__ = ["PostgresServer", "find_binaries"]
 
@@ -104,3 +106,11 @@ class PostgresServer:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.destroy()

@@ -823,17 +823,13 @@ def small_disk(where: Path, size: str = "64m") -> Iterator[Path | None]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-@contextlib.contextmanager
-def private_postgres() -> Iterator[PostgresServer]:
-    """A throwaway cluster the campaign may crash: never the machine's shared server."""
+def private_postgres() -> PostgresServer:
+    """A throwaway cluster the campaign may crash, never the machine's shared server:
+    started, and destroyed at the end of its ``with``."""
     bindir = find_binaries()
     if bindir is None:
         raise RuntimeError("no PostgreSQL binaries (initdb) are installed")
-    server = PostgresServer(bindir)
-    try:
-        yield server
-    finally:
-        server.destroy()
+    return PostgresServer(bindir)
 
 
 def campaign_on(backend: str, seed: int, seconds: float, tmp: Path) -> Outcome:
