@@ -14,6 +14,7 @@ from sluice.message import (
     Message,
     MessageState,
     Position,
+    StoredJSON,
     decode_body,
     decode_json,
 )
@@ -45,15 +46,17 @@ def to_message(
     (ref, state, priority, p_session, p_tx, p_num, body, content_type, properties,
      correlation_id, reply_to, enqueued_at, available_at, expires_at, attempts,
      error, origin_queue, type_name, group, _) = row  # fmt: skip
-    value = decode_json(body) if content_type == JSON else decode_body(body, content_type)
     problem = None
-    if type_name is not None and models:
-        model = models.get(type_name)
-        if model is not None:
-            try:
-                value = model.model_validate(value)
-            except ValueError as exc:  # pydantic's ValidationError
-                problem = _refusal(type_name, model, exc)
+    if type_name is not None and models and (model := models.get(type_name)) is not None:
+        value = decode_body(body, content_type)
+        try:
+            value = model.model_validate(value)
+        except ValueError as exc:  # pydantic's ValidationError
+            problem = _refusal(type_name, model, exc)
+    elif content_type == JSON and body is not None:
+        value = StoredJSON(body)  # decoded when read (Message.body), if ever
+    else:
+        value = decode_body(body, content_type)
     # Positional, in Message's field order: this runs for every message dequeued.
     message = Message(
         f"{p_session}/{p_tx}/{p_num}",
