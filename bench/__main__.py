@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "cycle": "bench.cycle.__main__",
     "concurrent": "bench.cycle.concurrent",
     "schema-cost": "bench.cycle.schema_cost",
+    "python-cost": "bench.cycle.python_cost",
     "commit-gap": "bench.cycle.commit_gap",
     "threads": "bench.cycle.threads",
     "outside-sync": "bench.cycle.outside_sync",

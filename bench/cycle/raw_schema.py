@@ -30,7 +30,7 @@ DRIVE = (
     " (...)`; bodies JSON-encoded in, raw bytes out; 3 transactions per 100 cycles as raw."
 )
 
-_INSERT = (
+INSERT = (
     "INSERT INTO messages (queue_id, state, priority, p_session, p_tx, p_num, body,"
     " content_type, properties, correlation_id, reply_to, enqueued_at, available_at,"
     " expires_at) VALUES (?, 1, 0, 1, ?, ?, ?, NULL, NULL, NULL, NULL, ?, ?, NULL)"
@@ -111,7 +111,7 @@ def run(path: Path, n: int, batch: int, synchronous: str, variant: Variant = SLU
             table="messages",
             n=n,
             batch=batch,
-            insert=_INSERT,
+            insert=INSERT,
             rows=rows,
             claim=take,
         )

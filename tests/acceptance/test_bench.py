@@ -32,6 +32,7 @@ FAMILIES: dict[str, tuple[list[str], list[tuple[str, int]], list[str]]] = {
     "cycle": (["--n", "100"], [], []),
     "concurrent": (["--total", "100"], [], []),
     "schema-cost": ([], [], []),
+    "python-cost": ([], [], []),
     "commit-gap": ([], [], []),
     "threads": ([], [], []),
     "outside-sync": ([], [], []),
