@@ -17,16 +17,17 @@ median of the rounds.
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sluice
 from bench.cycle.matrix import PACKAGES
 from bench.cycle.raw_schema import INSERT, SLUICE
+from bench.cycle.raw_sqlite import connect, drain
 from bench.harness import (
     add_common_options,
     chunks,
@@ -44,38 +45,32 @@ _BATCHES = (1, 100)
 
 
 def _raw_schema(tmp: Path, bodies: list[dict[str, object]], batch: int) -> Phases:
-    """raw-schema's statements, timed phase by phase."""
+    """raw-schema's statements, timed phase by phase; drained by raw_sqlite's loop."""
     db_file = tmp / "raw-schema.db"
     with sluice.connect(f"sqlite:///{db_file}") as db:
         db.create_queue("bench")
-    conn = sqlite3.connect(db_file, isolation_level=None)
+    conn = connect(db_file, "NORMAL")
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
         (queue,) = conn.execute("SELECT id FROM queues WHERE name = 'bench'").fetchone()
         claim = SLUICE.claim()
+        tx = 0
+
+        def take() -> list[Any]:
+            nonlocal tx
+            tx += 1
+            now = time.time()
+            return conn.execute(claim, (tx, queue, now, now, batch)).fetchall()
+
         start = time.process_time()
-        for tx, group in enumerate(chunks(bodies, batch)):
+        for group in chunks(bodies, batch):
+            tx += 1
             now = time.time()
             rows = [(queue, tx, i, encode(b), now, now) for i, b in enumerate(group)]
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(INSERT, rows)
             conn.execute("COMMIT")
         enqueued = time.process_time()
-        tx, got = len(bodies), 0
-        while True:
-            tx += 1
-            now = time.time()
-            conn.execute("BEGIN IMMEDIATE")
-            taken = conn.execute(claim, (tx, queue, now, now, batch)).fetchall()
-            conn.execute("COMMIT")
-            if not taken:
-                break
-            ids = [row[0] for row in taken]
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(f"DELETE FROM messages WHERE id IN ({','.join('?' * len(ids))})", ids)
-            conn.execute("COMMIT")
-            got += len(ids)
+        got = drain(conn, "messages", take)
         done = time.process_time()
     finally:
         conn.close()
